@@ -1,0 +1,297 @@
+// The orchestration of torch_convbp, written once for every device.
+//
+// For one group g of G, with col = im2col(x) the [Cin/G*kh*kw, P] column matrix of P output
+// pixels (a chunk of images side by side), W_g the [Cout/G, Cin/G*kh*kw] weight matrix and
+// dY_g the [Cout/G, P] output gradient:
+//   forward       Y_g   = W_g  @ col                  [Cout/G, P]
+//   grad-weight   dW_g += dY_g @ col^T                [Cout/G, Cin/G*kh*kw], summed over chunks
+//   grad-input    dcol  = W_g^T @ dY_g,  dx = col2im(dcol)
+// The G groups are the batch dimension of one bmm. The batch is processed in chunks whose
+// buffers fit the workspace limit; the device is reached only through the im2col and col2im
+// operators (cpu/ and cuda/), and the GEMMs go through ATen (MKL, cuBLAS).
+#include <ATen/ATen.h>
+#include <ATen/OpMathType.h>
+#include <ATen/TensorUtils.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <algorithm>
+#include <atomic>
+#include <optional>
+
+#include "conv2d.h"
+
+namespace torch_convbp {
+namespace {
+
+std::atomic<int64_t> g_workspace_limit{int64_t{1} << 30};  // 1 GiB; see set_workspace_limit
+
+// Below this many output pixels a GEMM is thin: small images are batched side by side until a
+// chunk has about this many columns (memory permitting).
+constexpr int64_t kTargetChunkPixels = 4096;
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// A chunk of the work: `images` whole images from `image` on and, of each, output rows
+// [row, row + rows). Several images are taken only with all their rows.
+struct Chunk {
+  int64_t image, images, row, rows;
+};
+
+// Chooses the chunk size: as many whole images as make a wide GEMM (kTargetChunkPixels), as
+// long as their column matrix plus staging buffer (bytes_per_pixel per output pixel) fit the
+// workspace limit; else rows of one image. The smallest chunk is one output row, whatever the
+// limit. Returns the chunk's size in output pixels.
+int64_t plan_chunk_pixels(const ConvShape& s, int64_t bytes_per_pixel, Chunk* plan) {
+  const int64_t image_pixels = s.out_height * s.out_width;
+  const int64_t budget =
+      std::max(s.out_width, g_workspace_limit.load() / std::max<int64_t>(bytes_per_pixel, 1));
+  if (image_pixels <= budget) {
+    const int64_t wanted = ceil_div(kTargetChunkPixels, image_pixels);
+    const int64_t images =
+        std::clamp<int64_t>(std::min(wanted, budget / image_pixels), 1, std::max<int64_t>(s.batch, 1));
+    *plan = Chunk{0, images, 0, s.out_height};
+  } else {
+    *plan = Chunk{0, 1, 0, std::max<int64_t>(1, budget / s.out_width)};
+  }
+  return plan->images * plan->rows * s.out_width;
+}
+
+// Calls body(chunk) over the whole output in a fixed order, so that results are deterministic.
+template <class Body>
+void for_each_chunk(const ConvShape& s, const Chunk& plan, Body&& body) {
+  for (int64_t image = 0; image < s.batch; image += plan.images) {
+    const int64_t images = std::min(plan.images, s.batch - image);
+    for (int64_t row = 0; row < s.out_height; row += plan.rows) {
+      body(Chunk{image, images, row, std::min(plan.rows, s.out_height - row)});
+    }
+  }
+}
+
+// The part of an [N, C, H', W'] tensor that a chunk covers: [images, C, rows, W'].
+Tensor chunk_of(const Tensor& t, const Chunk& c) {
+  return t.narrow(0, c.image, c.images).narrow(2, c.row, c.rows);
+}
+
+// Sees a chunk [n, C, h, w] as the GEMM operand [G, C/G, n*h*w] (per group: channels by
+// pixels) without copying, when its memory allows it (one image at a time).
+std::optional<Tensor> group_matrix_view(const Tensor& chunk, int64_t groups) {
+  const Tensor by_channel = chunk.transpose(0, 1);  // [C, n, h, w]
+  const int64_t channels = by_channel.size(0);
+  const std::vector<int64_t> shape{groups, channels / groups, by_channel.numel() / channels};
+  if (!at::detail::computeStride(by_channel.sizes(), by_channel.strides(), shape)) {
+    return std::nullopt;
+  }
+  return by_channel.view(shape);
+}
+
+// One chunk's worth of scratch memory, allocated once per call and reused by every chunk:
+// the column matrix and a staging area for GEMM operands that are not views.
+class Workspace {
+ public:
+  Workspace(const ConvShape& s, int64_t max_pixels, at::TensorOptions options)
+      : shape_(s), max_pixels_(max_pixels), options_(options) {}
+
+  // [G, Cin/G*kh*kw, pixels] column matrix.
+  Tensor columns(int64_t pixels) {
+    return take(columns_, shape_.column_rows())
+        .narrow(0, 0, shape_.column_rows() * pixels)
+        .view({shape_.groups, shape_.column_rows() / shape_.groups, pixels});
+  }
+
+  // A [G, channels/G, pixels] staging matrix, for GEMM operands that are not views.
+  Tensor staging(int64_t channels, int64_t pixels) {
+    return take(staging_, channels)
+        .narrow(0, 0, channels * pixels)
+        .view({shape_.groups, channels / shape_.groups, pixels});
+  }
+
+  // `chunk` [n, C, h, w] as the GEMM operand [G, C/G, n*h*w]: a view, or a copy in staging.
+  Tensor group_matrix(const Tensor& chunk) {
+    if (auto view = group_matrix_view(chunk, shape_.groups)) return *view;
+    const int64_t channels = chunk.size(1);
+    Tensor staged = staging(channels, chunk.numel() / channels);
+    staged.view({channels, chunk.size(0), chunk.size(2), chunk.size(3)})
+        .copy_(chunk.transpose(0, 1));
+    return staged;
+  }
+
+ private:
+  Tensor& take(Tensor& buffer, int64_t rows) {
+    if (!buffer.defined()) buffer = at::empty({rows * max_pixels_}, options_);
+    return buffer;
+  }
+  const ConvShape& shape_;
+  int64_t max_pixels_;
+  at::TensorOptions options_;
+  Tensor columns_, staging_;
+};
+
+// Bytes of workspace per output pixel of a chunk: a column of the column matrix and a column
+// of staged output (or output gradient).
+int64_t bytes_per_pixel(const ConvShape& s, const Tensor& t) {
+  return (s.column_rows() + s.out_channels) * t.element_size();
+}
+
+void call_im2col(const Tensor& images, const ConvShape& s, const Chunk& c, const Tensor& columns) {
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("torch_convbp::im2col", "")
+                       .typed<void(const Tensor&, IntArrayRef, IntArrayRef, IntArrayRef,
+                                   IntArrayRef, int64_t, int64_t, const Tensor&)>();
+  op.call(images, {s.kernel_h, s.kernel_w}, {s.stride_h, s.stride_w}, {s.pad_h, s.pad_w},
+          {s.dilation_h, s.dilation_w}, c.row, c.rows, columns);
+}
+
+void call_col2im(const Tensor& columns, const ConvShape& s, const Chunk& c, const Tensor& images) {
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("torch_convbp::col2im", "")
+                       .typed<void(const Tensor&, IntArrayRef, IntArrayRef, IntArrayRef,
+                                   IntArrayRef, int64_t, int64_t, const Tensor&)>();
+  op.call(columns, {s.kernel_h, s.kernel_w}, {s.stride_h, s.stride_w}, {s.pad_h, s.pad_w},
+          {s.dilation_h, s.dilation_w}, c.row, c.rows, images);
+}
+
+// The [G, Cin/G*kh*kw, P] column matrix of a chunk of x. A 1x1, stride-1, unpadded
+// convolution's input is its own column matrix: a view, no im2col, when memory allows.
+Tensor columns_of(const Tensor& x, const ConvShape& s, const Chunk& c, Workspace& ws) {
+  if (s.is_pointwise()) {
+    if (auto view = group_matrix_view(chunk_of(x, c), s.groups)) return *view;
+  }
+  Tensor columns = ws.columns(c.images * c.rows * s.out_width);
+  call_im2col(x.narrow(0, c.image, c.images), s, c, columns);
+  return columns;
+}
+
+// out = a @ b for [G, M, K] @ [G, K, N]; a plain mm when there is one group.
+void gemm_out(Tensor out, const Tensor& a, const Tensor& b) {
+  if (a.size(0) == 1) {
+    Tensor out_matrix = out.select(0, 0);
+    at::mm_out(out_matrix, a.select(0, 0), b.select(0, 0));
+  } else {
+    at::bmm_out(out, a, b);
+  }
+}
+
+// acc += a @ b, with acc in the accumulation dtype (float32 for float16 and bfloat16).
+void gemm_accumulate(Tensor& acc, const Tensor& a, const Tensor& b) {
+  if (acc.scalar_type() != a.scalar_type()) {
+    acc.add_(at::bmm(a, b));
+  } else if (a.size(0) == 1) {
+    acc.select(0, 0).addmm_(a.select(0, 0), b.select(0, 0));
+  } else {
+    acc.baddbmm_(a, b);
+  }
+}
+
+// The weight [Cout, Cin/G, kh, kw] as G matrices [Cout/G, Cin/G*kh*kw].
+Tensor weight_matrices(const Tensor& weight, const ConvShape& s) {
+  return weight.contiguous().view({s.groups, s.out_channels / s.groups, -1});
+}
+
+void check_grad_output(const char* op, const Tensor& grad_output, const ConvShape& s) {
+  const std::vector<int64_t> expected{s.batch, s.out_channels, s.out_height, s.out_width};
+  TORCH_CHECK(grad_output.sizes() == IntArrayRef(expected), op, ": expected grad_output of size ",
+              IntArrayRef(expected), " (the convolution's output), got ", grad_output.sizes());
+}
+
+}  // namespace
+
+void set_workspace_limit(int64_t bytes) {
+  TORCH_CHECK(bytes > 0, "torch_convbp: the workspace limit must be positive, got ", bytes);
+  g_workspace_limit.store(bytes);
+}
+
+int64_t workspace_limit() { return g_workspace_limit.load(); }
+
+Tensor conv2d_forward(const Tensor& input, const Tensor& weight,
+                      const std::optional<Tensor>& bias, IntArrayRef stride,
+                      IntArrayRef padding, IntArrayRef dilation, int64_t groups) {
+  constexpr const char* op = "torch_convbp.conv2d";
+  if (bias) {
+    check_operands(op, {{"input", &input}, {"weight", &weight}, {"bias", &*bias}});
+  } else {
+    check_operands(op, {{"input", &input}, {"weight", &weight}});
+  }
+  const ConvShape s =
+      check_conv2d(op, input.sizes(), weight.sizes(), stride, padding, dilation, groups);
+  TORCH_CHECK(!bias || (bias->dim() == 1 && bias->size(0) == s.out_channels), op,
+              ": expected bias of size [", s.out_channels, "] (one per output channel), got ",
+              bias->sizes());
+
+  const Tensor x = input.contiguous();
+  const Tensor w = weight_matrices(weight, s);
+  Tensor output = at::empty({s.batch, s.out_channels, s.out_height, s.out_width}, x.options());
+  Chunk plan;
+  Workspace ws(s, plan_chunk_pixels(s, bytes_per_pixel(s, x), &plan), x.options());
+  for_each_chunk(s, plan, [&](const Chunk& c) {
+    const Tensor columns = columns_of(x, s, c, ws);  // [G, Cin/G*kh*kw, P]
+    const Tensor out = chunk_of(output, c);          // [n, Cout, h, OW]
+    if (auto out_view = group_matrix_view(out, s.groups)) {
+      gemm_out(*out_view, w, columns);  // [G, Cout/G, P] = [G, Cout/G, Cin/G*kh*kw] @ columns
+    } else {
+      const Tensor staged = ws.staging(s.out_channels, c.images * c.rows * s.out_width);
+      gemm_out(staged, w, columns);
+      out.transpose(0, 1).copy_(staged.view({s.out_channels, c.images, c.rows, s.out_width}));
+    }
+  });
+  if (bias) output.add_(bias->view({1, s.out_channels, 1, 1}));
+  return output;
+}
+
+Tensor conv2d_weight_grad(const Tensor& input, const Tensor& grad_output,
+                          IntArrayRef weight_size, IntArrayRef stride, IntArrayRef padding,
+                          IntArrayRef dilation, int64_t groups) {
+  constexpr const char* op = "torch_convbp.conv2d_weight_grad";
+  check_operands(op, {{"input", &input}, {"grad_output", &grad_output}});
+  const ConvShape s =
+      check_conv2d(op, input.sizes(), weight_size, stride, padding, dilation, groups);
+  check_grad_output(op, grad_output, s);
+
+  const Tensor x = input.contiguous();
+  const Tensor dy = grad_output.contiguous();
+  // Accumulate over chunks in float32 for float16 and bfloat16, in place otherwise.
+  const auto acc_dtype = at::toOpMathType(x.scalar_type());
+  Tensor grad_w = at::zeros({s.groups, s.out_channels / s.groups, s.column_rows() / s.groups},
+                            x.options().dtype(acc_dtype));
+  Chunk plan;
+  Workspace ws(s, plan_chunk_pixels(s, bytes_per_pixel(s, x), &plan), x.options());
+  for_each_chunk(s, plan, [&](const Chunk& c) {
+    const Tensor columns = columns_of(x, s, c, ws);         // [G, Cin/G*kh*kw, P]
+    const Tensor dy_g = ws.group_matrix(chunk_of(dy, c));  // [G, Cout/G, P]
+    // [G, Cout/G, Cin/G*kh*kw] += [G, Cout/G, P] @ [G, P, Cin/G*kh*kw] (a GEMM flag, no copy)
+    gemm_accumulate(grad_w, dy_g, columns.transpose(1, 2));
+  });
+  return grad_w.view(weight_size).to(x.scalar_type());
+}
+
+Tensor conv2d_input_grad(const Tensor& grad_output, const Tensor& weight,
+                         IntArrayRef input_size, IntArrayRef stride, IntArrayRef padding,
+                         IntArrayRef dilation, int64_t groups) {
+  constexpr const char* op = "torch_convbp.conv2d_input_grad";
+  check_operands(op, {{"grad_output", &grad_output}, {"weight", &weight}});
+  const ConvShape s =
+      check_conv2d(op, input_size, weight.sizes(), stride, padding, dilation, groups);
+  check_grad_output(op, grad_output, s);
+
+  const Tensor dy = grad_output.contiguous();
+  const Tensor w_t = weight_matrices(weight, s).transpose(1, 2);  // [G, Cin/G*kh*kw, Cout/G]
+  Tensor grad_input = at::zeros(input_size, dy.options());
+  Chunk plan;
+  Workspace ws(s, plan_chunk_pixels(s, bytes_per_pixel(s, dy), &plan), dy.options());
+  for_each_chunk(s, plan, [&](const Chunk& c) {
+    const Tensor dy_g = ws.group_matrix(chunk_of(dy, c));  // [G, Cout/G, P]
+    // A pointwise convolution's column matrix is the input itself: write dx directly.
+    if (s.is_pointwise()) {
+      if (auto dx = group_matrix_view(chunk_of(grad_input, c), s.groups)) {
+        gemm_out(*dx, w_t, dy_g);
+        return;
+      }
+    }
+    // [G, Cin/G*kh*kw, P] = [G, Cin/G*kh*kw, Cout/G] @ [G, Cout/G, P], then summed into dx.
+    const Tensor grad_columns = ws.columns(c.images * c.rows * s.out_width);
+    gemm_out(grad_columns, w_t, dy_g);
+    call_col2im(grad_columns, s, c, grad_input.narrow(0, c.image, c.images));
+  });
+  return grad_input;
+}
+
+}  // namespace torch_convbp

@@ -1,0 +1,74 @@
+// torch_convbp: 2-D convolution and its gradients as im2col + GEMM.
+//
+// This header is the contract between the three parts of the C++ code:
+//   ops.cpp      the operator schemas and the checks of their arguments,
+//   conv2d.cpp   the device-agnostic orchestration (column buffers, GEMMs),
+//   cpu/, cuda/  the only device-specific code: the im2col and col2im kernels.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+namespace torch_convbp {
+
+using at::IntArrayRef;
+using at::Tensor;
+
+// Sizes of one convolution, checked once by check_conv2d().
+struct ConvShape {
+  int64_t batch, in_channels, height, width;  // input [N, Cin, H, W]
+  int64_t out_channels, kernel_h, kernel_w;   // weight [Cout, Cin/G, kh, kw]
+  int64_t stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups;
+  int64_t out_height, out_width;              // output [N, Cout, OH, OW]
+
+  // Rows of the column matrix: one per (input channel, kernel row, kernel column).
+  int64_t column_rows() const { return in_channels * kernel_h * kernel_w; }
+  bool is_pointwise() const {  // 1x1, stride 1, no padding: the input is its own column matrix
+    return kernel_h == 1 && kernel_w == 1 && stride_h == 1 && stride_w == 1 && pad_h == 0 &&
+           pad_w == 0;
+  }
+};
+
+// Checks everything F.conv2d checks about sizes and arguments, with messages that name the
+// problem, and returns the convolution's shape. `op` names the caller in the messages.
+ConvShape check_conv2d(const char* op, IntArrayRef input_size, IntArrayRef weight_size,
+                       IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
+                       int64_t groups);
+
+// Checks that the tensors of one call share a floating dtype (float64/32/16, bfloat16), a device
+// and the strided layout; the first one names the dtype and device expected of the others.
+void check_operands(const char* op,
+                    std::initializer_list<std::pair<const char*, const Tensor*>> operands);
+
+// What an im2col or col2im kernel needs to map a column entry to an input pixel, for one chunk:
+// `images` whole images and, of each, the output rows [row_start, row_start + rows).
+// The column matrix is [channels*kernel_h*kernel_w, images*rows*out_width], row-major: row
+// (c, ki, kj), column (image, output row, output column).
+// A plain aggregate, so that it can be passed by value to a CUDA kernel.
+struct ColumnGeometry {
+  int64_t images, channels, height, width;
+  int64_t kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w;
+  int64_t out_width, row_start, rows;
+};
+
+// Checks the arguments of the im2col / col2im operators (images [n, C, H, W] contiguous,
+// columns contiguous and of the right size, same dtype and device) and returns their geometry.
+ColumnGeometry check_columns(const char* op, const Tensor& images, const Tensor& columns,
+                             IntArrayRef kernel_size, IntArrayRef stride, IntArrayRef padding,
+                             IntArrayRef dilation, int64_t row_start, int64_t rows);
+
+// The three convolution operators (registered for every device in ops.cpp).
+Tensor conv2d_forward(const Tensor& input, const Tensor& weight,
+                      const std::optional<Tensor>& bias, IntArrayRef stride,
+                      IntArrayRef padding, IntArrayRef dilation, int64_t groups);
+Tensor conv2d_input_grad(const Tensor& grad_output, const Tensor& weight,
+                         IntArrayRef input_size, IntArrayRef stride, IntArrayRef padding,
+                         IntArrayRef dilation, int64_t groups);
+Tensor conv2d_weight_grad(const Tensor& input, const Tensor& grad_output,
+                          IntArrayRef weight_size, IntArrayRef stride, IntArrayRef padding,
+                          IntArrayRef dilation, int64_t groups);
+
+// The largest column buffer (plus GEMM staging) one call may allocate, in bytes.
+void set_workspace_limit(int64_t bytes);
+int64_t workspace_limit();
+
+}  // namespace torch_convbp

@@ -1,0 +1,146 @@
+// The CPU im2col and col2im kernels: the only CPU-specific code of torch_convbp.
+//
+// Both are parallel over independent pieces of output (at::parallel_for), so they are race-free,
+// and every sum is taken in a fixed order, so they are deterministic whatever the thread count.
+#include <ATen/ATen.h>
+#include <ATen/Dispatch.h>
+#include <ATen/OpMathType.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "../conv2d.h"
+
+namespace torch_convbp {
+namespace {
+
+// Enough elements per parallel task to be worth a thread.
+constexpr int64_t kGrainElements = 32768;
+
+// The output columns [begin, end) whose input column ow*stride + offset lies in [0, width).
+struct Span {
+  int64_t begin, end;
+};
+Span valid_columns(int64_t offset, int64_t stride, int64_t width, int64_t out_width) {
+  const int64_t begin = offset >= 0 ? 0 : (-offset + stride - 1) / stride;
+  const int64_t last = width - 1 - offset;  // the largest ow*stride allowed
+  const int64_t end = last < 0 ? 0 : std::min(out_width, last / stride + 1);
+  return {std::min(begin, end), end};
+}
+
+// columns[(c, ki, kj), image, oh, ow] = images[image, c, ih, iw] (0 in the padding), with
+// ih = oh*stride_h - pad_h + ki*dilation_h and iw likewise. One task writes one contiguous block:
+// a column-matrix row's stretch for one image.
+template <typename scalar_t>
+void im2col_kernel(const scalar_t* images, scalar_t* columns, const ColumnGeometry& g) {
+  const int64_t kernel_area = g.kernel_h * g.kernel_w, plane = g.height * g.width;
+  const int64_t block = g.rows * g.out_width;
+  const int64_t tasks = g.channels * kernel_area * g.images;
+  const int64_t grain = std::max<int64_t>(1, kGrainElements / std::max<int64_t>(block, 1));
+  at::parallel_for(0, tasks, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t image = task % g.images, row = task / g.images;  // row = (c, ki, kj)
+      const int64_t c = row / kernel_area, ki = row / g.kernel_w % g.kernel_h,
+                    kj = row % g.kernel_w;
+      const scalar_t* src = images + (image * g.channels + c) * plane;
+      scalar_t* dst = columns + task * block;
+      const int64_t iw_offset = kj * g.dilation_w - g.pad_w;  // iw = ow*stride_w + iw_offset
+      const Span valid = valid_columns(iw_offset, g.stride_w, g.width, g.out_width);
+      for (int64_t oh = g.row_start; oh < g.row_start + g.rows; ++oh, dst += g.out_width) {
+        const int64_t ih = oh * g.stride_h - g.pad_h + ki * g.dilation_h;
+        if (ih < 0 || ih >= g.height) {
+          std::fill_n(dst, g.out_width, scalar_t(0));
+          continue;
+        }
+        const scalar_t* src_row = src + ih * g.width;
+        std::fill(dst, dst + valid.begin, scalar_t(0));
+        if (g.stride_w == 1) {
+          std::copy(src_row + valid.begin + iw_offset, src_row + valid.end + iw_offset,
+                    dst + valid.begin);
+        } else {
+          for (int64_t ow = valid.begin; ow < valid.end; ++ow) {
+            dst[ow] = src_row[ow * g.stride_w + iw_offset];
+          }
+        }
+        std::fill(dst + valid.end, dst + g.out_width, scalar_t(0));
+      }
+    }
+  });
+}
+
+// images[image, c] += the sum of every column entry that im2col copied from it: the adjoint of
+// im2col. One task owns one (image, channel) plane and adds its kh*kw column rows in a fixed
+// order (ki, kj, oh, ow) into a float32 (or float64) buffer, then into the plane: no two tasks
+// write the same pixel, and every pixel's sum has the same order on every run.
+template <typename scalar_t>
+void col2im_kernel(const scalar_t* columns, scalar_t* images, const ColumnGeometry& g) {
+  using acc_t = at::opmath_type<scalar_t>;
+  const int64_t kernel_area = g.kernel_h * g.kernel_w, plane = g.height * g.width;
+  const int64_t block = g.rows * g.out_width;
+  // The input rows that output rows [row_start, row_start + rows) reach.
+  const int64_t first_ih = std::max<int64_t>(0, g.row_start * g.stride_h - g.pad_h);
+  const int64_t last_ih =
+      std::min(g.height - 1, (g.row_start + g.rows - 1) * g.stride_h - g.pad_h +
+                                 (g.kernel_h - 1) * g.dilation_h);
+  if (g.rows == 0 || last_ih < first_ih) return;
+  const int64_t reached = (last_ih - first_ih + 1) * g.width;
+  const int64_t grain = std::max<int64_t>(1, kGrainElements / (kernel_area * block + 1));
+  at::parallel_for(0, g.images * g.channels, grain, [&](int64_t begin, int64_t end) {
+    std::vector<acc_t> sum(reached);
+    for (int64_t task = begin; task < end; ++task) {  // task = (image, c)
+      const int64_t image = task / g.channels, c = task % g.channels;
+      std::fill(sum.begin(), sum.end(), acc_t(0));
+      for (int64_t ki = 0; ki < g.kernel_h; ++ki) {
+        for (int64_t kj = 0; kj < g.kernel_w; ++kj) {
+          const int64_t row = (c * g.kernel_h + ki) * g.kernel_w + kj;
+          const scalar_t* src = columns + (row * g.images + image) * block;
+          const int64_t iw_offset = kj * g.dilation_w - g.pad_w;
+          const Span valid = valid_columns(iw_offset, g.stride_w, g.width, g.out_width);
+          for (int64_t oh = g.row_start; oh < g.row_start + g.rows; ++oh, src += g.out_width) {
+            const int64_t ih = oh * g.stride_h - g.pad_h + ki * g.dilation_h;
+            if (ih < 0 || ih >= g.height) continue;
+            const int64_t sum_row = (ih - first_ih) * g.width + iw_offset;
+            for (int64_t ow = valid.begin; ow < valid.end; ++ow) {
+              sum[sum_row + ow * g.stride_w] += static_cast<acc_t>(src[ow]);
+            }
+          }
+        }
+      }
+      scalar_t* dst = images + (image * g.channels + c) * plane + first_ih * g.width;
+      for (int64_t i = 0; i < reached; ++i) {
+        dst[i] = static_cast<scalar_t>(static_cast<acc_t>(dst[i]) + sum[i]);
+      }
+    }
+  });
+}
+
+void im2col_cpu(const at::Tensor& images, IntArrayRef kernel_size, IntArrayRef stride,
+                IntArrayRef padding, IntArrayRef dilation, int64_t row_start, int64_t rows,
+                const at::Tensor& columns) {
+  const ColumnGeometry g = check_columns("torch_convbp.im2col", images, columns, kernel_size,
+                                         stride, padding, dilation, row_start, rows);
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, images.scalar_type(), "im2col", [&] {
+    im2col_kernel(images.const_data_ptr<scalar_t>(), columns.mutable_data_ptr<scalar_t>(), g);
+  });
+}
+
+void col2im_cpu(const at::Tensor& columns, IntArrayRef kernel_size, IntArrayRef stride,
+                IntArrayRef padding, IntArrayRef dilation, int64_t row_start, int64_t rows,
+                const at::Tensor& images) {
+  const ColumnGeometry g = check_columns("torch_convbp.col2im", images, columns, kernel_size,
+                                         stride, padding, dilation, row_start, rows);
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, images.scalar_type(), "col2im", [&] {
+    col2im_kernel(columns.const_data_ptr<scalar_t>(), images.mutable_data_ptr<scalar_t>(), g);
+  });
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(torch_convbp, CPU, m) {
+  m.impl("im2col", &im2col_cpu);
+  m.impl("col2im", &col2im_cpu);
+}
+
+}  // namespace torch_convbp

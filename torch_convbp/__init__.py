@@ -1,0 +1,66 @@
+"""torch_convbp: 2-D convolution and all of its gradients as im2col + GEMM, on CPU and CUDA.
+
+    torch_convbp.conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1)
+    torch_convbp.Conv2d(...)          # an nn.Conv2d
+    torch_convbp.convert(model)       # every nn.Conv2d in model becomes a torch_convbp.Conv2d
+    torch_convbp.set_workspace_limit(nbytes)
+
+The operators are torch.ops.torch_convbp.{conv2d, conv2d_input_grad, conv2d_weight_grad}.
+"""
+import contextlib
+import os
+import re
+
+import torch
+
+from . import _C, _autograd, _meta  # noqa: F401  (registers the operators, autograd, fake kernels)
+from .functional import CUDA_KERNELS, conv2d
+from .modules import Conv2d, convert
+
+__all__ = [
+    "conv2d",
+    "Conv2d",
+    "convert",
+    "set_workspace_limit",
+    "get_workspace_limit",
+    "workspace_limit",
+    "CUDA_KERNELS",
+]
+__version__ = "0.1.0"
+
+WORKSPACE_ENV = "TORCH_CONVBP_WORKSPACE_LIMIT"
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def _parse_bytes(text: str) -> int:
+    match = re.fullmatch(r"\s*(\d+)\s*([KMG]?)(?:i?B)?\s*", str(text), re.IGNORECASE)
+    if not match or int(match.group(1)) <= 0:
+        raise ValueError(f"{WORKSPACE_ENV}: expected a positive size like 268435456, 256M or 1G, got {text!r}")
+    return int(match.group(1)) * _UNITS[match.group(2).upper()]
+
+
+def set_workspace_limit(nbytes) -> None:
+    """Caps the scratch memory of one call (column buffer plus GEMM staging), in bytes (an int, or
+    a string like '256M'). The batch is processed in chunks that fit; the smallest chunk is one
+    output row. The default is 1 GiB, or the environment variable TORCH_CONVBP_WORKSPACE_LIMIT."""
+    _C.set_workspace_limit(nbytes if isinstance(nbytes, int) else _parse_bytes(nbytes))
+
+
+def get_workspace_limit() -> int:
+    """The workspace limit in bytes."""
+    return _C.workspace_limit()
+
+
+@contextlib.contextmanager
+def workspace_limit(nbytes):
+    """A workspace limit for the duration of a `with` block."""
+    previous = get_workspace_limit()
+    set_workspace_limit(nbytes)
+    try:
+        yield
+    finally:
+        set_workspace_limit(previous)
+
+
+if os.environ.get(WORKSPACE_ENV):
+    set_workspace_limit(_parse_bytes(os.environ[WORKSPACE_ENV]))

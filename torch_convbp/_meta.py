@@ -1,0 +1,135 @@
+"""Fake (meta) kernels: what torch.compile and opcheck see of the operators.
+
+Each mirrors the checks of csrc/ops.cpp (same conditions, same messages) and returns an empty
+tensor of the right size, so that a traced program fails where the real one would.
+"""
+import torch
+from torch.library import register_fake
+
+_FLOAT_DTYPES = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
+
+
+def check_operands(op, **tensors):
+    (first_name, first), *_ = tensors.items()
+    torch._check(
+        first.dtype in _FLOAT_DTYPES,
+        lambda: f"{op}: {first_name} must be float64, float32, float16 or bfloat16, got {first.dtype}",
+    )
+    for name, t in tensors.items():
+        torch._check(
+            t.dtype == first.dtype,
+            lambda: f"{op}: {first_name} ({first.dtype}) and {name} ({t.dtype}) must have the same dtype",
+        )
+        torch._check(
+            t.device == first.device,
+            lambda: f"{op}: {first_name} ({first.device}) and {name} ({t.device}) must be on the same device",
+        )
+
+
+def conv2d_output_size(op, input_size, weight_size, stride, padding, dilation, groups):
+    """Checks a convolution's sizes like check_conv2d in csrc/ops.cpp; returns (OH, OW)."""
+    input_size, weight_size = list(input_size), list(weight_size)
+    torch._check(
+        len(input_size) == 4, lambda: f"{op}: expected a 4-D input [N, C, H, W], got size {input_size}"
+    )
+    torch._check(
+        len(weight_size) == 4,
+        lambda: f"{op}: expected a 4-D weight [out_channels, in_channels/groups, kH, kW], got size {weight_size}",
+    )
+    for name, pair in (("stride", stride), ("padding", padding), ("dilation", dilation)):
+        torch._check(len(pair) == 2, lambda: f"{op}: expected {name} to have 2 values (height, width), got {list(pair)}")
+    torch._check(all(s > 0 for s in stride), lambda: f"{op}: stride must be positive, got {list(stride)}")
+    torch._check(all(d > 0 for d in dilation), lambda: f"{op}: dilation must be positive, got {list(dilation)}")
+    torch._check(all(p >= 0 for p in padding), lambda: f"{op}: padding must be non-negative, got {list(padding)}")
+    torch._check(groups > 0, lambda: f"{op}: groups must be positive, got {groups}")
+    n, c, h, w = input_size
+    c_out, c_per_group, kh, kw = weight_size
+    torch._check(
+        c_out > 0 and kh > 0 and kw > 0 and c_per_group > 0,
+        lambda: f"{op}: weight must have non-zero sizes, got {weight_size}",
+    )
+    torch._check(
+        c_out % groups == 0,
+        lambda: f"{op}: given groups={groups}, out_channels (weight size {weight_size}, dimension 0) must be divisible by groups",
+    )
+    torch._check(
+        c == c_per_group * groups,
+        lambda: f"{op}: given groups={groups} and weight of size {weight_size}, expected input of size "
+        f"{input_size} to have {c_per_group * groups} channels, but got {c} channels instead",
+    )
+    torch._check(h > 0 and w > 0, lambda: f"{op}: input height and width must be non-zero, got {input_size}")
+    padded_h, padded_w = h + 2 * padding[0], w + 2 * padding[1]
+    reach_h, reach_w = dilation[0] * (kh - 1) + 1, dilation[1] * (kw - 1) + 1
+    torch._check(
+        padded_h >= reach_h and padded_w >= reach_w,
+        lambda: f"{op}: padded input size per channel ({padded_h} x {padded_w}) is smaller than the dilated "
+        f"kernel ({reach_h} x {reach_w}); the kernel can't be larger than the padded input",
+    )
+    return (padded_h - reach_h) // stride[0] + 1, (padded_w - reach_w) // stride[1] + 1
+
+
+def _check_grad_output(op, grad_output, expected):
+    torch._check(
+        list(grad_output.shape) == list(expected),
+        lambda: f"{op}: expected grad_output of size {list(expected)} (the convolution's output), got {list(grad_output.shape)}",
+    )
+
+
+@register_fake("torch_convbp::conv2d")
+def _conv2d_fake(input, weight, bias, stride, padding, dilation, groups):
+    op = "torch_convbp.conv2d"
+    if bias is None:
+        check_operands(op, input=input, weight=weight)
+    else:
+        check_operands(op, input=input, weight=weight, bias=bias)
+    oh, ow = conv2d_output_size(op, input.shape, weight.shape, stride, padding, dilation, groups)
+    c_out = weight.shape[0]
+    if bias is not None:
+        torch._check(
+            bias.dim() == 1 and bias.shape[0] == c_out,
+            lambda: f"{op}: expected bias of size [{c_out}] (one per output channel), got {list(bias.shape)}",
+        )
+    return input.new_empty((input.shape[0], c_out, oh, ow))
+
+
+@register_fake("torch_convbp::conv2d_input_grad")
+def _conv2d_input_grad_fake(grad_output, weight, input_size, stride, padding, dilation, groups):
+    op = "torch_convbp.conv2d_input_grad"
+    check_operands(op, grad_output=grad_output, weight=weight)
+    oh, ow = conv2d_output_size(op, input_size, weight.shape, stride, padding, dilation, groups)
+    _check_grad_output(op, grad_output, (input_size[0], weight.shape[0], oh, ow))
+    return grad_output.new_empty(input_size)
+
+
+@register_fake("torch_convbp::conv2d_weight_grad")
+def _conv2d_weight_grad_fake(input, grad_output, weight_size, stride, padding, dilation, groups):
+    op = "torch_convbp.conv2d_weight_grad"
+    check_operands(op, input=input, grad_output=grad_output)
+    oh, ow = conv2d_output_size(op, input.shape, weight_size, stride, padding, dilation, groups)
+    _check_grad_output(op, grad_output, (input.shape[0], weight_size[0], oh, ow))
+    return input.new_empty(weight_size)
+
+
+def _check_columns(op, images, columns, kernel_size, stride, padding, dilation, row_start, rows):
+    check_operands(op, images=images, columns=columns)
+    weight_size = (1, images.shape[1], *kernel_size)
+    oh, ow = conv2d_output_size(op, images.shape, weight_size, stride, padding, dilation, 1)
+    torch._check(
+        0 <= row_start and 0 <= rows and row_start + rows <= oh,
+        lambda: f"{op}: output rows [{row_start}, {row_start + rows}) are outside the output height {oh}",
+    )
+    expected = images.shape[1] * kernel_size[0] * kernel_size[1] * images.shape[0] * rows * ow
+    torch._check(
+        columns.numel() == expected,
+        lambda: f"{op}: expected a column matrix of {expected} elements, got {columns.numel()}",
+    )
+
+
+@register_fake("torch_convbp::im2col")
+def _im2col_fake(images, kernel_size, stride, padding, dilation, row_start, rows, columns):
+    _check_columns("torch_convbp.im2col", images, columns, kernel_size, stride, padding, dilation, row_start, rows)
+
+
+@register_fake("torch_convbp::col2im")
+def _col2im_fake(columns, kernel_size, stride, padding, dilation, row_start, rows, images):
+    _check_columns("torch_convbp.col2im", images, columns, kernel_size, stride, padding, dilation, row_start, rows)
