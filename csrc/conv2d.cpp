@@ -11,7 +11,9 @@
 // operators (cpu/ and cuda/), and the GEMMs go through ATen (MKL, cuBLAS).
 #include <ATen/ATen.h>
 #include <ATen/OpMathType.h>
+#include <ATen/Parallel.h>
 #include <ATen/TensorUtils.h>
+#include <ATen/ThreadLocalState.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 
 #include <algorithm>
@@ -27,7 +29,7 @@ std::atomic<int64_t> g_workspace_limit{int64_t{1} << 30};  // 1 GiB; see set_wor
 
 // Below this many output pixels a GEMM is thin: small images are batched side by side until a
 // chunk has about this many columns (memory permitting).
-constexpr int64_t kTargetChunkPixels = 4096;
+constexpr int64_t kTargetChunkPixels = 1024;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -37,34 +39,39 @@ struct Chunk {
   int64_t image, images, row, rows;
 };
 
-// Chooses the chunk size: as many whole images as make a wide GEMM (kTargetChunkPixels), as
-// long as their column matrix plus staging buffer (bytes_per_pixel per output pixel) fit the
-// workspace limit; else rows of one image. The smallest chunk is one output row, whatever the
-// limit. Returns the chunk's size in output pixels.
-int64_t plan_chunk_pixels(const ConvShape& s, int64_t bytes_per_pixel, Chunk* plan) {
-  const int64_t image_pixels = s.out_height * s.out_width;
-  const int64_t budget =
-      std::max(s.out_width, g_workspace_limit.load() / std::max<int64_t>(bytes_per_pixel, 1));
-  if (image_pixels <= budget) {
-    const int64_t wanted = ceil_div(kTargetChunkPixels, image_pixels);
-    const int64_t images =
-        std::clamp<int64_t>(std::min(wanted, budget / image_pixels), 1, std::max<int64_t>(s.batch, 1));
-    *plan = Chunk{0, images, 0, s.out_height};
-  } else {
-    *plan = Chunk{0, 1, 0, std::max<int64_t>(1, budget / s.out_width)};
-  }
-  return plan->images * plan->rows * s.out_width;
-}
+// How a call splits its batch. Chunks of whole images are dealt to `lanes` lanes, which run in
+// parallel on the CPU threads (one lane elsewhere: a GPU is parallel inside each GEMM), each
+// with its own workspace and single-threaded GEMMs. Lane l takes image-chunks l, l+lanes, ...:
+// the split depends on the sizes and the thread count only, never on timing, so every sum
+// (grad-weight's over lanes included) is taken in the same order on every run.
+struct Plan {
+  int64_t images, rows;  // per chunk; rows < out_height only when images == 1
+  int64_t image_chunks, lanes;
+};
 
-// Calls body(chunk) over the whole output in a fixed order, so that results are deterministic.
-template <class Body>
-void for_each_chunk(const ConvShape& s, const Chunk& plan, Body&& body) {
-  for (int64_t image = 0; image < s.batch; image += plan.images) {
-    const int64_t images = std::min(plan.images, s.batch - image);
-    for (int64_t row = 0; row < s.out_height; row += plan.rows) {
-      body(Chunk{image, images, row, std::min(plan.rows, s.out_height - row)});
-    }
+// Chooses the chunks: as many whole images as make a wide GEMM (kTargetChunkPixels), as long as
+// their column matrix plus staging (bytes_per_pixel per output pixel) fit each lane's share of
+// the workspace limit; else rows of one image (one output row at the least, whatever the limit).
+Plan plan_chunks(const ConvShape& s, int64_t bytes_per_pixel, const at::Tensor& like) {
+  const int64_t max_lanes = like.is_cpu() ? std::max(1, at::get_num_threads()) : 1;
+  const int64_t image_pixels = s.out_height * s.out_width;
+  const int64_t lane_budget = std::max(
+      s.out_width, g_workspace_limit.load() / max_lanes / std::max<int64_t>(bytes_per_pixel, 1));
+  const int64_t batch = std::max<int64_t>(s.batch, 1);
+  if (image_pixels > lane_budget) {  // rows of one image at a time
+    return Plan{1, std::max<int64_t>(1, lane_budget / s.out_width), batch,
+                std::min(max_lanes, batch)};
   }
+  const int64_t wanted = ceil_div(kTargetChunkPixels, image_pixels);
+  int64_t images = std::clamp<int64_t>(std::min(wanted, lane_budget / image_pixels), 1, batch);
+  int64_t chunks = ceil_div(batch, images);
+  const int64_t lanes = std::min(max_lanes, chunks);
+  if (lanes > 1) {  // as many chunks in every lane, of equal size
+    chunks = ceil_div(chunks, lanes) * lanes;
+    images = ceil_div(batch, chunks);
+    chunks = ceil_div(batch, images);
+  }
+  return Plan{images, s.out_height, chunks, lanes};
 }
 
 // The part of an [N, C, H', W'] tensor that a chunk covers: [images, C, rows, W'].
@@ -125,6 +132,32 @@ class Workspace {
   at::TensorOptions options_;
   Tensor columns_, staging_;
 };
+
+// Runs body(chunk, workspace, lane) over the whole output, as the plan deals it.
+template <class Body>
+void run_chunks(const ConvShape& s, const Plan& plan, const Tensor& like, Body&& body) {
+  auto run_lane = [&](int64_t lane) {
+    Workspace ws(s, plan.images * plan.rows * s.out_width, like.options());
+    for (int64_t chunk = lane; chunk < plan.image_chunks; chunk += plan.lanes) {
+      const int64_t image = chunk * plan.images;
+      if (image >= s.batch) break;
+      const int64_t images = std::min(plan.images, s.batch - image);
+      for (int64_t row = 0; row < s.out_height; row += plan.rows) {
+        body(Chunk{image, images, row, std::min(plan.rows, s.out_height - row)}, ws, lane);
+      }
+    }
+  };
+  if (plan.lanes == 1) {  // no parallel region: the GEMMs use all threads themselves
+    run_lane(0);
+    return;
+  }
+  // The worker threads run the ATen ops as the caller would (below autograd, same modes).
+  const at::ThreadLocalState caller_state;
+  at::parallel_for(0, plan.lanes, 1, [&](int64_t begin, int64_t end) {
+    at::ThreadLocalStateGuard guard(caller_state);
+    for (int64_t lane = begin; lane < end; ++lane) run_lane(lane);
+  });
+}
 
 // Bytes of workspace per output pixel of a chunk: a column of the column matrix and a column
 // of staged output (or output gradient).
@@ -220,9 +253,8 @@ Tensor conv2d_forward(const Tensor& input, const Tensor& weight,
   const Tensor x = input.contiguous();
   const Tensor w = weight_matrices(weight, s);
   Tensor output = at::empty({s.batch, s.out_channels, s.out_height, s.out_width}, x.options());
-  Chunk plan;
-  Workspace ws(s, plan_chunk_pixels(s, bytes_per_pixel(s, x), &plan), x.options());
-  for_each_chunk(s, plan, [&](const Chunk& c) {
+  const Plan plan = plan_chunks(s, bytes_per_pixel(s, x), x);
+  run_chunks(s, plan, x, [&](const Chunk& c, Workspace& ws, int64_t) {
     const Tensor columns = columns_of(x, s, c, ws);  // [G, Cin/G*kh*kw, P]
     const Tensor out = chunk_of(output, c);          // [n, Cout, h, OW]
     if (auto out_view = group_matrix_view(out, s.groups)) {
@@ -250,17 +282,24 @@ Tensor conv2d_weight_grad(const Tensor& input, const Tensor& grad_output,
   const Tensor dy = grad_output.contiguous();
   // Accumulate over chunks in float32 for float16 and bfloat16, in place otherwise.
   const auto acc_dtype = at::toOpMathType(x.scalar_type());
-  Tensor grad_w = at::zeros({s.groups, s.out_channels / s.groups, s.column_rows() / s.groups},
-                            x.options().dtype(acc_dtype));
-  Chunk plan;
-  Workspace ws(s, plan_chunk_pixels(s, bytes_per_pixel(s, x), &plan), x.options());
-  for_each_chunk(s, plan, [&](const Chunk& c) {
+  const Plan plan = plan_chunks(s, bytes_per_pixel(s, x), x);
+  // One accumulator per lane, summed in lane order at the end.
+  std::vector<Tensor> grad_w(plan.lanes);
+  run_chunks(s, plan, x, [&](const Chunk& c, Workspace& ws, int64_t lane) {
     const Tensor columns = columns_of(x, s, c, ws);         // [G, Cin/G*kh*kw, P]
     const Tensor dy_g = ws.group_matrix(chunk_of(dy, c));  // [G, Cout/G, P]
+    if (!grad_w[lane].defined()) {
+      grad_w[lane] = at::zeros({s.groups, s.out_channels / s.groups, s.column_rows() / s.groups},
+                               x.options().dtype(acc_dtype));
+    }
     // [G, Cout/G, Cin/G*kh*kw] += [G, Cout/G, P] @ [G, P, Cin/G*kh*kw] (a GEMM flag, no copy)
-    gemm_accumulate(grad_w, dy_g, columns.transpose(1, 2));
+    gemm_accumulate(grad_w[lane], dy_g, columns.transpose(1, 2));
   });
-  return grad_w.view(weight_size).to(x.scalar_type());
+  Tensor total = grad_w[0].defined() ? grad_w[0] : at::zeros(weight_size, x.options().dtype(acc_dtype));
+  for (int64_t lane = 1; lane < plan.lanes; ++lane) {
+    if (grad_w[lane].defined()) total.add_(grad_w[lane]);
+  }
+  return total.view(weight_size).to(x.scalar_type());
 }
 
 Tensor conv2d_input_grad(const Tensor& grad_output, const Tensor& weight,
@@ -275,9 +314,8 @@ Tensor conv2d_input_grad(const Tensor& grad_output, const Tensor& weight,
   const Tensor dy = grad_output.contiguous();
   const Tensor w_t = weight_matrices(weight, s).transpose(1, 2);  // [G, Cin/G*kh*kw, Cout/G]
   Tensor grad_input = at::zeros(input_size, dy.options());
-  Chunk plan;
-  Workspace ws(s, plan_chunk_pixels(s, bytes_per_pixel(s, dy), &plan), dy.options());
-  for_each_chunk(s, plan, [&](const Chunk& c) {
+  const Plan plan = plan_chunks(s, bytes_per_pixel(s, dy), dy);
+  run_chunks(s, plan, dy, [&](const Chunk& c, Workspace& ws, int64_t) {
     const Tensor dy_g = ws.group_matrix(chunk_of(dy, c));  // [G, Cout/G, P]
     // A pointwise convolution's column matrix is the input itself: write dx directly.
     if (s.is_pointwise()) {
