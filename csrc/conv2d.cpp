@@ -26,6 +26,8 @@ namespace torch_convbp {
 namespace {
 
 std::atomic<int64_t> g_workspace_limit{int64_t{1} << 30};  // 1 GiB; see set_workspace_limit
+std::atomic<int64_t> g_workspace_in_use{0};  // bytes held by live Workspaces, all threads
+std::atomic<int64_t> g_workspace_peak{0};    // the most held at once since the last reset
 
 // Below this many output pixels a GEMM is thin: small images are batched side by side until a
 // chunk has about this many columns (memory permitting).
@@ -97,6 +99,9 @@ class Workspace {
  public:
   Workspace(const ConvShape& s, int64_t max_pixels, at::TensorOptions options)
       : shape_(s), max_pixels_(max_pixels), options_(options) {}
+  Workspace(const Workspace&) = delete;
+  Workspace& operator=(const Workspace&) = delete;
+  ~Workspace() { g_workspace_in_use -= held_bytes_; }
 
   // [G, Cin/G*kh*kw, pixels] column matrix.
   Tensor columns(int64_t pixels) {
@@ -124,13 +129,21 @@ class Workspace {
 
  private:
   Tensor& take(Tensor& buffer, int64_t rows) {
-    if (!buffer.defined()) buffer = at::empty({rows * max_pixels_}, options_);
+    if (!buffer.defined()) {
+      buffer = at::empty({rows * max_pixels_}, options_);
+      held_bytes_ += buffer.nbytes();
+      const int64_t in_use = g_workspace_in_use += buffer.nbytes();
+      int64_t peak = g_workspace_peak.load();
+      while (in_use > peak && !g_workspace_peak.compare_exchange_weak(peak, in_use)) {
+      }
+    }
     return buffer;
   }
   const ConvShape& shape_;
   int64_t max_pixels_;
   at::TensorOptions options_;
   Tensor columns_, staging_;
+  int64_t held_bytes_ = 0;
 };
 
 // Runs body(chunk, workspace, lane) over the whole output, as the plan deals it.
@@ -234,6 +247,10 @@ void set_workspace_limit(int64_t bytes) {
 }
 
 int64_t workspace_limit() { return g_workspace_limit.load(); }
+
+int64_t workspace_peak(bool reset) {
+  return reset ? g_workspace_peak.exchange(g_workspace_in_use.load()) : g_workspace_peak.load();
+}
 
 Tensor conv2d_forward(const Tensor& input, const Tensor& weight,
                       const std::optional<Tensor>& bias, IntArrayRef stride,

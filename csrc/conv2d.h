@@ -70,5 +70,8 @@ Tensor conv2d_weight_grad(const Tensor& input, const Tensor& grad_output,
 // The largest column buffer (plus GEMM staging) one call may allocate, in bytes.
 void set_workspace_limit(int64_t bytes);
 int64_t workspace_limit();
+// The most workspace held at once (all calls, all threads) since the last reset, in bytes;
+// reset=true returns it and starts a new count.
+int64_t workspace_peak(bool reset);
 
 }  // namespace torch_convbp

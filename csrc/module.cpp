@@ -9,4 +9,6 @@ PYBIND11_MODULE(_C, m) {
   m.def("set_workspace_limit", &torch_convbp::set_workspace_limit, py::arg("nbytes"),
         "Largest column buffer (plus staging) one call may allocate, in bytes.");
   m.def("workspace_limit", &torch_convbp::workspace_limit, "The workspace limit in bytes.");
+  m.def("workspace_peak", &torch_convbp::workspace_peak, py::arg("reset") = false,
+        "The most workspace held at once since the last reset, in bytes.");
 }

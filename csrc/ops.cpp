@@ -10,6 +10,25 @@ namespace {
 
 std::string sizes_str(IntArrayRef sizes) { return c10::str(sizes); }
 
+// A dtype as Python users write it (torch.float32), as the fake kernels print it.
+std::string dtype_name(at::ScalarType t) {
+  switch (t) {
+    case at::kDouble: return "torch.float64";
+    case at::kFloat: return "torch.float32";
+    case at::kHalf: return "torch.float16";
+    case at::kBFloat16: return "torch.bfloat16";
+    case at::kLong: return "torch.int64";
+    case at::kInt: return "torch.int32";
+    case at::kShort: return "torch.int16";
+    case at::kChar: return "torch.int8";
+    case at::kByte: return "torch.uint8";
+    case at::kBool: return "torch.bool";
+    case at::kComplexFloat: return "torch.complex64";
+    case at::kComplexDouble: return "torch.complex128";
+    default: return c10::toString(t);
+  }
+}
+
 void check_pair(const char* op, const char* name, IntArrayRef value) {
   TORCH_CHECK(value.size() == 2, op, ": expected ", name, " to have 2 values (height, width), got ",
               sizes_str(value));
@@ -22,12 +41,14 @@ void check_operands(const char* op, std::initializer_list<std::pair<const char*,
   const auto dtype = first->scalar_type();
   TORCH_CHECK(dtype == at::kDouble || dtype == at::kFloat || dtype == at::kHalf ||
                   dtype == at::kBFloat16,
-              op, ": ", first_name, " must be float64, float32, float16 or bfloat16, got ", dtype);
+              op, ": ", first_name, " must be float64, float32, float16 or bfloat16, got ",
+              dtype_name(dtype));
   for (const auto& [name, tensor] : operands) {
     TORCH_CHECK(tensor->layout() == at::kStrided, op, ": ", name,
                 " must be a dense (strided) tensor, got layout ", tensor->layout());
-    TORCH_CHECK(tensor->scalar_type() == dtype, op, ": ", first_name, " (", dtype, ") and ", name,
-                " (", tensor->scalar_type(), ") must have the same dtype");
+    TORCH_CHECK(tensor->scalar_type() == dtype, op, ": ", first_name, " (", dtype_name(dtype),
+                ") and ", name, " (", dtype_name(tensor->scalar_type()),
+                ") must have the same dtype");
     TORCH_CHECK(tensor->device() == first->device(), op, ": ", first_name, " (", first->device(),
                 ") and ", name, " (", tensor->device(), ") must be on the same device");
   }
@@ -102,8 +123,8 @@ ColumnGeometry check_columns(const char* op, const Tensor& images, const Tensor&
               ": expected contiguous images [N, C, H, W], got size ", sizes_str(images.sizes()));
   TORCH_CHECK(columns.is_contiguous(), op, ": expected a contiguous column matrix");
   TORCH_CHECK(images.scalar_type() == columns.scalar_type(), op,
-              ": images and columns must have the same dtype, got ", images.scalar_type(),
-              " and ", columns.scalar_type());
+              ": images and columns must have the same dtype, got ",
+              dtype_name(images.scalar_type()), " and ", dtype_name(columns.scalar_type()));
   TORCH_CHECK(images.device() == columns.device(), op,
               ": images and columns must be on the same device, got ", images.device(), " and ",
               columns.device());

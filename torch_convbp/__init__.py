@@ -24,6 +24,7 @@ __all__ = [
     "set_workspace_limit",
     "get_workspace_limit",
     "workspace_limit",
+    "workspace_peak",
     "CUDA_KERNELS",
 ]
 __version__ = "0.1.0"
@@ -49,6 +50,12 @@ def set_workspace_limit(nbytes) -> None:
 def get_workspace_limit() -> int:
     """The workspace limit in bytes."""
     return _C.workspace_limit()
+
+
+def workspace_peak(reset: bool = False) -> int:
+    """The most workspace (column buffers plus staging) held at once since the last reset, in
+    bytes, over all calls and threads; reset=True returns it and starts a new count."""
+    return _C.workspace_peak(reset)
 
 
 @contextlib.contextmanager

@@ -1,0 +1,61 @@
+"""gradcheck and gradgradcheck: first and second derivatives in every input, on the case matrix."""
+import pytest
+import torch
+from torch.autograd import gradcheck, gradgradcheck
+
+import torch_convbp
+from cases import CASES
+
+GRAD_CASES = [c for c in CASES if c.batch > 0]
+
+
+def conv_fn(case):
+    return lambda x, w, *b: torch_convbp.conv2d(x, w, *b, **case.args())
+
+
+@pytest.mark.parametrize("case", GRAD_CASES, ids=str)
+def test_gradcheck(case, device):
+    tensors = [t for t in case.tensors(device=device, requires_grad=True) if t is not None]
+    assert gradcheck(conv_fn(case), tensors)
+
+
+@pytest.mark.parametrize("case", GRAD_CASES, ids=str)
+def test_gradgradcheck(case, device):
+    tensors = [t for t in case.tensors(device=device, requires_grad=True) if t is not None]
+    assert gradgradcheck(conv_fn(case), tensors)
+
+
+@pytest.mark.parametrize("case", GRAD_CASES[:4], ids=str)
+def test_gradient_operators_are_twice_differentiable(case, device):
+    """The grad-input and grad-weight operators themselves, through gradgradcheck (third order
+    of the convolution)."""
+    stride, pads, dilation, groups = case.explicit()
+    if pads[0] != pads[1] or pads[2] != pads[3]:
+        pytest.skip("the operators take symmetric padding")
+    args = (stride, (pads[0], pads[2]), dilation, groups)
+    x, w, _ = case.tensors(device=device, requires_grad=True)
+    ops = torch.ops.torch_convbp
+    g = torch.randn_like(ops.conv2d(x, w, None, *args)).requires_grad_()
+    assert gradgradcheck(lambda g, w: ops.conv2d_input_grad(g, w, list(x.shape), *args), (g, w))
+    assert gradgradcheck(lambda x, g: ops.conv2d_weight_grad(x, g, list(w.shape), *args), (x, g))
+
+
+def test_only_needed_gradients_are_computed(monkeypatch):
+    """With a frozen weight, backward calls the grad-input operator only; with a frozen input,
+    the grad-weight operator only."""
+    import torch_convbp._autograd as autograd_module
+
+    calls = []
+
+    class RecordingOps:
+        def __getattr__(self, name):
+            calls.append(name)
+            return getattr(torch.ops.torch_convbp, name)
+
+    monkeypatch.setattr(autograd_module, "_ops", RecordingOps())
+    x, w = torch.randn(2, 3, 6, 6), torch.randn(4, 3, 3, 3)
+    torch_convbp.conv2d(x.requires_grad_(), w).sum().backward()
+    assert calls == ["conv2d_input_grad"]
+    calls.clear()
+    torch_convbp.conv2d(x.detach(), w.requires_grad_()).sum().backward()
+    assert calls == ["conv2d_weight_grad"]

@@ -1,0 +1,163 @@
+"""The operators as PyTorch sees them (opcheck, torch.compile), and the engine's properties:
+im2col/col2im adjointness, determinism, the workspace limit."""
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.library import opcheck
+
+import torch_convbp
+from cases import CASES
+
+ops = torch.ops.torch_convbp
+
+
+def explicit_args(case):
+    stride, pads, dilation, groups = case.explicit()
+    return stride, (pads[0], pads[2]), dilation, groups
+
+
+SYMMETRIC_CASES = [c for c in CASES if not isinstance(c.padding, str) and c.batch > 0][:8]
+
+
+@pytest.mark.parametrize("case", SYMMETRIC_CASES, ids=str)
+def test_opcheck(case, device):
+    x, w, b = case.tensors(device=device, requires_grad=True)
+    args = explicit_args(case)
+    y = ops.conv2d(x, w, b, *args)
+    g = torch.randn_like(y).requires_grad_()
+    opcheck(ops.conv2d.default, (x, w, b, *args))
+    opcheck(ops.conv2d_input_grad.default, (g, w, list(x.shape), *args))
+    opcheck(ops.conv2d_weight_grad.default, (x, g, list(w.shape), *args))
+
+
+def column_matrix(x, kernel, args, row_start, rows):
+    (sh, sw), (ph, pw), (dh, dw), _ = args
+    out_w = (x.shape[3] + 2 * pw - dw * (kernel[1] - 1) - 1) // sw + 1
+    cols = x.new_empty(x.shape[1] * kernel[0] * kernel[1], x.shape[0] * rows * out_w)
+    ops.im2col(x, kernel, (sh, sw), (ph, pw), (dh, dw), row_start, rows, cols)
+    return cols
+
+
+@pytest.mark.parametrize("case", SYMMETRIC_CASES, ids=str)
+def test_im2col_col2im_opcheck_and_adjoint(case, device):
+    """<im2col(x), c> == <x, col2im(c)>, for whole images and for a band of output rows."""
+    x, w, _ = case.tensors(device=device)
+    args = explicit_args(case)
+    out_h = ops.conv2d(x, w, None, *args).shape[2]
+    for row_start, rows in ((0, out_h), (out_h // 2, out_h - out_h // 2)):
+        cols = column_matrix(x, case.kernel, args, row_start, rows)
+        c = torch.randn_like(cols)
+        back = torch.zeros_like(x)
+        ops.col2im(c, case.kernel, *args[:3], row_start, rows, back)
+        torch.testing.assert_close((cols * c).sum(), (x * back).sum(), rtol=1e-12, atol=1e-12)
+        opcheck(ops.im2col.default, (x, case.kernel, *args[:3], row_start, rows, cols))
+        opcheck(ops.col2im.default, (c, case.kernel, *args[:3], row_start, rows, back))
+
+
+def test_im2col_layout():
+    """Row (c, ki, kj), column (image, oh, ow): checked entry by entry on a small case."""
+    x = torch.arange(2 * 2 * 3 * 4, dtype=torch.float64).view(2, 2, 3, 4)
+    cols = column_matrix(x, (2, 2), ((1, 1), (1, 0), (1, 1), 1), 0, 4).view(2, 2, 2, 2, 4, 3)
+    for c, ki, kj, n, oh, ow in torch.cartesian_prod(*[torch.arange(s) for s in cols.shape]).tolist():
+        ih, iw = oh - 1 + ki, ow + kj
+        expected = x[n, c, ih, iw] if 0 <= ih < 3 else 0.0
+        assert cols[c, ki, kj, n, oh, ow] == expected
+
+
+def test_torch_compile_fullgraph_converted_model():
+    torch._dynamo.reset()
+    model = torch_convbp.convert(
+        nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3, stride=2, groups=2), nn.Conv2d(8, 4, 1))
+    )
+    compiled = torch.compile(model, fullgraph=True)
+    x = torch.randn(2, 3, 10, 10)
+    torch.testing.assert_close(compiled(x), model(x))
+    compiled(x).sum().backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    model(x).sum().backward()
+    for g, p in zip(grads, model.parameters()):
+        torch.testing.assert_close(g, p.grad)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_backward_is_bitwise_repeatable(device, dtype):
+    torch.manual_seed(0)
+    x = torch.randn(16, 8, 12, 12, device=device, dtype=dtype, requires_grad=True)
+    w = torch.randn(16, 4, 3, 3, device=device, dtype=dtype, requires_grad=True)
+
+    def grads():
+        y = torch_convbp.conv2d(x, w, None, 1, 1, 1, 2)
+        return torch.autograd.grad(y, (x, w), torch.ones_like(y))
+
+    torch_convbp.set_workspace_limit(200_000)  # several chunks, several lanes
+    first = grads()
+    for _ in range(5):
+        for a, b in zip(first, grads()):
+            assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("limit", [1, 5_000, 60_000])
+@pytest.mark.parametrize("case", [c for c in CASES if c.name in ("asymmetric_everything", "many_images", "pointwise", "dilated", "stride2_pad1")], ids=str)
+def test_chunked_equals_unchunked(case, limit, device):
+    """A small workspace limit (down to one output row per chunk) changes nothing but memory."""
+    x, w, b = case.tensors(device=device, requires_grad=True)
+
+    def run():
+        y = torch_convbp.conv2d(x, w, b, **case.args())
+        return (y, *torch.autograd.grad(y, (x, w, b), torch.cos(y)))
+
+    whole = run()
+    with torch_convbp.workspace_limit(limit):
+        chunked = run()
+    for a, e in zip(chunked, whole):
+        torch.testing.assert_close(a, e, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("op", ["forward", "weight_grad", "input_grad"])
+@pytest.mark.parametrize("batch", [1, 3, 8])
+def test_workspace_limit_bounds_memory(op, batch):
+    """The workspace never exceeds the limit; here the column matrix of one image (9.4 MB) is far
+    larger than the 1 MB limit, so it is taken a few output rows at a time."""
+    x = torch.randn(batch, 64, 64, 64)
+    w = torch.randn(8, 64, 3, 3)
+    g = torch.randn(batch, 8, 64, 64)
+    args = ((1, 1), (1, 1), (1, 1), 1)
+    call = {
+        "forward": lambda: ops.conv2d(x, w, None, *args),
+        "weight_grad": lambda: ops.conv2d_weight_grad(x, g, list(w.shape), *args),
+        "input_grad": lambda: ops.conv2d_input_grad(g, w, list(x.shape), *args),
+    }[op]
+    full = call()
+    for limit in (1 << 20, 300_000):
+        torch_convbp.set_workspace_limit(limit)
+        torch_convbp.workspace_peak(reset=True)
+        torch.testing.assert_close(call(), full, rtol=1e-4, atol=1e-3)  # float32 sums, reordered
+        assert 0 < torch_convbp.workspace_peak() <= limit
+    torch_convbp.set_workspace_limit(1 << 30)
+    torch_convbp.workspace_peak(reset=True)
+    call()
+    assert torch_convbp.workspace_peak() > 8 << 20  # the limit is what made the difference
+
+
+def test_workspace_limit_settings():
+    torch_convbp.set_workspace_limit("2M")
+    assert torch_convbp.get_workspace_limit() == 2 << 20
+    with torch_convbp.workspace_limit(4096):
+        assert torch_convbp.get_workspace_limit() == 4096
+    assert torch_convbp.get_workspace_limit() == 2 << 20
+    with pytest.raises(ValueError, match="positive size"):
+        torch_convbp.set_workspace_limit("lots")
+    with pytest.raises(RuntimeError, match="must be positive"):
+        torch_convbp.set_workspace_limit(0)
+
+
+def test_workspace_limit_from_environment():
+    import subprocess
+    import sys
+
+    code = "import torch_convbp; print(torch_convbp.get_workspace_limit())"
+    env = {**__import__("os").environ, "TORCH_CONVBP_WORKSPACE_LIMIT": "64M"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert int(out.stdout) == 64 << 20
