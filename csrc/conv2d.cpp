@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <optional>
 
 #include "conv2d.h"
@@ -30,8 +31,16 @@ std::atomic<int64_t> g_workspace_in_use{0};  // bytes held by live Workspaces, a
 std::atomic<int64_t> g_workspace_peak{0};    // the most held at once since the last reset
 
 // Below this many output pixels a GEMM is thin: small images are batched side by side until a
-// chunk has about this many columns (memory permitting).
-constexpr int64_t kTargetChunkPixels = 1024;
+// chunk has about this many columns (memory permitting). TORCH_CONVBP_CHUNK_PIXELS overrides it,
+// for tuning.
+int64_t target_chunk_pixels() {
+  static const int64_t target = [] {
+    const char* text = std::getenv("TORCH_CONVBP_CHUNK_PIXELS");
+    const int64_t value = text ? std::atoll(text) : 0;
+    return value > 0 ? value : int64_t{512};
+  }();
+  return target;
+}
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -51,7 +60,7 @@ struct Plan {
   int64_t image_chunks, lanes;
 };
 
-// Chooses the chunks: as many whole images as make a wide GEMM (kTargetChunkPixels), as long as
+// Chooses the chunks: as many whole images as make a wide GEMM (target_chunk_pixels()), as long as
 // their column matrix plus staging (bytes_per_pixel per output pixel) fit each lane's share of
 // the workspace limit; else rows of one image (one output row at the least, whatever the limit).
 Plan plan_chunks(const ConvShape& s, int64_t bytes_per_pixel, const at::Tensor& like) {
@@ -64,7 +73,9 @@ Plan plan_chunks(const ConvShape& s, int64_t bytes_per_pixel, const at::Tensor& 
     return Plan{1, std::max<int64_t>(1, lane_budget / s.out_width), batch,
                 std::min(max_lanes, batch)};
   }
-  const int64_t wanted = ceil_div(kTargetChunkPixels, image_pixels);
+  // A pointwise convolution takes one image at a time: then its input is its column matrix and
+  // its output the GEMM's destination, with no copy at all (the lanes keep the threads busy).
+  const int64_t wanted = s.is_pointwise() ? 1 : ceil_div(target_chunk_pixels(), image_pixels);
   int64_t images = std::clamp<int64_t>(std::min(wanted, lane_budget / image_pixels), 1, batch);
   int64_t chunks = ceil_div(batch, images);
   const int64_t lanes = std::min(max_lanes, chunks);
