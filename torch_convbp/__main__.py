@@ -2,6 +2,7 @@
 import os
 import sys
 import time
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -19,6 +20,7 @@ CHECKS = [  # (name, input shape, weight shape, stride, padding, dilation, group
 
 def self_check():
     print("Self-check: torch_convbp.conv2d against torch.nn.functional.conv2d (float64)")
+    warnings.filterwarnings("ignore", message="Using padding='same'")  # F.conv2d's own note
     worst = 0.0
     for name, xs, ws, stride, padding, dilation, groups in CHECKS:
         torch.manual_seed(0)
