@@ -214,4 +214,5 @@ def test_column_matrix_past_2_to_the_31_elements_is_chunked():
     g = torch.randn_like(y)
     gw = torch.ops.torch_convbp.conv2d_weight_grad(x, g, [2, 64, 3, 3], (1, 1), (1, 1), (1, 1), 1)
     gw_ref = torch.ops.aten.convolution_backward(g, x, w, None, (1, 1), (1, 1), (1, 1), False, (0, 0), 1, (False, True, False))[1]
-    torch.testing.assert_close(gw, gw_ref, rtol=1e-3, atol=1e-1)
+    # Sums of 4 million float32 products: compare relative to the gradient's scale.
+    torch.testing.assert_close(gw, gw_ref, rtol=0, atol=1e-4 * gw_ref.abs().max().item())
