@@ -193,11 +193,19 @@ int64_t bytes_per_pixel(const ConvShape& s, const Tensor& t) {
 using ColumnKernel = void(const Tensor&, IntArrayRef, IntArrayRef, IntArrayRef, IntArrayRef,
                           int64_t, int64_t, const Tensor&);
 
-void call_column_kernel(const char* name, const Tensor& source, const ConvShape& s,
-                        const Chunk& c, const Tensor& target) {
-  const auto op = c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<ColumnKernel>();
-  op.call(source, {s.kernel_h, s.kernel_w}, {s.stride_h, s.stride_w}, {s.pad_h, s.pad_w},
-          {s.dilation_h, s.dilation_w}, c.row, c.rows, target);
+// The operator handles are looked up once, not per chunk.
+enum class ColumnOp { im2col, col2im };
+
+void call_column_kernel(ColumnOp which, const Tensor& source, const ConvShape& s, const Chunk& c,
+                        const Tensor& target) {
+  static const auto lookup = [](const char* name) {
+    return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<ColumnKernel>();
+  };
+  static const auto im2col = lookup("torch_convbp::im2col");
+  static const auto col2im = lookup("torch_convbp::col2im");
+  (which == ColumnOp::im2col ? im2col : col2im)
+      .call(source, {s.kernel_h, s.kernel_w}, {s.stride_h, s.stride_w}, {s.pad_h, s.pad_w},
+            {s.dilation_h, s.dilation_w}, c.row, c.rows, target);
 }
 
 // The [G, Cin/G*kh*kw, P] column matrix of a chunk of x. A 1x1, stride-1, unpadded
@@ -207,7 +215,7 @@ Tensor columns_of(const Tensor& x, const ConvShape& s, const Chunk& c, Workspace
     if (auto view = group_matrix_view(chunk_of(x, c), s.groups)) return *view;
   }
   Tensor columns = ws.columns(c.images * c.rows * s.out_width);
-  call_column_kernel("torch_convbp::im2col", x.narrow(0, c.image, c.images), s, c, columns);
+  call_column_kernel(ColumnOp::im2col, x.narrow(0, c.image, c.images), s, c, columns);
   return columns;
 }
 
@@ -348,7 +356,7 @@ Tensor conv2d_input_grad(const Tensor& grad_output, const Tensor& weight,
     // [G, Cin/G*kh*kw, P] = [G, Cin/G*kh*kw, Cout/G] @ [G, Cout/G, P], then summed into dx.
     const Tensor grad_columns = ws.columns(c.images * c.rows * s.out_width);
     gemm_out(grad_columns, w_t, dy_g);
-    call_column_kernel("torch_convbp::col2im", grad_columns, s, c,
+    call_column_kernel(ColumnOp::col2im, grad_columns, s, c,
                        grad_input.narrow(0, c.image, c.images));
   });
   return grad_input;

@@ -17,6 +17,10 @@ def check_operands(op, **tensors):
     )
     for name, t in tensors.items():
         torch._check(
+            t.layout == torch.strided,
+            lambda: f"{op}: {name} must be a dense (strided) tensor, got layout {t.layout}",
+        )
+        torch._check(
             t.dtype == first.dtype,
             lambda: f"{op}: {first_name} ({first.dtype}) and {name} ({t.dtype}) must have the same dtype",
         )
