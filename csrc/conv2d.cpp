@@ -30,16 +30,24 @@ std::atomic<int64_t> g_workspace_limit{int64_t{1} << 30};  // 1 GiB; see set_wor
 std::atomic<int64_t> g_workspace_in_use{0};  // bytes held by live Workspaces, all threads
 std::atomic<int64_t> g_workspace_peak{0};    // the most held at once since the last reset
 
-// Below this many output pixels a GEMM is thin: small images are batched side by side until a
-// chunk has about this many columns (memory permitting). TORCH_CONVBP_CHUNK_PIXELS overrides it,
-// for tuning.
-int64_t target_chunk_pixels() {
-  static const int64_t target = [] {
+// How many output pixels a chunk aims at. Two pulls: a GEMM narrower than about 512 columns is
+// thin (MKL and cuBLAS lose speed), and a column matrix much larger than a cache-sized tile
+// (2.5 MiB: it fits the L2/L3 share of a core) is written by im2col to memory and read back by
+// the GEMM, instead of staying in cache between the two. So small images are batched side by
+// side up to the target, and large ones are cut into row bands of about the target (see
+// benchmarks/NOTES.md for the measurements). On a GPU, whose GEMMs want to be far wider and
+// whose caches are not the point, a chunk aims at 64Ki pixels (a first choice, not yet tuned on
+// a GPU). TORCH_CONVBP_CHUNK_PIXELS fixes the target, for tuning.
+int64_t target_chunk_pixels(int64_t column_bytes_per_pixel, bool cpu) {
+  static const int64_t fixed = [] {
     const char* text = std::getenv("TORCH_CONVBP_CHUNK_PIXELS");
-    const int64_t value = text ? std::atoll(text) : 0;
-    return value > 0 ? value : int64_t{512};
+    return text ? std::max<int64_t>(0, std::atoll(text)) : int64_t{0};
   }();
-  return target;
+  if (fixed > 0) return fixed;
+  if (!cpu) return int64_t{1} << 16;
+  constexpr int64_t kMinGemmWidth = 512;
+  constexpr int64_t kColumnTileBytes = int64_t{5} << 19;  // 2.5 MiB
+  return std::max(kMinGemmWidth, kColumnTileBytes / std::max<int64_t>(column_bytes_per_pixel, 1));
 }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -60,22 +68,31 @@ struct Plan {
   int64_t image_chunks, lanes;
 };
 
-// Chooses the chunks: as many whole images as make a wide GEMM (target_chunk_pixels()), as long as
-// their column matrix plus staging (bytes_per_pixel per output pixel) fit each lane's share of
-// the workspace limit; else rows of one image (one output row at the least, whatever the limit).
+// Chooses the chunks: about target_chunk_pixels() output pixels each (whole images side by side,
+// or row bands of one image), as long as their column matrix plus staging (bytes_per_pixel per
+// output pixel) fit each lane's share of the workspace limit; one output row at the least,
+// whatever the limit.
 Plan plan_chunks(const ConvShape& s, int64_t bytes_per_pixel, const at::Tensor& like) {
   const int64_t max_lanes = like.is_cpu() ? std::max(1, at::get_num_threads()) : 1;
   const int64_t image_pixels = s.out_height * s.out_width;
   const int64_t lane_budget = std::max(
       s.out_width, g_workspace_limit.load() / max_lanes / std::max<int64_t>(bytes_per_pixel, 1));
   const int64_t batch = std::max<int64_t>(s.batch, 1);
-  if (image_pixels > lane_budget) {  // rows of one image at a time
-    return Plan{1, std::max<int64_t>(1, lane_budget / s.out_width), batch,
-                std::min(max_lanes, batch)};
+  // A pointwise convolution takes one whole image at a time: then its input is its column
+  // matrix and its output the GEMM's destination, with no copy at all (the lanes keep the
+  // threads busy).
+  const int64_t target = std::min(
+      lane_budget, s.is_pointwise() ? image_pixels
+                                    : target_chunk_pixels(s.column_rows() * like.element_size(), like.is_cpu()));
+  // Row bands of one image, of about the target's width, when a whole image is over the memory
+  // budget or over twice the target.
+  if (image_pixels > lane_budget || image_pixels > 2 * target) {
+    const int64_t bands = ceil_div(image_pixels, target);
+    const int64_t rows = std::max<int64_t>(
+        1, std::min(lane_budget / s.out_width, ceil_div(s.out_height, bands)));
+    return Plan{1, rows, batch, std::min(max_lanes, batch)};
   }
-  // A pointwise convolution takes one image at a time: then its input is its column matrix and
-  // its output the GEMM's destination, with no copy at all (the lanes keep the threads busy).
-  const int64_t wanted = s.is_pointwise() ? 1 : ceil_div(target_chunk_pixels(), image_pixels);
+  const int64_t wanted = ceil_div(target, image_pixels);
   int64_t images = std::clamp<int64_t>(std::min(wanted, lane_budget / image_pixels), 1, batch);
   int64_t chunks = ceil_div(batch, images);
   const int64_t lanes = std::min(max_lanes, chunks);
