@@ -9,6 +9,9 @@
 // The G groups are the batch dimension of one bmm. The batch is processed in chunks whose
 // buffers fit the workspace limit; the device is reached only through the im2col and col2im
 // operators (cpu/ and cuda/), and the GEMMs go through ATen (MKL, cuBLAS).
+// Two special cases skip parts of this: a 1x1 convolution's input is its own column matrix (no
+// im2col), and a depthwise one (one input channel per group, whose GEMMs would be a few rows
+// thin) goes to direct device kernels (no im2col, no GEMM, no workspace).
 #include <ATen/ATen.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
@@ -210,19 +213,42 @@ int64_t bytes_per_pixel(const ConvShape& s, const Tensor& t) {
 using ColumnKernel = void(const Tensor&, IntArrayRef, IntArrayRef, IntArrayRef, IntArrayRef,
                           int64_t, int64_t, const Tensor&);
 
-// The operator handles are looked up once, not per chunk.
+// A device kernel's operator handle (looked up once by each caller's static, not per chunk).
+template <class Signature>
+c10::TypedOperatorHandle<Signature> kernel_handle(const char* name) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Signature>();
+}
+
 enum class ColumnOp { im2col, col2im };
 
 void call_column_kernel(ColumnOp which, const Tensor& source, const ConvShape& s, const Chunk& c,
                         const Tensor& target) {
-  static const auto lookup = [](const char* name) {
-    return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<ColumnKernel>();
-  };
-  static const auto im2col = lookup("torch_convbp::im2col");
-  static const auto col2im = lookup("torch_convbp::col2im");
+  static const auto im2col = kernel_handle<ColumnKernel>("torch_convbp::im2col");
+  static const auto col2im = kernel_handle<ColumnKernel>("torch_convbp::col2im");
   (which == ColumnOp::im2col ? im2col : col2im)
       .call(source, {s.kernel_h, s.kernel_w}, {s.stride_h, s.stride_w}, {s.pad_h, s.pad_w},
             {s.dilation_h, s.dilation_w}, c.row, c.rows, target);
+}
+
+// The depthwise kernels share one signature too: (operand, operand, geometry, result), and
+// write their result whole.
+using DepthwiseKernel = void(const Tensor&, const Tensor&, IntArrayRef, IntArrayRef, IntArrayRef,
+                             const Tensor&);
+
+enum class DepthwiseOp { forward, input_grad, weight_grad };
+
+void call_depthwise_kernel(DepthwiseOp which, const Tensor& a, const Tensor& b, const ConvShape& s,
+                           const Tensor& result) {
+  static const auto forward = kernel_handle<DepthwiseKernel>("torch_convbp::depthwise_conv2d");
+  static const auto input_grad =
+      kernel_handle<DepthwiseKernel>("torch_convbp::depthwise_input_grad");
+  static const auto weight_grad =
+      kernel_handle<DepthwiseKernel>("torch_convbp::depthwise_weight_grad");
+  const auto& kernel = which == DepthwiseOp::forward      ? forward
+                       : which == DepthwiseOp::input_grad ? input_grad
+                                                          : weight_grad;
+  kernel.call(a, b, {s.stride_h, s.stride_w}, {s.pad_h, s.pad_w}, {s.dilation_h, s.dilation_w},
+              result);
 }
 
 // The [G, Cin/G*kh*kw, P] column matrix of a chunk of x. A 1x1, stride-1, unpadded
@@ -297,8 +323,13 @@ Tensor conv2d_forward(const Tensor& input, const Tensor& weight,
               bias->sizes());
 
   const Tensor x = input.contiguous();
-  const Tensor w = weight_matrices(weight, s);
   Tensor output = at::empty({s.batch, s.out_channels, s.out_height, s.out_width}, x.options());
+  if (s.is_depthwise()) {
+    call_depthwise_kernel(DepthwiseOp::forward, x, weight.contiguous(), s, output);
+    if (bias) output.add_(bias->view({1, s.out_channels, 1, 1}));
+    return output;
+  }
+  const Tensor w = weight_matrices(weight, s);
   const Plan plan = plan_chunks(s, bytes_per_pixel(s, x), x);
   run_chunks(s, plan, x, [&](const Chunk& c, Workspace& ws, int64_t) {
     const Tensor columns = columns_of(x, s, c, ws);  // [G, Cin/G*kh*kw, P]
@@ -326,6 +357,11 @@ Tensor conv2d_weight_grad(const Tensor& input, const Tensor& grad_output,
 
   const Tensor x = input.contiguous();
   const Tensor dy = grad_output.contiguous();
+  if (s.is_depthwise()) {
+    Tensor grad_weight = at::empty(weight_size, x.options());
+    call_depthwise_kernel(DepthwiseOp::weight_grad, x, dy, s, grad_weight);
+    return grad_weight;
+  }
   // Accumulate over chunks in float32 for float16 and bfloat16, in place otherwise.
   const auto acc_dtype = at::toOpMathType(x.scalar_type());
   const Plan plan = plan_chunks(s, bytes_per_pixel(s, x), x);
@@ -358,6 +394,11 @@ Tensor conv2d_input_grad(const Tensor& grad_output, const Tensor& weight,
   check_grad_output(op, grad_output, s);
 
   const Tensor dy = grad_output.contiguous();
+  if (s.is_depthwise()) {
+    Tensor grad_input = at::empty(input_size, dy.options());
+    call_depthwise_kernel(DepthwiseOp::input_grad, dy, weight.contiguous(), s, grad_input);
+    return grad_input;
+  }
   const Tensor w_t = weight_matrices(weight, s).transpose(1, 2);  // [G, Cin/G*kh*kw, Cout/G]
   Tensor grad_input = at::zeros(input_size, dy.options());
   const Plan plan = plan_chunks(s, bytes_per_pixel(s, dy), dy);

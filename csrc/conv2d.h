@@ -3,7 +3,8 @@
 // This header is the contract between the three parts of the C++ code:
 //   ops.cpp      the operator schemas and the checks of their arguments,
 //   conv2d.cpp   the device-agnostic orchestration (column buffers, GEMMs),
-//   cpu/, cuda/  the only device-specific code: the im2col and col2im kernels.
+//   cpu/, cuda/  the only device-specific code: the im2col and col2im kernels, and the direct
+//                kernels of the depthwise special case.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -26,6 +27,9 @@ struct ConvShape {
     return kernel_h == 1 && kernel_w == 1 && stride_h == 1 && stride_w == 1 && pad_h == 0 &&
            pad_w == 0;
   }
+  // One input channel per group (depthwise, with any channel multiplier Cout/G): each group's
+  // GEMM would be a thin [Cout/G, kh*kw] @ [kh*kw, P], so direct kernels take its place.
+  bool is_depthwise() const { return groups > 1 && groups == in_channels; }
 };
 
 // Checks everything F.conv2d checks about sizes and arguments, with messages that name the
@@ -55,6 +59,13 @@ struct ColumnGeometry {
 ColumnGeometry check_columns(const char* op, const Tensor& images, const Tensor& columns,
                              IntArrayRef kernel_size, IntArrayRef stride, IntArrayRef padding,
                              IntArrayRef dilation, int64_t row_start, int64_t rows);
+
+// Checks the arguments of the depthwise operators: input [N, C, H, W], weight [C*m, 1, kh, kw]
+// and output [N, C*m, OH, OW] (for the gradient operators: their gradients), contiguous, of one
+// dtype and device. Returns the convolution's shape, with groups = C.
+ConvShape check_depthwise(const char* op, const Tensor& input, const Tensor& weight,
+                          const Tensor& output, IntArrayRef stride, IntArrayRef padding,
+                          IntArrayRef dilation);
 
 // The three convolution operators (registered for every device in ops.cpp).
 Tensor conv2d_forward(const Tensor& input, const Tensor& weight,

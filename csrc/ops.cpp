@@ -145,6 +145,22 @@ ColumnGeometry check_columns(const char* op, const Tensor& images, const Tensor&
                         s.dilation_h, s.dilation_w, s.out_width, row_start,  rows};
 }
 
+ConvShape check_depthwise(const char* op, const Tensor& input, const Tensor& weight,
+                          const Tensor& output, IntArrayRef stride, IntArrayRef padding,
+                          IntArrayRef dilation) {
+  check_operands(op, {{"input", &input}, {"weight", &weight}, {"output", &output}});
+  TORCH_CHECK(input.dim() == 4, op, ": expected a 4-D input [N, C, H, W], got size ",
+              sizes_str(input.sizes()));
+  const ConvShape s = check_conv2d(op, input.sizes(), weight.sizes(), stride, padding, dilation,
+                                   input.size(1));
+  const std::vector<int64_t> expected{s.batch, s.out_channels, s.out_height, s.out_width};
+  TORCH_CHECK(output.sizes() == IntArrayRef(expected), op, ": expected output of size ",
+              IntArrayRef(expected), ", got ", output.sizes());
+  TORCH_CHECK(input.is_contiguous() && weight.is_contiguous() && output.is_contiguous(), op,
+              ": expected contiguous input, weight and output");
+  return s;
+}
+
 TORCH_LIBRARY(torch_convbp, m) {
   // y = conv(input, weight) + bias, like F.conv2d with explicit pairs.
   m.def(
@@ -167,6 +183,17 @@ TORCH_LIBRARY(torch_convbp, m) {
   m.def(
       "col2im(Tensor columns, int[2] kernel_size, int[2] stride, int[2] padding, "
       "int[2] dilation, int row_start, int rows, Tensor(a!) images) -> ()");
+  // The depthwise special case (one input channel per group), computed directly: each writes
+  // its last argument whole.
+  m.def(
+      "depthwise_conv2d(Tensor input, Tensor weight, int[2] stride, int[2] padding, "
+      "int[2] dilation, Tensor(a!) output) -> ()");
+  m.def(
+      "depthwise_input_grad(Tensor grad_output, Tensor weight, int[2] stride, int[2] padding, "
+      "int[2] dilation, Tensor(a!) grad_input) -> ()");
+  m.def(
+      "depthwise_weight_grad(Tensor input, Tensor grad_output, int[2] stride, int[2] padding, "
+      "int[2] dilation, Tensor(a!) grad_weight) -> ()");
 }
 
 // The orchestration is the same on every device: it reaches the device through im2col/col2im.

@@ -58,6 +58,8 @@ CASES = [
     Case("valid", 2, 3, (6, 6), 2, (3, 3), padding="valid"),
     Case("depthwise", 2, 4, (6, 6), 4, (3, 3), padding=1, groups=4),
     Case("channel_multiplier", 2, 3, (6, 5), 6, (3, 3), padding=1, groups=3),
+    Case("depthwise_asymmetric", 2, 3, (9, 8), 6, (3, 2), stride=(2, 1), padding=(0, 2), dilation=(2, 1), groups=3),
+    Case("depthwise_strided_wide", 1, 2, (5, 11), 2, (2, 3), stride=(1, 3), padding=(1, 1), groups=2),
     Case("pointwise", 3, 4, (5, 6), 6, (1, 1)),
     Case("pointwise_grouped", 3, 4, (5, 6), 6, (1, 1), groups=2),
     Case("pointwise_strided", 2, 4, (7, 6), 3, (1, 1), stride=2),

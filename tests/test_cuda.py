@@ -35,8 +35,9 @@ def test_column_kernels_match_the_cpu_bitwise(case):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16, torch.float16], ids=str)
-def test_cuda_agrees_with_cpu(dtype):
-    case = next(c for c in CASES if c.name == "asymmetric_everything")
+@pytest.mark.parametrize("case_name", ["asymmetric_everything", "depthwise_asymmetric"])
+def test_cuda_agrees_with_cpu(dtype, case_name):
+    case = next(c for c in CASES if c.name == case_name)
     results = {}
     for d in ("cpu", "cuda"):
         x, w, b = case.tensors(dtype=torch.float32, device=d, requires_grad=False)

@@ -55,6 +55,42 @@ def test_im2col_col2im_opcheck_and_adjoint(case, device):
         opcheck(ops.col2im.default, (c, case.kernel, *args[:3], row_start, rows, back))
 
 
+DEPTHWISE_CASES = [c for c in CASES if c.groups > 1 and c.groups == c.in_channels and c.batch > 0]
+
+
+@pytest.mark.parametrize("case", DEPTHWISE_CASES, ids=str)
+def test_depthwise_kernels_opcheck_and_adjoint(case, device):
+    """The direct depthwise kernels are each other's adjoints: <conv(x, w), g> equals
+    <x, input_grad(g, w)> and <w, weight_grad(x, g)>; they hold no workspace."""
+    x, w, _ = case.tensors(device=device)
+    stride, padding, dilation, _ = explicit_args(case)
+    geometry = (stride, padding, dilation)
+    torch_convbp.workspace_peak(reset=True)
+    y = ops.conv2d(x, w, None, stride, padding, dilation, case.groups)
+    assert torch_convbp.workspace_peak() == 0
+    g = torch.randn_like(y)
+    dx, dw = torch.empty_like(x), torch.empty_like(w)
+    ops.depthwise_input_grad(g, w, *geometry, dx)
+    ops.depthwise_weight_grad(x, g, *geometry, dw)
+    product = (y * g).sum()
+    torch.testing.assert_close((x * dx).sum(), product, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close((w * dw).sum(), product, rtol=1e-12, atol=1e-12)
+    opcheck(ops.depthwise_conv2d.default, (x, w, *geometry, torch.empty_like(y)))
+    opcheck(ops.depthwise_input_grad.default, (g, w, *geometry, dx))
+    opcheck(ops.depthwise_weight_grad.default, (x, g, *geometry, dw))
+
+
+def test_depthwise_kernels_refuse_bad_arguments():
+    x, w, g = torch.randn(2, 4, 6, 6), torch.randn(4, 1, 3, 3), torch.randn(2, 4, 4, 4)
+    geometry = ((1, 1), (0, 0), (1, 1))
+    with pytest.raises(RuntimeError, match=r"expected output of size \[2, 4, 4, 4\], got \[2, 4, 5, 5\]"):
+        ops.depthwise_conv2d(x, w, *geometry, torch.empty(2, 4, 5, 5))
+    with pytest.raises(RuntimeError, match="expected contiguous input, weight and output"):
+        ops.depthwise_conv2d(x.transpose(2, 3), w, *geometry, torch.empty_like(g))
+    with pytest.raises(RuntimeError, match="must have the same dtype"):
+        ops.depthwise_weight_grad(x, g.double(), *geometry, torch.empty_like(w))
+
+
 def test_im2col_layout():
     """Row (c, ki, kj), column (image, oh, ow): checked entry by entry on a small case."""
     x = torch.arange(2 * 2 * 3 * 4, dtype=torch.float64).view(2, 2, 3, 4)
@@ -96,6 +132,29 @@ def test_backward_is_bitwise_repeatable(device, dtype):
     for _ in range(5):
         for a, b in zip(first, grads()):
             assert torch.equal(a, b)
+
+
+def test_depthwise_gradients_do_not_depend_on_the_thread_count():
+    """The direct depthwise kernels give each thread whole planes or weight rows and sum in a fixed
+    order, so their results are bitwise the same on 1 thread and on several."""
+    torch.manual_seed(0)
+    x = torch.randn(6, 8, 15, 13, requires_grad=True)
+    w = torch.randn(16, 1, 3, 3, requires_grad=True)
+
+    def grads():
+        y = torch_convbp.conv2d(x, w, None, (2, 1), 1, 1, 8)
+        return (y, *torch.autograd.grad(y, (x, w), torch.cos(y)))
+
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        serial = grads()
+        torch.set_num_threads(max(threads, 2))
+        parallel = grads()
+    finally:
+        torch.set_num_threads(threads)
+    for a, b in zip(serial, parallel):
+        assert torch.equal(a, b)
 
 
 @pytest.mark.parametrize("limit", [1, 5_000, 60_000])

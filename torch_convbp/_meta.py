@@ -137,3 +137,32 @@ def _im2col_fake(images, kernel_size, stride, padding, dilation, row_start, rows
 @register_fake("torch_convbp::col2im")
 def _col2im_fake(columns, kernel_size, stride, padding, dilation, row_start, rows, images):
     _check_columns("torch_convbp.col2im", images, columns, kernel_size, stride, padding, dilation, row_start, rows)
+
+
+def _check_depthwise(op, input, weight, output, stride, padding, dilation):
+    check_operands(op, input=input, weight=weight, output=output)
+    torch._check(input.dim() == 4, lambda: f"{op}: expected a 4-D input [N, C, H, W], got size {list(input.shape)}")
+    oh, ow = conv2d_output_size(op, input.shape, weight.shape, stride, padding, dilation, input.shape[1])
+    expected = [input.shape[0], weight.shape[0], oh, ow]
+    torch._check(
+        list(output.shape) == expected, lambda: f"{op}: expected output of size {expected}, got {list(output.shape)}"
+    )
+    torch._check(
+        input.is_contiguous() and weight.is_contiguous() and output.is_contiguous(),
+        lambda: f"{op}: expected contiguous input, weight and output",
+    )
+
+
+@register_fake("torch_convbp::depthwise_conv2d")
+def _depthwise_conv2d_fake(input, weight, stride, padding, dilation, output):
+    _check_depthwise("torch_convbp.depthwise_conv2d", input, weight, output, stride, padding, dilation)
+
+
+@register_fake("torch_convbp::depthwise_input_grad")
+def _depthwise_input_grad_fake(grad_output, weight, stride, padding, dilation, grad_input):
+    _check_depthwise("torch_convbp.depthwise_input_grad", grad_input, weight, grad_output, stride, padding, dilation)
+
+
+@register_fake("torch_convbp::depthwise_weight_grad")
+def _depthwise_weight_grad_fake(input, grad_output, stride, padding, dilation, grad_weight):
+    _check_depthwise("torch_convbp.depthwise_weight_grad", input, grad_weight, grad_output, stride, padding, dilation)

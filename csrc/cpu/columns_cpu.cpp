@@ -12,23 +12,13 @@
 #include <vector>
 
 #include "../conv2d.h"
+#include "cpu_kernels.h"
 
 namespace torch_convbp {
 namespace {
 
 // Enough elements per parallel task to be worth a thread.
 constexpr int64_t kGrainElements = 32768;
-
-// The output columns [begin, end) whose input column ow*stride + offset lies in [0, width).
-struct Span {
-  int64_t begin, end;
-};
-Span valid_columns(int64_t offset, int64_t stride, int64_t width, int64_t out_width) {
-  const int64_t begin = offset >= 0 ? 0 : (-offset + stride - 1) / stride;
-  const int64_t last = width - 1 - offset;  // the largest ow*stride allowed
-  const int64_t end = last < 0 ? 0 : std::min(out_width, last / stride + 1);
-  return {std::min(begin, end), end};
-}
 
 // columns[(c, ki, kj), image, oh, ow] = images[image, c, ih, iw] (0 in the padding), with
 // ih = oh*stride_h - pad_h + ki*dilation_h and iw likewise. One task writes one contiguous block:

@@ -15,21 +15,12 @@
 #include <torch/library.h>
 
 #include <algorithm>
-#include <limits>
 
 #include "../conv2d.h"
+#include "launch.cuh"
 
 namespace torch_convbp {
 namespace {
-
-constexpr int kThreads = 256;
-constexpr int64_t kMaxBlocks = int64_t{1} << 20;  // grid-stride loops cover the rest
-
-int blocks_for(int64_t work) {
-  return static_cast<int>(std::clamp<int64_t>((work + kThreads - 1) / kThreads, 1, kMaxBlocks));
-}
-
-bool fits_int32(int64_t n) { return n < std::numeric_limits<int32_t>::max(); }
 
 // ColumnGeometry in the kernel's index type, so that 32-bit kernels do 32-bit arithmetic.
 template <typename index_t>

@@ -1,0 +1,248 @@
+// The CPU kernels of the depthwise special case: one input channel per group, with channel
+// multiplier m = Cout / C, so output channel o reads input channel o / m. A direct loop over the
+// kernel taps takes the place of im2col + GEMM, whose GEMMs would be [m, kh*kw] @ [kh*kw, P].
+//
+// Each parallel task owns whole planes (or whole weight rows) of its result, and every sum runs in
+// a fixed order: kernel taps in (ki, kj) order, and for the weight gradient images, then rows,
+// into one partial sum per output column, then over the columns. So the results are the same
+// whatever the thread count. Sums are taken in opmath (float for float16 and bfloat16).
+#include <ATen/ATen.h>
+#include <ATen/Dispatch.h>
+#include <ATen/OpMathType.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "../conv2d.h"
+#include "cpu_kernels.h"
+
+namespace torch_convbp {
+namespace {
+
+// Enough multiply-adds per parallel task to be worth a thread.
+constexpr int64_t kGrainWork = 32768;
+int64_t grain_for(int64_t work_per_item) {
+  return std::max<int64_t>(1, kGrainWork / std::max<int64_t>(work_per_item, 1));
+}
+
+// The input row that output row oh reads at kernel row ki, or -1 in the padding.
+int64_t input_row(const ConvShape& s, int64_t oh, int64_t ki) {
+  const int64_t ih = oh * s.stride_h - s.pad_h + ki * s.dilation_h;
+  return ih >= 0 && ih < s.height ? ih : -1;
+}
+
+// The output columns of a row that kernel column kj reads inside the image, and the offset:
+// output column ow reads input column ow * stride_w + offset.
+struct Tap {
+  int64_t offset;
+  Span columns;
+};
+Tap tap_columns(const ConvShape& s, int64_t kj) {
+  const int64_t offset = kj * s.dilation_w - s.pad_w;
+  return {offset, valid_columns(offset, s.stride_w, s.width, s.out_width)};
+}
+
+// out[ow] += w * in[ow * stride + offset] over the tap's columns; the unit stride spelt out, so
+// that the compiler vectorizes it.
+template <typename acc_t, typename scalar_t>
+void add_scaled_row(acc_t* out, acc_t w, const scalar_t* in, int64_t stride, const Tap& tap) {
+  if (stride == 1) {
+    for (int64_t ow = tap.columns.begin; ow < tap.columns.end; ++ow) {
+      out[ow] += w * static_cast<acc_t>(in[ow + tap.offset]);
+    }
+  } else {
+    for (int64_t ow = tap.columns.begin; ow < tap.columns.end; ++ow) {
+      out[ow] += w * static_cast<acc_t>(in[ow * stride + tap.offset]);
+    }
+  }
+}
+
+// One output plane: out = sum over the taps of w[tap] * (x shifted by the tap), where x is the
+// input plane it reads and acc an out_plane-sized scratch buffer.
+template <typename scalar_t, typename acc_t>
+TORCH_CONVBP_VECTOR_CLONES void forward_plane(const scalar_t* x, const scalar_t* w, scalar_t* out,
+                                              acc_t* acc, const ConvShape& s) {
+  const int64_t out_plane = s.out_height * s.out_width;
+  std::fill(acc, acc + out_plane, acc_t(0));
+  for (int64_t ki = 0; ki < s.kernel_h; ++ki) {
+    for (int64_t kj = 0; kj < s.kernel_w; ++kj) {
+      const acc_t weight = static_cast<acc_t>(w[ki * s.kernel_w + kj]);
+      const Tap tap = tap_columns(s, kj);
+      for (int64_t oh = 0; oh < s.out_height; ++oh) {
+        const int64_t ih = input_row(s, oh, ki);
+        if (ih < 0) continue;
+        add_scaled_row(acc + oh * s.out_width, weight, x + ih * s.width, s.stride_w, tap);
+      }
+    }
+  }
+  std::copy(acc, acc + out_plane, out);
+}
+
+// One input plane's share from one output channel: acc += the adjoint of forward_plane applied
+// to that channel's output gradient dy.
+template <typename scalar_t, typename acc_t>
+TORCH_CONVBP_VECTOR_CLONES void add_input_grad_plane(const scalar_t* dy, const scalar_t* w,
+                                                     acc_t* acc, const ConvShape& s) {
+  for (int64_t ki = 0; ki < s.kernel_h; ++ki) {
+    for (int64_t kj = 0; kj < s.kernel_w; ++kj) {
+      const acc_t weight = static_cast<acc_t>(w[ki * s.kernel_w + kj]);
+      const Tap tap = tap_columns(s, kj);
+      for (int64_t oh = 0; oh < s.out_height; ++oh) {
+        const int64_t ih = input_row(s, oh, ki);
+        if (ih < 0) continue;
+        acc_t* acc_row = acc + ih * s.width;
+        const scalar_t* dy_row = dy + oh * s.out_width;
+        if (s.stride_w == 1) {  // spelt out, so that the compiler vectorizes it
+          for (int64_t ow = tap.columns.begin; ow < tap.columns.end; ++ow) {
+            acc_row[ow + tap.offset] += weight * static_cast<acc_t>(dy_row[ow]);
+          }
+        } else {
+          for (int64_t ow = tap.columns.begin; ow < tap.columns.end; ++ow) {
+            acc_row[ow * s.stride_w + tap.offset] += weight * static_cast<acc_t>(dy_row[ow]);
+          }
+        }
+      }
+    }
+  }
+}
+
+// One image's share of one weight row: partial[tap][ow] += dy[oh, ow] * (x at the tap), over
+// the output rows oh.
+template <typename scalar_t, typename acc_t>
+TORCH_CONVBP_VECTOR_CLONES void add_weight_grad_partials(const scalar_t* x, const scalar_t* dy,
+                                                         acc_t* partial, const ConvShape& s) {
+  for (int64_t oh = 0; oh < s.out_height; ++oh) {
+    const scalar_t* dy_row = dy + oh * s.out_width;
+    for (int64_t ki = 0; ki < s.kernel_h; ++ki) {
+      const int64_t ih = input_row(s, oh, ki);
+      if (ih < 0) continue;
+      const scalar_t* x_row = x + ih * s.width;
+      for (int64_t kj = 0; kj < s.kernel_w; ++kj) {
+        const Tap tap = tap_columns(s, kj);
+        acc_t* p = partial + (ki * s.kernel_w + kj) * s.out_width;
+        if (s.stride_w == 1) {
+          for (int64_t ow = tap.columns.begin; ow < tap.columns.end; ++ow) {
+            p[ow] += static_cast<acc_t>(dy_row[ow]) * static_cast<acc_t>(x_row[ow + tap.offset]);
+          }
+        } else {
+          for (int64_t ow = tap.columns.begin; ow < tap.columns.end; ++ow) {
+            p[ow] += static_cast<acc_t>(dy_row[ow]) *
+                     static_cast<acc_t>(x_row[ow * s.stride_w + tap.offset]);
+          }
+        }
+      }
+    }
+  }
+}
+
+// output[n, o] = sum over the taps of weight[o, ki, kj] * (input[n, o/m] shifted by the tap).
+template <typename scalar_t>
+void forward_kernel(const scalar_t* input, const scalar_t* weight, scalar_t* output,
+                    const ConvShape& s) {
+  using acc_t = at::opmath_type<scalar_t>;
+  const int64_t multiplier = s.out_channels / s.in_channels;
+  const int64_t taps = s.kernel_h * s.kernel_w, out_plane = s.out_height * s.out_width;
+  const int64_t planes = s.batch * s.out_channels;
+  at::parallel_for(0, planes, grain_for(out_plane * taps), [&](int64_t begin, int64_t end) {
+    std::vector<acc_t> acc(out_plane);
+    for (int64_t plane = begin; plane < end; ++plane) {
+      const int64_t n = plane / s.out_channels, o = plane % s.out_channels;
+      const scalar_t* x = input + (n * s.in_channels + o / multiplier) * s.height * s.width;
+      forward_plane(x, weight + o * taps, output + plane * out_plane, acc.data(), s);
+    }
+  });
+}
+
+// grad_input[n, c] = sum over c's m output channels o of the adjoint of the forward: one input
+// plane per task, so no two tasks write one pixel.
+template <typename scalar_t>
+void input_grad_kernel(const scalar_t* grad_output, const scalar_t* weight, scalar_t* grad_input,
+                       const ConvShape& s) {
+  using acc_t = at::opmath_type<scalar_t>;
+  const int64_t multiplier = s.out_channels / s.in_channels;
+  const int64_t taps = s.kernel_h * s.kernel_w, out_plane = s.out_height * s.out_width;
+  const int64_t plane_size = s.height * s.width, planes = s.batch * s.in_channels;
+  const int64_t grain = grain_for(out_plane * taps * multiplier);
+  at::parallel_for(0, planes, grain, [&](int64_t begin, int64_t end) {
+    std::vector<acc_t> acc(plane_size);
+    for (int64_t plane = begin; plane < end; ++plane) {
+      const int64_t n = plane / s.in_channels, c = plane % s.in_channels;
+      std::fill(acc.begin(), acc.end(), acc_t(0));
+      for (int64_t o = c * multiplier; o < (c + 1) * multiplier; ++o) {
+        add_input_grad_plane(grad_output + (n * s.out_channels + o) * out_plane,
+                             weight + o * taps, acc.data(), s);
+      }
+      std::copy(acc.begin(), acc.end(), grad_input + plane * plane_size);
+    }
+  });
+}
+
+// grad_weight[o, ki, kj] = sum over images and output pixels of grad_output[n, o] * (input[n, o/m]
+// at the tap). One weight row (all taps of o) per task; per tap, one partial sum per output
+// column (a vectorizable row update) over images and rows, then a sum over the columns.
+template <typename scalar_t>
+void weight_grad_kernel(const scalar_t* input, const scalar_t* grad_output, scalar_t* grad_weight,
+                        const ConvShape& s) {
+  using acc_t = at::opmath_type<scalar_t>;
+  const int64_t multiplier = s.out_channels / s.in_channels;
+  const int64_t taps = s.kernel_h * s.kernel_w, out_plane = s.out_height * s.out_width;
+  const int64_t grain = grain_for(s.batch * out_plane * taps);
+  at::parallel_for(0, s.out_channels, grain, [&](int64_t begin, int64_t end) {
+    std::vector<acc_t> partial(taps * s.out_width);
+    for (int64_t o = begin; o < end; ++o) {
+      std::fill(partial.begin(), partial.end(), acc_t(0));
+      for (int64_t n = 0; n < s.batch; ++n) {
+        add_weight_grad_partials(input + (n * s.in_channels + o / multiplier) * s.height * s.width,
+                                 grad_output + (n * s.out_channels + o) * out_plane,
+                                 partial.data(), s);
+      }
+      for (int64_t t = 0; t < taps; ++t) {
+        acc_t total = 0;
+        for (int64_t ow = 0; ow < s.out_width; ++ow) total += partial[t * s.out_width + ow];
+        grad_weight[o * taps + t] = static_cast<scalar_t>(total);
+      }
+    }
+  });
+}
+
+void depthwise_conv2d_cpu(const Tensor& input, const Tensor& weight, IntArrayRef stride,
+                          IntArrayRef padding, IntArrayRef dilation, const Tensor& output) {
+  const ConvShape s = check_depthwise("torch_convbp.depthwise_conv2d", input, weight, output,
+                                      stride, padding, dilation);
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "depthwise_conv2d", [&] {
+    forward_kernel(input.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(),
+                   output.mutable_data_ptr<scalar_t>(), s);
+  });
+}
+
+void depthwise_input_grad_cpu(const Tensor& grad_output, const Tensor& weight, IntArrayRef stride,
+                              IntArrayRef padding, IntArrayRef dilation, const Tensor& grad_input) {
+  const ConvShape s = check_depthwise("torch_convbp.depthwise_input_grad", grad_input, weight,
+                                      grad_output, stride, padding, dilation);
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad_output.scalar_type(), "depthwise_input_grad", [&] {
+    input_grad_kernel(grad_output.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(),
+                      grad_input.mutable_data_ptr<scalar_t>(), s);
+  });
+}
+
+void depthwise_weight_grad_cpu(const Tensor& input, const Tensor& grad_output, IntArrayRef stride,
+                               IntArrayRef padding, IntArrayRef dilation, const Tensor& grad_weight) {
+  const ConvShape s = check_depthwise("torch_convbp.depthwise_weight_grad", input, grad_weight,
+                                      grad_output, stride, padding, dilation);
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "depthwise_weight_grad", [&] {
+    weight_grad_kernel(input.const_data_ptr<scalar_t>(), grad_output.const_data_ptr<scalar_t>(),
+                       grad_weight.mutable_data_ptr<scalar_t>(), s);
+  });
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(torch_convbp, CPU, m) {
+  m.impl("depthwise_conv2d", &depthwise_conv2d_cpu);
+  m.impl("depthwise_input_grad", &depthwise_input_grad_cpu);
+  m.impl("depthwise_weight_grad", &depthwise_weight_grad_cpu);
+}
+
+}  // namespace torch_convbp
