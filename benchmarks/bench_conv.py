@@ -1,34 +1,76 @@
-"""Times torch_convbp.conv2d against the built-in F.conv2d (oneDNN on CPU, cuDNN on GPU) and
-ATen's own im2col path (the built-in with oneDNN/cuDNN turned off), per layer.
+"""Benchmarks torch_convbp.conv2d, layer by layer, against
+  builtin      the built-in F.conv2d: oneDNN on CPU, cuDNN on GPU (cudnn.benchmark=True),
+  aten_im2col  ATen's own im2col path: the built-in with oneDNN / cuDNN turned off,
+  gemm         the bare GEMMs of the same sizes: the floor of any im2col + GEMM design.
 
-    python benchmarks/bench_conv.py --suite quick --batch 8 --passes both
-    python benchmarks/bench_conv.py --suite all --json out.json
+    python benchmarks/bench_conv.py                           # the quick suite, fwd+bwd, batch 8
+    python benchmarks/bench_conv.py --suite all --json out.json --plot out.png
+    python benchmarks/bench_conv.py --suite all --memory --scaling
 
-Candidates are timed interleaved (round after round, each candidate once per round) and the
-median per candidate is reported, so that machine noise hits all of them alike.
+Candidates are timed with torch.utils.benchmark, interleaved (round after round, each candidate
+once per round) and the median per candidate is reported, so that machine noise hits all of them
+alike. The layers are listed in shapes.json. --memory adds the peak workspace per call for
+batch 8, 64 and 256 against the workspace limit; --scaling adds time against batch size and
+image size (both should be linear).
 """
 import argparse
 import contextlib
+import datetime
 import json
 import math
 import os
+import platform
 import statistics
 import sys
 import time
+import warnings
 
 import torch
 import torch.nn.functional as F
+from torch.utils import benchmark
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 import torch_convbp  # noqa: E402
 
+CANDIDATES = ("torch_convbp", "builtin", "aten_im2col", "gemm")
 
-def load_layers(suite, name_filter=""):
+
+# --- the layers -------------------------------------------------------------------------------
+
+def load_layers(suite="all", name_filter=""):
     with open(os.path.join(HERE, "shapes.json")) as f:
         layers = json.load(f)["layers"]
     return [l for l in layers if (suite == "all" or suite in l["suites"]) and name_filter in l["name"]]
 
+
+def conv_args(layer):
+    return layer["stride"], layer["padding"], layer["dilation"], layer["groups"]
+
+
+def out_size(layer, size=None):
+    size = layer["size"] if size is None else size
+    reach = layer["dilation"] * (layer["kernel"] - 1) + 1
+    return (size + 2 * layer["padding"] - reach) // layer["stride"] + 1
+
+
+def make_operands(layer, batch, device, dtype, size=None, requires_grad=True):
+    size = layer["size"] if size is None else size
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(batch, layer["in_channels"], size, size, generator=g).to(device, dtype)
+    w = torch.randn(layer["out_channels"], layer["in_channels"] // layer["groups"], layer["kernel"],
+                    layer["kernel"], generator=g).to(device, dtype)
+    return x.requires_grad_(requires_grad), w.requires_grad_(requires_grad)
+
+
+def flops(layer, batch, passes, size=None):
+    """2 x the forward's multiply-adds; the backward is twice the forward (grad-input, grad-weight)."""
+    k = layer["kernel"]
+    fwd = 2 * batch * layer["out_channels"] * out_size(layer, size) ** 2 * (layer["in_channels"] // layer["groups"]) * k * k
+    return {"forward": fwd, "backward": 2 * fwd, "both": 3 * fwd}[passes]
+
+
+# --- what is timed ----------------------------------------------------------------------------
 
 def builtin_without_vendor_library(device):
     """The built-in convolution with oneDNN (CPU) or cuDNN (GPU) off: ATen's im2col path."""
@@ -37,99 +79,273 @@ def builtin_without_vendor_library(device):
     return torch.backends.mkldnn.flags(enabled=False)
 
 
-def make_step(conv, x, w, layer, passes, context=contextlib.nullcontext):
-    args = (layer["stride"], layer["padding"], layer["dilation"], layer["groups"])
+def conv_step(conv, x, w, layer, passes, context=contextlib.nullcontext):
+    """One call of the pass(es): forward, backward (from a saved forward) or both."""
+    args = conv_args(layer)
+    if passes == "forward":
+        def step():
+            with torch.no_grad(), context():
+                conv(x, w, None, *args)
+        return step
+    if passes == "both":
+        def step():
+            with context():
+                y = conv(x, w, None, *args)
+                torch.autograd.grad(y, (x, w), torch.ones_like(y))
+        return step
+    with context():
+        y = conv(x, w, None, *args)
+    grad_y = torch.ones_like(y)
 
-    def forward():
-        with torch.no_grad(), context():
-            conv(x, w, None, *args)
-
-    def forward_backward():
+    def step():
         with context():
-            y = conv(x, w, None, *args)
-            torch.autograd.grad(y, (x, w), torch.ones_like(y))
-
-    return forward if passes == "forward" else forward_backward
+            torch.autograd.grad(y, (x, w), grad_y, retain_graph=True)
+    return step
 
 
-def flops(layer, batch, out_size, passes):
-    """2 x multiply-adds of the forward; the backward is twice that (grad-input, grad-weight)."""
-    k = layer["kernel"]
-    fwd = 2 * batch * layer["out_channels"] * out_size**2 * (layer["in_channels"] // layer["groups"]) * k * k
-    return fwd if passes == "forward" else 3 * fwd
+def gemm_step(layer, batch, passes, device, dtype, size=None):
+    """The GEMMs an im2col design must run, on ready operands, each one call over the whole batch
+    ([G, M, K] @ [G, K, N] as one bmm, or one mm for a single group):
+      forward      Y  [G, Cout/G, NP] = W    [G, Cout/G, K] @ col [G, K, NP]
+      grad-input   dC [G, K, NP]      = W^T  [G, K, Cout/G] @ dY  [G, Cout/G, NP]
+      grad-weight  dW [G, Cout/G, K]  = dY   [G, Cout/G, NP] @ col^T [G, NP, K]
+    with K = Cin/G*kh*kw and NP the output pixels of the batch."""
+    groups = layer["groups"]
+    k = layer["in_channels"] // groups * layer["kernel"] ** 2
+    m, n = layer["out_channels"] // groups, batch * out_size(layer, size) ** 2
+    new = lambda *shape: torch.randn(groups, *shape, device=device, dtype=dtype)
+    weight, col, grad_y = new(m, k), new(k, n), new(m, n)
+    y, grad_col, grad_w = new(m, n), new(k, n), new(m, k)
+    mm = torch.mm if groups == 1 else torch.bmm
+    squeeze = (lambda t: t[0]) if groups == 1 else (lambda t: t)
+    forward = [(squeeze(weight), squeeze(col), squeeze(y))]
+    backward = [(squeeze(weight.transpose(1, 2)), squeeze(grad_y), squeeze(grad_col)),
+                (squeeze(grad_y), squeeze(col.transpose(1, 2)), squeeze(grad_w))]
+    products = {"forward": forward, "backward": backward, "both": forward + backward}[passes]
+
+    def step():
+        for a, b, out in products:
+            mm(a, b, out=out)
+    return step
 
 
-def time_interleaved(steps, rounds, device):
-    def sync():
-        if device == "cuda":
-            torch.cuda.synchronize()
+def candidate_steps(layer, batch, passes, device, dtype, size=None):
+    x, w = make_operands(layer, batch, device, dtype, size, requires_grad=passes != "forward")
+    return {
+        "torch_convbp": conv_step(torch_convbp.conv2d, x, w, layer, passes),
+        "builtin": conv_step(F.conv2d, x, w, layer, passes),
+        "aten_im2col": conv_step(F.conv2d, x, w, layer, passes, lambda: builtin_without_vendor_library(device)),
+        "gemm": gemm_step(layer, batch, passes, device, dtype, size),
+    }
 
+
+def time_interleaved(steps, rounds, min_seconds=0.05):
+    """Median seconds per call of each step, measured round after round, each step once per round
+    (torch.utils.benchmark.Timer, which synchronizes CUDA, on the threads torch uses)."""
+    timers = {name: benchmark.Timer("step()", globals={"step": step}, num_threads=torch.get_num_threads())
+              for name, step in steps.items()}
     for step in steps.values():  # warm up (and let cuDNN choose its algorithms)
         step(); step()
-    sync()
-    # Enough repetitions per measurement for about 50 ms.
-    start = time.perf_counter(); next(iter(steps.values()))(); sync()
-    reps = max(1, int(0.05 / max(time.perf_counter() - start, 1e-6)))
+    first = next(iter(timers.values())).timeit(1).median
+    reps = max(1, int(min_seconds / max(first, 1e-6)))
     times = {name: [] for name in steps}
     for _ in range(rounds):
-        for name, step in steps.items():
-            sync()
-            start = time.perf_counter()
-            for _ in range(reps):
-                step()
-            sync()
-            times[name].append((time.perf_counter() - start) / reps)
+        for name, timer in timers.items():
+            times[name].append(timer.timeit(reps).median)
     return {name: statistics.median(t) for name, t in times.items()}
 
 
-def run(args):
-    device, dtype = args.device, getattr(torch, args.dtype)
-    if device == "cuda":
-        torch.backends.cudnn.benchmark = True
-        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = args.tf32
+# --- progress ----------------------------------------------------------------------------------
+
+class Progress:
+    """A one-line progress bar on stderr (a line per step when stderr is not a terminal)."""
+
+    def __init__(self, total, quiet=False):
+        self.total, self.done, self.quiet, self.start = total, 0, quiet, time.time()
+        self.tty = sys.stderr.isatty()
+
+    def step(self, label):
+        self.done += 1
+        if self.quiet:
+            return
+        elapsed = time.time() - self.start
+        left = elapsed / self.done * (self.total - self.done)
+        filled = int(30 * self.done / self.total)
+        line = f"[{'#' * filled}{'.' * (30 - filled)}] {self.done}/{self.total} {elapsed:.0f}s, ~{left:.0f}s left: {label}"
+        if self.tty:
+            print("\r" + line[:120].ljust(120), end="\n" if self.done == self.total else "", file=sys.stderr, flush=True)
+        else:
+            print(line, file=sys.stderr, flush=True)
+
+
+# --- the sections of a run ---------------------------------------------------------------------
+
+def measure_ceilings(device, dtype):
+    """The machine's two ceilings: one large square GEMM (GFLOP/s) and a large copy (GB/s)."""
+    n = 4096 if device == "cuda" else 2048
+    a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
+    out = torch.empty(n, n, device=device, dtype=dtype)
+    src = torch.randn(64 << 20 if device == "cuda" else 16 << 20, device=device, dtype=torch.float32)
+    dst = torch.empty_like(src)
+    t = time_interleaved({"gemm": lambda: torch.mm(a, b, out=out), "copy": lambda: dst.copy_(src)}, rounds=5)
+    return {"square_gemm_size": n, "square_gemm_gflops": 2 * n**3 / t["gemm"] / 1e9,
+            "copy_gbytes_per_s": 2 * src.nbytes / t["copy"] / 1e9}
+
+
+def run_layers(args, layers, progress):
     rows = []
-    layers = load_layers(args.suite, args.layers)
-    for i, layer in enumerate(layers, 1):
-        torch.manual_seed(0)
-        x = torch.randn(args.batch, layer["in_channels"], layer["size"], layer["size"], device=device, dtype=dtype)
-        w = torch.randn(layer["out_channels"], layer["in_channels"] // layer["groups"], layer["kernel"], layer["kernel"], device=device, dtype=dtype)
-        x.requires_grad_(args.passes != "forward")
-        w.requires_grad_(args.passes != "forward")
-        steps = {
-            "torch_convbp": make_step(torch_convbp.conv2d, x, w, layer, args.passes),
-            "builtin": make_step(F.conv2d, x, w, layer, args.passes),
-            "aten_im2col": make_step(F.conv2d, x, w, layer, args.passes, lambda: builtin_without_vendor_library(device)),
-        }
-        seconds = time_interleaved(steps, args.rounds, device)
-        out_size = (layer["size"] + 2 * layer["padding"] - layer["dilation"] * (layer["kernel"] - 1) - 1) // layer["stride"] + 1
-        work = flops(layer, args.batch, out_size, args.passes)
+    for layer in layers:
+        seconds = time_interleaved(candidate_steps(layer, args.batch, args.passes, args.device, args.dtype), args.rounds)
+        work = flops(layer, args.batch, args.passes)
         row = {"layer": layer["name"], **{f"{k}_ms": v * 1e3 for k, v in seconds.items()}}
-        row["gflops"] = work / seconds["torch_convbp"] / 1e9
-        row["vs_builtin"] = seconds["torch_convbp"] / seconds["builtin"]
-        row["vs_aten_im2col"] = seconds["torch_convbp"] / seconds["aten_im2col"]
+        row.update({f"{k}_gflops": work / v / 1e9 for k, v in seconds.items()})
+        for other in CANDIDATES[1:]:
+            row[f"vs_{other}"] = seconds["torch_convbp"] / seconds[other]
         rows.append(row)
-        if not args.quiet:
-            print(f"[{i}/{len(layers)}] {layer['name']}", file=sys.stderr, flush=True)
+        progress.step(layer["name"])
     return rows
 
 
+def run_memory(args, layers, progress):
+    """Peak workspace (torch_convbp's only scratch memory) of one forward+backward, per batch size,
+    under the default limit and under a tight one, with the time under each."""
+    rows = []
+    tight = 64 << 20
+    for layer in layers:
+        for batch in args.memory_batches:
+            x, w = make_operands(layer, batch, args.device, args.dtype)
+            step = conv_step(torch_convbp.conv2d, x, w, layer, "both")
+            row = {"layer": layer["name"], "batch": batch,
+                   "output_mib": batch * layer["out_channels"] * out_size(layer) ** 2 * x.element_size() / 2**20}
+            for name, limit in (("default", torch_convbp.get_workspace_limit()), ("tight", tight)):
+                with torch_convbp.workspace_limit(limit):
+                    torch_convbp.workspace_peak(reset=True)
+                    start = time.perf_counter()
+                    step()
+                    if args.device == "cuda":
+                        torch.cuda.synchronize()
+                    row[f"{name}_seconds"] = time.perf_counter() - start
+                    row[f"{name}_limit_mib"] = limit / 2**20
+                    row[f"{name}_peak_mib"] = torch_convbp.workspace_peak() / 2**20
+            rows.append(row)
+            progress.step(f"memory {layer['name']} batch {batch}")
+    return rows
+
+
+def run_scaling(args, progress):
+    """Time of one forward+backward against batch size (image size fixed) and against image size
+    (batch fixed), for torch_convbp and the built-in: per image and per pixel it should be flat."""
+    layer = load_layers("all", args.scaling_layer)[0]
+    rows = []
+    plan = [("batch", b, layer["size"]) for b in args.scaling_batches]
+    plan += [("size", args.batch, s) for s in args.scaling_sizes]
+    for axis, batch, size in plan:
+        steps = candidate_steps(layer, batch, "both", args.device, args.dtype, size)
+        seconds = time_interleaved({k: steps[k] for k in ("torch_convbp", "builtin")}, max(3, args.rounds // 2))
+        pixels = batch * out_size(layer, size) ** 2
+        rows.append({"layer": layer["name"], "axis": axis, "batch": batch, "size": size,
+                     **{f"{k}_ms": v * 1e3 for k, v in seconds.items()},
+                     **{f"{k}_ns_per_pixel": v * 1e9 / pixels for k, v in seconds.items()}})
+        progress.step(f"scaling: batch {batch}, image size {size}")
+    return rows
+
+
+# --- reporting ---------------------------------------------------------------------------------
+
 def geomean(values):
+    values = list(values)
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
-def print_table(rows, args, file=sys.stdout):
-    builtin = "cuDNN" if args.device == "cuda" else "oneDNN"
-    print(f"\n{args.device} {args.dtype}, batch {args.batch}, {args.passes} pass(es), {torch.get_num_threads()} threads; "
-          f"ratios are torch_convbp time / other time (below 1: torch_convbp is faster)", file=file)
-    header = f"| layer | torch_convbp ms | {builtin} ms | ATen im2col ms | GFLOP/s | vs {builtin} | vs ATen im2col |"
-    print(header, file=file)
-    print("|---|---:|---:|---:|---:|---:|---:|", file=file)
+def machine_description(device):
+    if device == "cuda":
+        return torch.cuda.get_device_name()
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        model = platform.processor() or platform.machine()
+    return f"{model}, {torch.get_num_threads()} threads"
+
+
+def builtin_name(device):
+    return "cuDNN" if device == "cuda" else "oneDNN"
+
+
+def print_layers(result, file=None):
+    file = file or sys.stdout
+    a, rows, ceiling = result["args"], result["rows"], result["ceilings"]
+    builtin = builtin_name(a["device"])
+    print(f"\n{result['machine']}, torch {result['torch']}, {result['date']}: {a['device']} {a['dtype']}, batch {a['batch']}, "
+          f"{a['passes']} pass(es). Square {ceiling['square_gemm_size']}^3 GEMM: {ceiling['square_gemm_gflops']:.0f} GFLOP/s; "
+          f"copy: {ceiling['copy_gbytes_per_s']:.0f} GB/s. Ratios are torch_convbp's time over the other's (below 1: "
+          f"torch_convbp is faster); 'of peak' is torch_convbp's GFLOP/s over the square GEMM's.", file=file)
+    print(f"| layer | torch_convbp ms | {builtin} ms | ATen im2col ms | bare GEMMs ms | GFLOP/s | of peak "
+          f"| vs {builtin} | vs ATen im2col | vs bare GEMMs |", file=file)
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|", file=file)
     for r in rows:
         print(f"| {r['layer']} | {r['torch_convbp_ms']:.2f} | {r['builtin_ms']:.2f} | {r['aten_im2col_ms']:.2f} | "
-              f"{r['gflops']:.0f} | {r['vs_builtin']:.2f} | {r['vs_aten_im2col']:.2f} |", file=file)
-    print(f"| **geometric mean** | | | | | **{geomean([r['vs_builtin'] for r in rows]):.2f}** | "
-          f"**{geomean([r['vs_aten_im2col'] for r in rows]):.2f}** |", file=file)
+              f"{r['gemm_ms']:.2f} | {r['torch_convbp_gflops']:.0f} | "
+              f"{r['torch_convbp_gflops'] / ceiling['square_gemm_gflops']:.0%} | {r['vs_builtin']:.2f} | "
+              f"{r['vs_aten_im2col']:.2f} | {r['vs_gemm']:.2f} |", file=file)
+    means = {k: geomean(r[f"vs_{k}"] for r in rows) for k in CANDIDATES[1:]}
+    print(f"| **geometric mean** | | | | | | | **{means['builtin']:.2f}** | **{means['aten_im2col']:.2f}** | "
+          f"**{means['gemm']:.2f}** |", file=file)
 
+
+def print_memory(rows, file=None):
+    file = file or sys.stdout
+    print("\nPeak workspace of one forward+backward (torch_convbp's scratch memory; the output is for scale):", file=file)
+    print("| layer | batch | output MiB | peak MiB (limit 1 GiB) | s | peak MiB (limit 64 MiB) | s |", file=file)
+    print("|---|---:|---:|---:|---:|---:|---:|", file=file)
+    for r in rows:
+        print(f"| {r['layer']} | {r['batch']} | {r['output_mib']:.0f} | {r['default_peak_mib']:.1f} | "
+              f"{r['default_seconds']:.3f} | {r['tight_peak_mib']:.1f} | {r['tight_seconds']:.3f} |", file=file)
+
+
+def print_scaling(rows, file=None):
+    file = file or sys.stdout
+    print(f"\nScaling of one forward+backward, {rows[0]['layer']} (linear when ns per output pixel stays flat):", file=file)
+    print("| varied | batch | image size | torch_convbp ms | ns/pixel | builtin ms | ns/pixel |", file=file)
+    print("|---|---:|---:|---:|---:|---:|---:|", file=file)
+    for r in rows:
+        print(f"| {r['axis']} | {r['batch']} | {r['size']} | {r['torch_convbp_ms']:.2f} | {r['torch_convbp_ns_per_pixel']:.2f} | "
+              f"{r['builtin_ms']:.2f} | {r['builtin_ns_per_pixel']:.2f} |", file=file)
+
+
+def plot(result, path):
+    import matplotlib
+    import matplotlib.ticker
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows, a = result["rows"], result["args"]
+    names = [r["layer"] for r in rows]
+    series = [(f"vs {builtin_name(a['device'])}", "vs_builtin", "#1f77b4"),
+              ("vs ATen im2col", "vs_aten_im2col", "#ff7f0e"),
+              ("vs bare GEMMs", "vs_gemm", "#7f7f7f")]
+    fig, ax = plt.subplots(figsize=(9, 0.45 * len(rows) + 1.6))
+    height = 0.27
+    for i, (label, key, color) in enumerate(series):  # bars from 1 to the ratio
+        ax.barh([j + (i - 1) * height for j in range(len(rows))], [r[key] - 1 for r in rows], height, left=1,
+                label=label, color=color)
+    ax.axvline(1.0, color="black", linewidth=1)
+    ax.set_xscale("log", base=2)
+    ratios = [r[key] for r in rows for _, key, _ in series]
+    ax.set_xlim(min(0.25, min(ratios) / 1.2), max(4.0, max(ratios) * 1.2))
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.set_yticks(range(len(rows)), names)
+    ax.invert_yaxis()
+    ax.set_xlabel("torch_convbp time / other time (log scale; left of 1: torch_convbp is faster)")
+    ax.set_title(f"torch_convbp, {a['passes']} pass(es), {a['dtype']}, batch {a['batch']}\n{result['machine']}, {result['date']}",
+                 fontsize=10)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# --- the command ---------------------------------------------------------------------------------
 
 def parse(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -138,22 +354,55 @@ def parse(argv=None):
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--suite", default="quick", help="quick, resnet18, resnet50, mobilenet or all (see shapes.json)")
     p.add_argument("--layers", default="", help="only the layers whose name contains this")
-    p.add_argument("--passes", default="both", choices=["forward", "both"], help="forward only, or forward+backward")
-    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--passes", default="both", choices=["forward", "backward", "both"],
+                   help="forward only, backward only (from a saved forward), or both")
+    p.add_argument("--rounds", type=int, default=7, help="interleaved rounds; medians are reported")
     p.add_argument("--tf32", action="store_true", help="allow TF32 on CUDA")
-    p.add_argument("--json", help="write the rows here")
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--memory", action="store_true", help="also measure the peak workspace for --memory-batches")
+    p.add_argument("--memory-batches", type=int, nargs="+", default=[8, 64, 256])
+    p.add_argument("--scaling", action="store_true", help="also time against batch size and image size")
+    p.add_argument("--scaling-layer", default="resnet18 3x3 128 @28")
+    p.add_argument("--scaling-batches", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32])
+    p.add_argument("--scaling-sizes", type=int, nargs="+", default=[14, 28, 56, 112])
+    p.add_argument("--json", help="write everything measured here")
+    p.add_argument("--plot", help="write a PNG of the ratios per layer here (needs matplotlib)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p.parse_args(argv)
 
 
 def main(argv=None):
     args = parse(argv)
-    rows = run(args)
-    print_table(rows, args)
+    # Turning oneDNN off and on makes torch note that oneDNN's TF32 is for Intel GPUs only.
+    warnings.filterwarnings("ignore", message="TF32 acceleration on top of oneDNN")
+    dtype = getattr(torch, args.dtype)
+    if args.device == "cuda":
+        torch.backends.cudnn.benchmark = True
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = args.tf32
+    layers = load_layers(args.suite, args.layers)
+    if not layers:
+        sys.exit(f"no layer of suite {args.suite!r} has {args.layers!r} in its name")
+    steps = len(layers) * (1 + (len(args.memory_batches) if args.memory else 0)) + (len(args.scaling_batches) + len(args.scaling_sizes) if args.scaling else 0)
+    progress = Progress(steps, args.quiet)
+    run_args = argparse.Namespace(**{**vars(args), "dtype": dtype})
+    result = {"machine": machine_description(args.device), "date": datetime.date.today().isoformat(),
+              "torch": torch.__version__, "threads": torch.get_num_threads(), "args": vars(args),
+              "ceilings": measure_ceilings(args.device, dtype)}
+    result["rows"] = run_layers(run_args, layers, progress)
+    if args.memory:
+        result["memory"] = run_memory(run_args, layers, progress)
+    if args.scaling:
+        result["scaling"] = run_scaling(run_args, progress)
+    print_layers(result)
+    if args.memory:
+        print_memory(result["memory"])
+    if args.scaling:
+        print_scaling(result["scaling"])
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"args": vars(args), "torch": torch.__version__, "threads": torch.get_num_threads(), "rows": rows}, f, indent=1)
-    return rows
+            json.dump(result, f, indent=1)
+    if args.plot:
+        plot(result, args.plot)
+    return result
 
 
 if __name__ == "__main__":

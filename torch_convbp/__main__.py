@@ -51,7 +51,7 @@ def main():
         return 0 if passed else 1
     print("\nTiming, forward + backward, float32, batch 8 (a minute or so)...")
     start = time.time()
-    rows = bench_conv.main(["--suite", "quick", "--batch", "8", "--quiet", "--rounds", "5"])
+    rows = bench_conv.main(["--suite", "quick", "--batch", "8", "--quiet", "--rounds", "5"])["rows"]
     g = bench_conv.geomean([r["vs_builtin"] for r in rows])
     builtin = "cuDNN" if torch.cuda.is_available() else "oneDNN"
     print(f"\nIn short: on these layers torch_convbp takes {g:.2f}x the time of {builtin} (geometric mean) and "

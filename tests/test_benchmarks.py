@@ -1,0 +1,46 @@
+"""The benchmark command runs end to end (on a small layer, one round): every pass, every section,
+the JSON and the plot."""
+import json
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+import bench_conv  # noqa: E402
+
+
+def test_every_layer_is_well_formed():
+    layers = bench_conv.load_layers("all")
+    assert len({l["name"] for l in layers}) == len(layers) >= 15
+    for l in layers:
+        assert l["in_channels"] % l["groups"] == 0 and l["out_channels"] % l["groups"] == 0
+        assert bench_conv.out_size(l) > 0
+        assert set(l["suites"]) <= {"quick", "resnet18", "resnet50", "mobilenet"}
+
+
+@pytest.mark.parametrize("passes", ["forward", "backward", "both"])
+def test_layer_table(passes, capsys):
+    result = bench_conv.main(["--device", "cpu", "--suite", "all", "--layers", "512 @7", "--batch", "1",
+                              "--rounds", "1", "--passes", passes, "--quiet"])
+    (row,) = result["rows"]
+    for candidate in bench_conv.CANDIDATES:
+        assert row[f"{candidate}_ms"] > 0
+    assert row["vs_builtin"] == pytest.approx(row["torch_convbp_ms"] / row["builtin_ms"])
+    assert result["ceilings"]["square_gemm_gflops"] > 0
+    assert "| resnet18 3x3 512 @7 |" in capsys.readouterr().out
+
+
+def test_memory_scaling_json_and_plot(tmp_path):
+    pytest.importorskip("matplotlib")
+    out_json, out_png = tmp_path / "r.json", tmp_path / "r.png"
+    bench_conv.main(["--device", "cpu", "--suite", "all", "--layers", "dw 3x3", "--batch", "1", "--rounds", "1",
+                     "--memory", "--memory-batches", "1", "2", "--scaling", "--scaling-layer", "512 @7",
+                     "--scaling-batches", "1", "2", "--scaling-sizes", "7", "--json", str(out_json),
+                     "--plot", str(out_png), "--quiet"])
+    saved = json.loads(out_json.read_text())
+    assert [r["batch"] for r in saved["memory"]] == [1, 2]
+    assert all(r["default_peak_mib"] <= r["default_limit_mib"] and r["tight_peak_mib"] <= r["tight_limit_mib"]
+               for r in saved["memory"])
+    assert [(r["axis"], r["batch"], r["size"]) for r in saved["scaling"]] == [("batch", 1, 7), ("batch", 2, 7), ("size", 1, 7)]
+    assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
