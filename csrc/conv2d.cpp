@@ -41,6 +41,8 @@ std::atomic<int64_t> g_workspace_peak{0};    // the most held at once since the 
 // benchmarks/NOTES.md for the measurements). On a GPU, whose GEMMs want to be far wider and
 // whose caches are not the point, a chunk aims at 64Ki pixels (a first choice, not yet tuned on
 // a GPU). TORCH_CONVBP_CHUNK_PIXELS fixes the target, for tuning.
+constexpr int64_t kMinGemmWidth = 512;
+constexpr int64_t kColumnTileBytes = int64_t{5} << 19;  // 2.5 MiB
 int64_t target_chunk_pixels(int64_t column_bytes_per_pixel, bool cpu) {
   static const int64_t fixed = [] {
     const char* text = std::getenv("TORCH_CONVBP_CHUNK_PIXELS");
@@ -48,8 +50,6 @@ int64_t target_chunk_pixels(int64_t column_bytes_per_pixel, bool cpu) {
   }();
   if (fixed > 0) return fixed;
   if (!cpu) return int64_t{1} << 16;
-  constexpr int64_t kMinGemmWidth = 512;
-  constexpr int64_t kColumnTileBytes = int64_t{5} << 19;  // 2.5 MiB
   return std::max(kMinGemmWidth, kColumnTileBytes / std::max<int64_t>(column_bytes_per_pixel, 1));
 }
 
@@ -81,12 +81,13 @@ Plan plan_chunks(const ConvShape& s, int64_t bytes_per_pixel, const at::Tensor& 
   const int64_t lane_budget = std::max(
       s.out_width, g_workspace_limit.load() / max_lanes / std::max<int64_t>(bytes_per_pixel, 1));
   const int64_t batch = std::max<int64_t>(s.batch, 1);
-  // A pointwise convolution takes one whole image at a time: then its input is its column
-  // matrix and its output the GEMM's destination, with no copy at all (the lanes keep the
-  // threads busy).
+  // A pointwise convolution takes one whole image at a time when an image makes a wide enough
+  // GEMM: then its input is its column matrix and its output the GEMM's destination, with no
+  // copy at all (the lanes keep the threads busy). Narrower images are batched like any other.
+  const bool whole_images = s.is_pointwise() && image_pixels >= kMinGemmWidth;
   const int64_t target = std::min(
-      lane_budget, s.is_pointwise() ? image_pixels
-                                    : target_chunk_pixels(s.column_rows() * like.element_size(), like.is_cpu()));
+      lane_budget, whole_images ? image_pixels
+                                : target_chunk_pixels(s.column_rows() * like.element_size(), like.is_cpu()));
   // Row bands of one image, of about the target's width, when a whole image is over the memory
   // budget or over twice the target.
   if (image_pixels > lane_budget || image_pixels > 2 * target) {
