@@ -295,6 +295,22 @@ void check_grad_output(const char* op, const Tensor& grad_output, const ConvShap
               IntArrayRef(expected), " (the convolution's output), got ", grad_output.sizes());
 }
 
+// output = W @ im2col(x), chunk by chunk, for the G weight matrices w [G, Cout/G, Cin/G*kh*kw].
+void forward_by_chunks(const Tensor& x, const Tensor& w, const ConvShape& s, const Tensor& output) {
+  const Plan plan = plan_chunks(s, bytes_per_pixel(s, x), x);
+  run_chunks(s, plan, x, [&](const Chunk& c, Workspace& ws, int64_t) {
+    const Tensor columns = columns_of(x, s, c, ws);  // [G, Cin/G*kh*kw, P]
+    const Tensor out = chunk_of(output, c);          // [n, Cout, h, OW]
+    if (auto out_view = group_matrix_view(out, s.groups)) {
+      gemm_out(*out_view, w, columns);  // [G, Cout/G, P] = [G, Cout/G, Cin/G*kh*kw] @ columns
+    } else {
+      const Tensor staged = ws.staging(s.out_channels, c.images * c.rows * s.out_width);
+      gemm_out(staged, w, columns);
+      out.transpose(0, 1).copy_(staged.view({s.out_channels, c.images, c.rows, s.out_width}));
+    }
+  });
+}
+
 }  // namespace
 
 void set_workspace_limit(int64_t bytes) {
@@ -327,22 +343,9 @@ Tensor conv2d_forward(const Tensor& input, const Tensor& weight,
   Tensor output = at::empty({s.batch, s.out_channels, s.out_height, s.out_width}, x.options());
   if (s.is_depthwise()) {
     call_depthwise_kernel(DepthwiseOp::forward, x, weight.contiguous(), s, output);
-    if (bias) output.add_(bias->view({1, s.out_channels, 1, 1}));
-    return output;
+  } else {
+    forward_by_chunks(x, weight_matrices(weight, s), s, output);
   }
-  const Tensor w = weight_matrices(weight, s);
-  const Plan plan = plan_chunks(s, bytes_per_pixel(s, x), x);
-  run_chunks(s, plan, x, [&](const Chunk& c, Workspace& ws, int64_t) {
-    const Tensor columns = columns_of(x, s, c, ws);  // [G, Cin/G*kh*kw, P]
-    const Tensor out = chunk_of(output, c);          // [n, Cout, h, OW]
-    if (auto out_view = group_matrix_view(out, s.groups)) {
-      gemm_out(*out_view, w, columns);  // [G, Cout/G, P] = [G, Cout/G, Cin/G*kh*kw] @ columns
-    } else {
-      const Tensor staged = ws.staging(s.out_channels, c.images * c.rows * s.out_width);
-      gemm_out(staged, w, columns);
-      out.transpose(0, 1).copy_(staged.view({s.out_channels, c.images, c.rows, s.out_width}));
-    }
-  });
   if (bias) output.add_(bias->view({1, s.out_channels, 1, 1}));
   return output;
 }

@@ -44,17 +44,15 @@ Tap tap_columns(const ConvShape& s, int64_t kj) {
   return {offset, valid_columns(offset, s.stride_w, s.width, s.out_width)};
 }
 
-// out[ow] += w * in[ow * stride + offset] over the tap's columns; the unit stride spelt out, so
-// that the compiler vectorizes it.
-template <typename acc_t, typename scalar_t>
-void add_scaled_row(acc_t* out, acc_t w, const scalar_t* in, int64_t stride, const Tap& tap) {
+// Calls f(ow, iw) for each output column ow of the tap, with iw = ow * stride + offset its input
+// column. The unit stride is spelt out, so that the compiler vectorizes the (inlined) body.
+template <typename F>
+inline void for_each_column(int64_t stride, const Tap& tap, F&& f) {
   if (stride == 1) {
-    for (int64_t ow = tap.columns.begin; ow < tap.columns.end; ++ow) {
-      out[ow] += w * static_cast<acc_t>(in[ow + tap.offset]);
-    }
+    for (int64_t ow = tap.columns.begin; ow < tap.columns.end; ++ow) f(ow, ow + tap.offset);
   } else {
     for (int64_t ow = tap.columns.begin; ow < tap.columns.end; ++ow) {
-      out[ow] += w * static_cast<acc_t>(in[ow * stride + tap.offset]);
+      f(ow, ow * stride + tap.offset);
     }
   }
 }
@@ -73,7 +71,11 @@ TORCH_CONVBP_VECTOR_CLONES void forward_plane(const scalar_t* x, const scalar_t*
       for (int64_t oh = 0; oh < s.out_height; ++oh) {
         const int64_t ih = input_row(s, oh, ki);
         if (ih < 0) continue;
-        add_scaled_row(acc + oh * s.out_width, weight, x + ih * s.width, s.stride_w, tap);
+        acc_t* acc_row = acc + oh * s.out_width;
+        const scalar_t* x_row = x + ih * s.width;
+        for_each_column(s.stride_w, tap, [&](int64_t ow, int64_t iw) {
+          acc_row[ow] += weight * static_cast<acc_t>(x_row[iw]);
+        });
       }
     }
   }
@@ -94,15 +96,9 @@ TORCH_CONVBP_VECTOR_CLONES void add_input_grad_plane(const scalar_t* dy, const s
         if (ih < 0) continue;
         acc_t* acc_row = acc + ih * s.width;
         const scalar_t* dy_row = dy + oh * s.out_width;
-        if (s.stride_w == 1) {  // spelt out, so that the compiler vectorizes it
-          for (int64_t ow = tap.columns.begin; ow < tap.columns.end; ++ow) {
-            acc_row[ow + tap.offset] += weight * static_cast<acc_t>(dy_row[ow]);
-          }
-        } else {
-          for (int64_t ow = tap.columns.begin; ow < tap.columns.end; ++ow) {
-            acc_row[ow * s.stride_w + tap.offset] += weight * static_cast<acc_t>(dy_row[ow]);
-          }
-        }
+        for_each_column(s.stride_w, tap, [&](int64_t ow, int64_t iw) {
+          acc_row[iw] += weight * static_cast<acc_t>(dy_row[ow]);
+        });
       }
     }
   }
@@ -122,16 +118,9 @@ TORCH_CONVBP_VECTOR_CLONES void add_weight_grad_partials(const scalar_t* x, cons
       for (int64_t kj = 0; kj < s.kernel_w; ++kj) {
         const Tap tap = tap_columns(s, kj);
         acc_t* p = partial + (ki * s.kernel_w + kj) * s.out_width;
-        if (s.stride_w == 1) {
-          for (int64_t ow = tap.columns.begin; ow < tap.columns.end; ++ow) {
-            p[ow] += static_cast<acc_t>(dy_row[ow]) * static_cast<acc_t>(x_row[ow + tap.offset]);
-          }
-        } else {
-          for (int64_t ow = tap.columns.begin; ow < tap.columns.end; ++ow) {
-            p[ow] += static_cast<acc_t>(dy_row[ow]) *
-                     static_cast<acc_t>(x_row[ow * s.stride_w + tap.offset]);
-          }
-        }
+        for_each_column(s.stride_w, tap, [&](int64_t ow, int64_t iw) {
+          p[ow] += static_cast<acc_t>(dy_row[ow]) * static_cast<acc_t>(x_row[iw]);
+        });
       }
     }
   }
