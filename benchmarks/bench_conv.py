@@ -109,7 +109,9 @@ def gemm_step(layer, batch, passes, device, dtype, size=None):
       forward      Y  [G, Cout/G, NP] = W    [G, Cout/G, K] @ col [G, K, NP]
       grad-input   dC [G, K, NP]      = W^T  [G, K, Cout/G] @ dY  [G, Cout/G, NP]
       grad-weight  dW [G, Cout/G, K]  = dY   [G, Cout/G, NP] @ col^T [G, NP, K]
-    with K = Cin/G*kh*kw and NP the output pixels of the batch."""
+    with K = Cin/G*kh*kw and NP the output pixels of the batch, in the dtype torch_convbp's GEMMs
+    run in (float32 for half-precision operands on a CPU without instructions for them)."""
+    dtype = torch_convbp.gemm_dtype(dtype, device)
     groups = layer["groups"]
     k = layer["in_channels"] // groups * layer["kernel"] ** 2
     m, n = layer["out_channels"] // groups, batch * out_size(layer, size) ** 2
@@ -181,7 +183,9 @@ class Progress:
 # --- the sections of a run ---------------------------------------------------------------------
 
 def measure_ceilings(device, dtype):
-    """The machine's two ceilings: one large square GEMM (GFLOP/s) and a large copy (GB/s)."""
+    """The machine's two ceilings: one large square GEMM (GFLOP/s, in the dtype our GEMMs run in)
+    and a large copy (GB/s)."""
+    dtype = torch_convbp.gemm_dtype(dtype, device)
     n = 4096 if device == "cuda" else 2048
     a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
     out = torch.empty(n, n, device=device, dtype=dtype)

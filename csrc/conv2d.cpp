@@ -12,6 +12,8 @@
 // Two special cases skip parts of this: a 1x1 convolution's input is its own column matrix (no
 // im2col), and a depthwise one (one input channel per group, whose GEMMs would be a few rows
 // thin) goes to direct device kernels (no im2col, no GEMM, no workspace).
+// The GEMMs run in gemm_dtype(): the operands' dtype, or float32 for float16 and bfloat16 on a CPU
+// that would emulate half-precision GEMMs; the column matrices and staging are then float32.
 #include <ATen/ATen.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
@@ -23,6 +25,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <optional>
+#include <string_view>
 
 #include "conv2d.h"
 
@@ -55,6 +58,7 @@ int64_t target_chunk_pixels(int64_t column_bytes_per_pixel, bool cpu) {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+
 // A chunk of the work: `images` whole images from `image` on and, of each, output rows
 // [row, row + rows). Several images are taken only with all their rows.
 struct Chunk {
@@ -72,14 +76,17 @@ struct Plan {
 };
 
 // Chooses the chunks: about target_chunk_pixels() output pixels each (whole images side by side,
-// or row bands of one image), as long as their column matrix plus staging (bytes_per_pixel per
-// output pixel) fit each lane's share of the workspace limit; one output row at the least,
-// whatever the limit.
-Plan plan_chunks(const ConvShape& s, int64_t bytes_per_pixel, const at::Tensor& like) {
-  const int64_t max_lanes = like.is_cpu() ? std::max(1, at::get_num_threads()) : 1;
+// or row bands of one image), as long as their column matrix plus staging (a column of each per
+// output pixel, in the workspace's dtype) fit each lane's share of the workspace limit; one
+// output row at the least, whatever the limit.
+Plan plan_chunks(const ConvShape& s, at::TensorOptions workspace) {
+  const bool cpu = workspace.device().is_cpu();
+  const int64_t element_size = static_cast<int64_t>(workspace.dtype().itemsize());
+  const int64_t bytes_per_pixel = (s.column_rows() + s.out_channels) * element_size;
+  const int64_t max_lanes = cpu ? std::max(1, at::get_num_threads()) : 1;
   const int64_t image_pixels = s.out_height * s.out_width;
-  const int64_t lane_budget = std::max(
-      s.out_width, g_workspace_limit.load() / max_lanes / std::max<int64_t>(bytes_per_pixel, 1));
+  const int64_t lane_budget =
+      std::max(s.out_width, g_workspace_limit.load() / max_lanes / bytes_per_pixel);
   const int64_t batch = std::max<int64_t>(s.batch, 1);
   // A pointwise convolution takes one whole image at a time when an image makes a wide enough
   // GEMM: then its input is its column matrix and its output the GEMM's destination, with no
@@ -87,7 +94,7 @@ Plan plan_chunks(const ConvShape& s, int64_t bytes_per_pixel, const at::Tensor& 
   const bool whole_images = s.is_pointwise() && image_pixels >= kMinGemmWidth;
   const int64_t target = std::min(
       lane_budget, whole_images ? image_pixels
-                                : target_chunk_pixels(s.column_rows() * like.element_size(), like.is_cpu()));
+                                : target_chunk_pixels(s.column_rows() * element_size, cpu));
   // Row bands of one image, of about the target's width, when a whole image is over the memory
   // budget or over twice the target.
   if (image_pixels > lane_budget || image_pixels > 2 * target) {
@@ -114,8 +121,11 @@ Tensor chunk_of(const Tensor& t, const Chunk& c) {
 }
 
 // Sees a chunk [n, C, h, w] as the GEMM operand [G, C/G, n*h*w] (per group: channels by
-// pixels) without copying, when its memory allows it (one image at a time).
-std::optional<Tensor> group_matrix_view(const Tensor& chunk, int64_t groups) {
+// pixels) without copying, when its memory allows it (one image at a time) and it has the
+// GEMMs' dtype.
+std::optional<Tensor> group_matrix_view(const Tensor& chunk, int64_t groups,
+                                        at::ScalarType dtype) {
+  if (chunk.scalar_type() != dtype) return std::nullopt;
   const Tensor by_channel = chunk.transpose(0, 1);  // [C, n, h, w]
   const int64_t channels = by_channel.size(0);
   const std::vector<int64_t> shape{groups, channels / groups, by_channel.numel() / channels};
@@ -135,6 +145,8 @@ class Workspace {
   Workspace& operator=(const Workspace&) = delete;
   ~Workspace() { g_workspace_in_use -= held_bytes_; }
 
+  at::ScalarType dtype() const { return options_.dtype().toScalarType(); }
+
   // [G, Cin/G*kh*kw, pixels] column matrix.
   Tensor columns(int64_t pixels) {
     return take(columns_, shape_.column_rows())
@@ -149,9 +161,10 @@ class Workspace {
         .view({shape_.groups, channels / shape_.groups, pixels});
   }
 
-  // `chunk` [n, C, h, w] as the GEMM operand [G, C/G, n*h*w]: a view, or a copy in staging.
+  // `chunk` [n, C, h, w] as the GEMM operand [G, C/G, n*h*w]: a view, or a copy (converted to
+  // the GEMMs' dtype) in staging.
   Tensor group_matrix(const Tensor& chunk) {
-    if (auto view = group_matrix_view(chunk, shape_.groups)) return *view;
+    if (auto view = group_matrix_view(chunk, shape_.groups, dtype())) return *view;
     const int64_t channels = chunk.size(1);
     Tensor staged = staging(channels, chunk.numel() / channels);
     staged.view({channels, chunk.size(0), chunk.size(2), chunk.size(3)})
@@ -180,9 +193,9 @@ class Workspace {
 
 // Runs body(chunk, workspace, lane) over the whole output, as the plan deals it.
 template <class Body>
-void run_chunks(const ConvShape& s, const Plan& plan, const Tensor& like, Body&& body) {
+void run_chunks(const ConvShape& s, const Plan& plan, at::TensorOptions workspace, Body&& body) {
   auto run_lane = [&](int64_t lane) {
-    Workspace ws(s, plan.images * plan.rows * s.out_width, like.options());
+    Workspace ws(s, plan.images * plan.rows * s.out_width, workspace);
     for (int64_t chunk = lane; chunk < plan.image_chunks; chunk += plan.lanes) {
       const int64_t image = chunk * plan.images;
       if (image >= s.batch) break;
@@ -202,12 +215,6 @@ void run_chunks(const ConvShape& s, const Plan& plan, const Tensor& like, Body&&
     at::ThreadLocalStateGuard guard(caller_state);
     for (int64_t lane = begin; lane < end; ++lane) run_lane(lane);
   });
-}
-
-// Bytes of workspace per output pixel of a chunk: a column of the column matrix and a column
-// of staged output (or output gradient).
-int64_t bytes_per_pixel(const ConvShape& s, const Tensor& t) {
-  return (s.column_rows() + s.out_channels) * t.element_size();
 }
 
 // The device kernels im2col and col2im share one signature: (source, geometry, chunk, target).
@@ -256,7 +263,7 @@ void call_depthwise_kernel(DepthwiseOp which, const Tensor& a, const Tensor& b, 
 // convolution's input is its own column matrix: a view, no im2col, when memory allows.
 Tensor columns_of(const Tensor& x, const ConvShape& s, const Chunk& c, Workspace& ws) {
   if (s.is_pointwise()) {
-    if (auto view = group_matrix_view(chunk_of(x, c), s.groups)) return *view;
+    if (auto view = group_matrix_view(chunk_of(x, c), s.groups, ws.dtype())) return *view;
   }
   Tensor columns = ws.columns(c.images * c.rows * s.out_width);
   call_column_kernel(ColumnOp::im2col, x.narrow(0, c.image, c.images), s, c, columns);
@@ -295,13 +302,15 @@ void check_grad_output(const char* op, const Tensor& grad_output, const ConvShap
               IntArrayRef(expected), " (the convolution's output), got ", grad_output.sizes());
 }
 
-// output = W @ im2col(x), chunk by chunk, for the G weight matrices w [G, Cout/G, Cin/G*kh*kw].
+// output = W @ im2col(x), chunk by chunk, for the G weight matrices w [G, Cout/G, Cin/G*kh*kw]
+// (in the GEMMs' dtype).
 void forward_by_chunks(const Tensor& x, const Tensor& w, const ConvShape& s, const Tensor& output) {
-  const Plan plan = plan_chunks(s, bytes_per_pixel(s, x), x);
-  run_chunks(s, plan, x, [&](const Chunk& c, Workspace& ws, int64_t) {
+  const auto workspace = w.options();
+  const Plan plan = plan_chunks(s, workspace);
+  run_chunks(s, plan, workspace, [&](const Chunk& c, Workspace& ws, int64_t) {
     const Tensor columns = columns_of(x, s, c, ws);  // [G, Cin/G*kh*kw, P]
     const Tensor out = chunk_of(output, c);          // [n, Cout, h, OW]
-    if (auto out_view = group_matrix_view(out, s.groups)) {
+    if (auto out_view = group_matrix_view(out, s.groups, ws.dtype())) {
       gemm_out(*out_view, w, columns);  // [G, Cout/G, P] = [G, Cout/G, Cin/G*kh*kw] @ columns
     } else {
       const Tensor staged = ws.staging(s.out_channels, c.images * c.rows * s.out_width);
@@ -324,6 +333,25 @@ int64_t workspace_peak(bool reset) {
   return reset ? g_workspace_peak.exchange(g_workspace_in_use.load()) : g_workspace_peak.load();
 }
 
+// The dtype the GEMMs run in: the operands' own, except for float16 and bfloat16 on a CPU
+// without instructions for them, where ATen emulates those GEMMs at a few percent of float32's
+// speed (benchmarks/NOTES.md, section 6). There im2col builds the column matrices in float32
+// (converting as it copies), the GEMMs run in float32, and each result is rounded once, as it is
+// written out: as accurate as a native GEMM that accumulates in float32, and tens of times
+// faster. TORCH_CONVBP_HALF_GEMM=native or =float32 forces one or the other (auto: this rule).
+at::ScalarType gemm_dtype(at::ScalarType dtype, const at::Device& device) {
+  if (dtype != at::kHalf && dtype != at::kBFloat16) return dtype;
+  const char* forced = std::getenv("TORCH_CONVBP_HALF_GEMM");
+  const std::string_view choice = forced ? forced : "auto";
+  TORCH_CHECK(choice == "auto" || choice == "native" || choice == "float32",
+              "torch_convbp: TORCH_CONVBP_HALF_GEMM must be auto, native or float32, got '",
+              choice, "'");
+  if (choice == "auto") {
+    return device.is_cpu() && !cpu_has_native_half_gemm(dtype) ? at::kFloat : dtype;
+  }
+  return choice == "float32" ? at::kFloat : dtype;
+}
+
 Tensor conv2d_forward(const Tensor& input, const Tensor& weight,
                       const std::optional<Tensor>& bias, IntArrayRef stride,
                       IntArrayRef padding, IntArrayRef dilation, int64_t groups) {
@@ -344,7 +372,8 @@ Tensor conv2d_forward(const Tensor& input, const Tensor& weight,
   if (s.is_depthwise()) {
     call_depthwise_kernel(DepthwiseOp::forward, x, weight.contiguous(), s, output);
   } else {
-    forward_by_chunks(x, weight_matrices(weight, s), s, output);
+    const auto compute = gemm_dtype(x.scalar_type(), x.device());
+    forward_by_chunks(x, weight_matrices(weight, s).to(compute), s, output);
   }
   if (bias) output.add_(bias->view({1, s.out_channels, 1, 1}));
   return output;
@@ -368,10 +397,11 @@ Tensor conv2d_weight_grad(const Tensor& input, const Tensor& grad_output,
   }
   // Accumulate over chunks in float32 for float16 and bfloat16, in place otherwise.
   const auto acc_dtype = at::toOpMathType(x.scalar_type());
-  const Plan plan = plan_chunks(s, bytes_per_pixel(s, x), x);
+  const auto workspace = x.options().dtype(gemm_dtype(x.scalar_type(), x.device()));
+  const Plan plan = plan_chunks(s, workspace);
   // One accumulator per lane, summed in lane order at the end.
   std::vector<Tensor> grad_w(plan.lanes);
-  run_chunks(s, plan, x, [&](const Chunk& c, Workspace& ws, int64_t lane) {
+  run_chunks(s, plan, workspace, [&](const Chunk& c, Workspace& ws, int64_t lane) {
     const Tensor columns = columns_of(x, s, c, ws);         // [G, Cin/G*kh*kw, P]
     const Tensor dy_g = ws.group_matrix(chunk_of(dy, c));  // [G, Cout/G, P]
     if (!grad_w[lane].defined()) {
@@ -403,14 +433,17 @@ Tensor conv2d_input_grad(const Tensor& grad_output, const Tensor& weight,
     call_depthwise_kernel(DepthwiseOp::input_grad, dy, weight.contiguous(), s, grad_input);
     return grad_input;
   }
-  const Tensor w_t = weight_matrices(weight, s).transpose(1, 2);  // [G, Cin/G*kh*kw, Cout/G]
+  const auto compute = gemm_dtype(dy.scalar_type(), dy.device());
+  // [G, Cin/G*kh*kw, Cout/G], in the GEMMs' dtype
+  const Tensor w_t = weight_matrices(weight, s).to(compute).transpose(1, 2);
   Tensor grad_input = at::zeros(input_size, dy.options());
-  const Plan plan = plan_chunks(s, bytes_per_pixel(s, dy), dy);
-  run_chunks(s, plan, dy, [&](const Chunk& c, Workspace& ws, int64_t) {
+  const auto workspace = w_t.options();
+  const Plan plan = plan_chunks(s, workspace);
+  run_chunks(s, plan, workspace, [&](const Chunk& c, Workspace& ws, int64_t) {
     const Tensor dy_g = ws.group_matrix(chunk_of(dy, c));  // [G, Cout/G, P]
     // A pointwise convolution's column matrix is the input itself: write dx directly.
     if (s.is_pointwise()) {
-      if (auto dx = group_matrix_view(chunk_of(grad_input, c), s.groups)) {
+      if (auto dx = group_matrix_view(chunk_of(grad_input, c), s.groups, ws.dtype())) {
         gemm_out(*dx, w_t, dy_g);
         return;
       }

@@ -78,6 +78,13 @@ Tensor conv2d_weight_grad(const Tensor& input, const Tensor& grad_output,
                           IntArrayRef weight_size, IntArrayRef stride, IntArrayRef padding,
                           IntArrayRef dilation, int64_t groups);
 
+// The dtype the GEMMs run in for operands of `dtype` on `device` (see conv2d.cpp).
+at::ScalarType gemm_dtype(at::ScalarType dtype, const at::Device& device);
+
+// Whether this CPU multiplies float16 (bfloat16) matrices natively, with AVX512-FP16 (BF16) or
+// AMX, rather than by a slow emulation. cpu/half_gemm.cpp; true for other dtypes.
+bool cpu_has_native_half_gemm(at::ScalarType dtype);
+
 // The largest column buffer (plus GEMM staging) one call may allocate, in bytes.
 void set_workspace_limit(int64_t bytes);
 int64_t workspace_limit();

@@ -11,4 +11,6 @@ PYBIND11_MODULE(_C, m) {
   m.def("workspace_limit", &torch_convbp::workspace_limit, "The workspace limit in bytes.");
   m.def("workspace_peak", &torch_convbp::workspace_peak, py::arg("reset") = false,
         "The most workspace held at once since the last reset, in bytes.");
+  m.def("gemm_dtype", &torch_convbp::gemm_dtype, py::arg("dtype"), py::arg("device"),
+        "The dtype the GEMMs run in for operands of this dtype on this device.");
 }

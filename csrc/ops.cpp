@@ -119,12 +119,18 @@ ConvShape check_conv2d(const char* op, IntArrayRef input_size, IntArrayRef weigh
 ColumnGeometry check_columns(const char* op, const Tensor& images, const Tensor& columns,
                              IntArrayRef kernel_size, IntArrayRef stride, IntArrayRef padding,
                              IntArrayRef dilation, int64_t row_start, int64_t rows) {
+  check_operands(op, {{"images", &images}});  // a floating dtype, dense
+  TORCH_CHECK(columns.layout() == at::kStrided, op,
+              ": columns must be a dense (strided) tensor, got layout ", columns.layout());
   TORCH_CHECK(images.dim() == 4 && images.is_contiguous(), op,
               ": expected contiguous images [N, C, H, W], got size ", sizes_str(images.sizes()));
   TORCH_CHECK(columns.is_contiguous(), op, ": expected a contiguous column matrix");
-  TORCH_CHECK(images.scalar_type() == columns.scalar_type(), op,
-              ": images and columns must have the same dtype, got ",
-              dtype_name(images.scalar_type()), " and ", dtype_name(columns.scalar_type()));
+  const auto image_dtype = images.scalar_type(), column_dtype = columns.scalar_type();
+  const bool half_images = image_dtype == at::kHalf || image_dtype == at::kBFloat16;
+  TORCH_CHECK(column_dtype == image_dtype || (half_images && column_dtype == at::kFloat), op,
+              ": columns must have the images' dtype, or float32 for float16 and bfloat16 "
+              "images; got images ",
+              dtype_name(image_dtype), " and columns ", dtype_name(column_dtype));
   TORCH_CHECK(images.device() == columns.device(), op,
               ": images and columns must be on the same device, got ", images.device(), " and ",
               columns.device());

@@ -1,4 +1,5 @@
-"""float32, bfloat16 and float16 against F.conv2d, and autocast."""
+"""float32, bfloat16 and float16 against F.conv2d, both ways of running half-precision GEMMs,
+and autocast."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -20,9 +21,17 @@ def assert_near(actual, expected, dtype):
     assert err <= TOLERANCE[dtype] * scale, f"{err} > {TOLERANCE[dtype]} * {scale}"
 
 
+@pytest.fixture(params=["native", "float32"])
+def half_gemm(request, monkeypatch):
+    """Half-precision GEMMs run natively, or in float32 on float32 column matrices (the default
+    on a CPU without AVX512-BF16/FP16): both are tested wherever the test runs."""
+    monkeypatch.setenv("TORCH_CONVBP_HALF_GEMM", request.param)
+    return request.param
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("case", DTYPE_CASES, ids=str)
-def test_low_precision_values_and_grads(case, dtype, device):
+def test_low_precision_values_and_grads(case, dtype, device, half_gemm):
     x, w, b = case.tensors(dtype=dtype, device=device, requires_grad=True)
     y = torch_convbp.conv2d(x, w, b, **case.args())
     g = torch.randn_like(y)
@@ -37,7 +46,58 @@ def test_low_precision_values_and_grads(case, dtype, device):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
-def test_weight_grad_accumulates_chunks_in_float32(dtype):
+def test_float32_gemms_round_each_result_once(dtype, device, monkeypatch):
+    """With float32 GEMMs, every output and gradient entry is its float64 value rounded once to
+    the dtype, up to float32's own error: within half a unit in the last place, plus a little."""
+    monkeypatch.setenv("TORCH_CONVBP_HALF_GEMM", "float32")
+    torch.manual_seed(0)
+    x = torch.randn(3, 6, 11, 9, dtype=dtype, device=device, requires_grad=True)
+    w = torch.randn(8, 3, 3, 2, dtype=dtype, device=device, requires_grad=True)
+    args = dict(stride=(2, 1), padding=(1, 0), dilation=(1, 2), groups=2)
+    y = torch_convbp.conv2d(x, w, **args)
+    g = torch.randn_like(y)
+    x64, w64 = (t.detach().double().requires_grad_() for t in (x, w))
+    y64 = F.conv2d(x64, w64, **args)
+    actual = (y, *torch.autograd.grad(y, (x, w), g))
+    expected = (y64, *torch.autograd.grad(y64, (x64, w64), g.double()))
+    half_ulp = torch.finfo(dtype).eps / 2  # relative rounding error of one rounding
+    for a, e in zip(actual, expected):
+        bound = half_ulp * e.abs() + 1e-5 * e.abs().max()
+        assert ((a.double() - e).abs() <= bound).all()
+
+
+def cpu_flags():
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((line.split(":")[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        return []
+
+
+def test_gemm_dtype_tells_which_dtype_the_gemms_run_in(monkeypatch):
+    monkeypatch.delenv("TORCH_CONVBP_HALF_GEMM", raising=False)
+    assert torch_convbp.gemm_dtype(torch.float64) == torch.float64
+    assert torch_convbp.gemm_dtype(torch.float32, "cuda") == torch.float32
+    assert torch_convbp.gemm_dtype(torch.bfloat16, "cuda") == torch.bfloat16
+    flags = cpu_flags()
+    if "avx512_bf16" in flags or "avx2" in flags:  # an x86 CPU, with or without native bfloat16
+        expected = torch.bfloat16 if "avx512_bf16" in flags else torch.float32
+        assert torch_convbp.gemm_dtype(torch.bfloat16) == expected
+    monkeypatch.setenv("TORCH_CONVBP_HALF_GEMM", "float32")
+    assert torch_convbp.gemm_dtype(torch.float16, "cuda") == torch.float32
+    monkeypatch.setenv("TORCH_CONVBP_HALF_GEMM", "native")
+    assert torch_convbp.gemm_dtype(torch.bfloat16) == torch.bfloat16
+
+
+def test_half_gemm_setting_is_checked(monkeypatch):
+    monkeypatch.setenv("TORCH_CONVBP_HALF_GEMM", "fast")
+    x = torch.randn(1, 2, 5, 5, dtype=torch.bfloat16)
+    with pytest.raises(RuntimeError, match="TORCH_CONVBP_HALF_GEMM must be auto, native or float32, got 'fast'"):
+        torch_convbp.conv2d(x, torch.randn(2, 2, 3, 3, dtype=torch.bfloat16))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_weight_grad_accumulates_chunks_in_float32(dtype, half_gemm):
     """Many chunks summed in float32: as accurate as one chunk."""
     torch.manual_seed(0)
     x = torch.randn(32, 4, 8, 8, dtype=dtype)

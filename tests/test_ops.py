@@ -55,6 +55,42 @@ def test_im2col_col2im_opcheck_and_adjoint(case, device):
         opcheck(ops.col2im.default, (c, case.kernel, *args[:3], row_start, rows, back))
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_float32_columns_of_half_images(dtype, device):
+    """For float32 GEMMs on half-precision images, im2col converts as it copies and col2im as it
+    adds: the same as working on float32 images, then rounding the image once."""
+    case = next(c for c in SYMMETRIC_CASES if c.name == "asymmetric_everything")
+    x, _, _ = case.tensors(device=device, dtype=dtype)
+    args = explicit_args(case)
+    cols = column_matrix(x, case.kernel, args, 1, 2)
+    wide = torch.empty_like(cols, dtype=torch.float32)
+    ops.im2col(x, case.kernel, *args[:3], 1, 2, wide)
+    assert torch.equal(wide, cols.float())
+    c = torch.randn_like(wide)
+    back, back32 = torch.zeros_like(x), torch.zeros_like(x, dtype=torch.float32)
+    ops.col2im(c, case.kernel, *args[:3], 1, 2, back)
+    ops.col2im(c, case.kernel, *args[:3], 1, 2, back32)
+    assert torch.equal(back, back32.to(dtype))
+    opcheck(ops.im2col.default, (x, case.kernel, *args[:3], 1, 2, wide))
+    opcheck(ops.col2im.default, (c, case.kernel, *args[:3], 1, 2, back))
+
+
+@pytest.mark.parametrize(
+    "images, columns",
+    [(torch.float32, torch.float64), (torch.float64, torch.float32), (torch.float32, torch.bfloat16)],
+    ids=str,
+)
+def test_column_dtype_must_match_or_widen_half_images(images, columns):
+    x = torch.randn(2, 4, 6, 6, dtype=images)
+    message = "columns must have the images' dtype, or float32 for float16 and bfloat16 images"
+    for device in ("cpu", "meta"):  # the operator and its fake kernel
+        cols = torch.empty(4 * 9, 2 * 16, dtype=columns, device=device)
+        with pytest.raises(RuntimeError, match=message):
+            ops.im2col(x.to(device), (3, 3), (1, 1), (0, 0), (1, 1), 0, 4, cols)
+        with pytest.raises(RuntimeError, match=message):
+            ops.col2im(cols, (3, 3), (1, 1), (0, 0), (1, 1), 0, 4, x.to(device))
+
+
 DEPTHWISE_CASES = [c for c in CASES if c.groups > 1 and c.groups == c.in_channels and c.batch > 0]
 
 

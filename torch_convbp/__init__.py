@@ -4,6 +4,7 @@
     torch_convbp.Conv2d(...)          # an nn.Conv2d
     torch_convbp.convert(model)       # every nn.Conv2d in model becomes a torch_convbp.Conv2d
     torch_convbp.set_workspace_limit(nbytes)
+    torch_convbp.gemm_dtype(torch.bfloat16)   # the dtype the GEMMs run in (float32 on most CPUs)
 
 The operators are torch.ops.torch_convbp.{conv2d, conv2d_input_grad, conv2d_weight_grad}.
 """
@@ -25,6 +26,7 @@ __all__ = [
     "get_workspace_limit",
     "workspace_limit",
     "workspace_peak",
+    "gemm_dtype",
     "CUDA_KERNELS",
 ]
 __version__ = "0.1.0"
@@ -56,6 +58,15 @@ def workspace_peak(reset: bool = False) -> int:
     """The most workspace (column buffers plus staging) held at once since the last reset, in
     bytes, over all calls and threads; reset=True returns it and starts a new count."""
     return _C.workspace_peak(reset)
+
+
+def gemm_dtype(dtype: torch.dtype, device="cpu") -> torch.dtype:
+    """The dtype torch_convbp's GEMMs run in for operands of `dtype` on `device`. That is the
+    operands' own dtype, except for float16 and bfloat16 on a CPU without AVX512-FP16 / BF16 (or
+    AMX), where a half-precision GEMM is emulated and slow: there the column matrices and GEMMs
+    are float32, and each result is rounded once to `dtype`. The environment variable
+    TORCH_CONVBP_HALF_GEMM=native or =float32 forces one or the other (default: auto)."""
+    return _C.gemm_dtype(dtype, torch.device(device))
 
 
 @contextlib.contextmanager

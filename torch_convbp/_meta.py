@@ -115,7 +115,27 @@ def _conv2d_weight_grad_fake(input, grad_output, weight_size, stride, padding, d
 
 
 def _check_columns(op, images, columns, kernel_size, stride, padding, dilation, row_start, rows):
-    check_operands(op, images=images, columns=columns)
+    check_operands(op, images=images)
+    torch._check(
+        columns.layout == torch.strided,
+        lambda: f"{op}: columns must be a dense (strided) tensor, got layout {columns.layout}",
+    )
+    torch._check(
+        images.dim() == 4 and images.is_contiguous(),
+        lambda: f"{op}: expected contiguous images [N, C, H, W], got size {list(images.shape)}",
+    )
+    torch._check(columns.is_contiguous(), lambda: f"{op}: expected a contiguous column matrix")
+    # The GEMMs may run in float32 for float16 and bfloat16 images (gemm_dtype in conv2d.cpp).
+    half_images = images.dtype in (torch.float16, torch.bfloat16)
+    torch._check(
+        columns.dtype == images.dtype or (half_images and columns.dtype == torch.float32),
+        lambda: f"{op}: columns must have the images' dtype, or float32 for float16 and bfloat16 images; "
+        f"got images {images.dtype} and columns {columns.dtype}",
+    )
+    torch._check(
+        images.device == columns.device,
+        lambda: f"{op}: images and columns must be on the same device, got {images.device} and {columns.device}",
+    )
     weight_size = (1, images.shape[1], *kernel_size)
     oh, ow = conv2d_output_size(op, images.shape, weight_size, stride, padding, dilation, 1)
     torch._check(

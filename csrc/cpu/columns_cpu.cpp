@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "../column_types.h"
 #include "../conv2d.h"
 #include "cpu_kernels.h"
 
@@ -23,8 +24,8 @@ constexpr int64_t kGrainElements = 32768;
 // columns[(c, ki, kj), image, oh, ow] = images[image, c, ih, iw] (0 in the padding), with
 // ih = oh*stride_h - pad_h + ki*dilation_h and iw likewise. One task writes one contiguous block:
 // a column-matrix row's stretch for one image.
-template <typename scalar_t>
-void im2col_kernel(const scalar_t* images, scalar_t* columns, const ColumnGeometry& g) {
+template <typename image_t, typename column_t>
+void im2col_kernel(const image_t* images, column_t* columns, const ColumnGeometry& g) {
   const int64_t kernel_area = g.kernel_h * g.kernel_w, plane = g.height * g.width;
   const int64_t block = g.rows * g.out_width;
   const int64_t tasks = g.channels * kernel_area * g.images;
@@ -34,27 +35,27 @@ void im2col_kernel(const scalar_t* images, scalar_t* columns, const ColumnGeomet
       const int64_t image = task % g.images, row = task / g.images;  // row = (c, ki, kj)
       const int64_t c = row / kernel_area, ki = row / g.kernel_w % g.kernel_h,
                     kj = row % g.kernel_w;
-      const scalar_t* src = images + (image * g.channels + c) * plane;
-      scalar_t* dst = columns + task * block;
+      const image_t* src = images + (image * g.channels + c) * plane;
+      column_t* dst = columns + task * block;
       const int64_t iw_offset = kj * g.dilation_w - g.pad_w;  // iw = ow*stride_w + iw_offset
       const Span valid = valid_columns(iw_offset, g.stride_w, g.width, g.out_width);
       for (int64_t oh = g.row_start; oh < g.row_start + g.rows; ++oh, dst += g.out_width) {
         const int64_t ih = oh * g.stride_h - g.pad_h + ki * g.dilation_h;
         if (ih < 0 || ih >= g.height) {
-          std::fill_n(dst, g.out_width, scalar_t(0));
+          std::fill_n(dst, g.out_width, column_t(0));
           continue;
         }
-        const scalar_t* src_row = src + ih * g.width;
-        std::fill(dst, dst + valid.begin, scalar_t(0));
+        const image_t* src_row = src + ih * g.width;
+        std::fill(dst, dst + valid.begin, column_t(0));
         if (g.stride_w == 1) {
           std::copy(src_row + valid.begin + iw_offset, src_row + valid.end + iw_offset,
                     dst + valid.begin);
         } else {
           for (int64_t ow = valid.begin; ow < valid.end; ++ow) {
-            dst[ow] = src_row[ow * g.stride_w + iw_offset];
+            dst[ow] = static_cast<column_t>(src_row[ow * g.stride_w + iw_offset]);
           }
         }
-        std::fill(dst + valid.end, dst + g.out_width, scalar_t(0));
+        std::fill(dst + valid.end, dst + g.out_width, column_t(0));
       }
     }
   });
@@ -64,9 +65,9 @@ void im2col_kernel(const scalar_t* images, scalar_t* columns, const ColumnGeomet
 // im2col. One task owns one (image, channel) plane and adds its kh*kw column rows in a fixed
 // order (ki, kj, oh, ow) into a float32 (or float64) buffer, then into the plane: no two tasks
 // write the same pixel, and every pixel's sum has the same order on every run.
-template <typename scalar_t>
-void col2im_kernel(const scalar_t* columns, scalar_t* images, const ColumnGeometry& g) {
-  using acc_t = at::opmath_type<scalar_t>;
+template <typename image_t, typename column_t>
+void col2im_kernel(const column_t* columns, image_t* images, const ColumnGeometry& g) {
+  using acc_t = at::opmath_type<image_t>;
   const int64_t kernel_area = g.kernel_h * g.kernel_w, plane = g.height * g.width;
   const int64_t block = g.rows * g.out_width;
   // The input rows that output rows [row_start, row_start + rows) reach.
@@ -85,7 +86,7 @@ void col2im_kernel(const scalar_t* columns, scalar_t* images, const ColumnGeomet
       for (int64_t ki = 0; ki < g.kernel_h; ++ki) {
         for (int64_t kj = 0; kj < g.kernel_w; ++kj) {
           const int64_t row = (c * g.kernel_h + ki) * g.kernel_w + kj;
-          const scalar_t* src = columns + (row * g.images + image) * block;
+          const column_t* src = columns + (row * g.images + image) * block;
           const int64_t iw_offset = kj * g.dilation_w - g.pad_w;
           const Span valid = valid_columns(iw_offset, g.stride_w, g.width, g.out_width);
           for (int64_t oh = g.row_start; oh < g.row_start + g.rows; ++oh, src += g.out_width) {
@@ -98,9 +99,9 @@ void col2im_kernel(const scalar_t* columns, scalar_t* images, const ColumnGeomet
           }
         }
       }
-      scalar_t* dst = images + (image * g.channels + c) * plane + first_ih * g.width;
+      image_t* dst = images + (image * g.channels + c) * plane + first_ih * g.width;
       for (int64_t i = 0; i < reached; ++i) {
-        dst[i] = static_cast<scalar_t>(static_cast<acc_t>(dst[i]) + sum[i]);
+        dst[i] = static_cast<image_t>(static_cast<acc_t>(dst[i]) + sum[i]);
       }
     }
   });
@@ -111,8 +112,10 @@ void im2col_cpu(const at::Tensor& images, IntArrayRef kernel_size, IntArrayRef s
                 const at::Tensor& columns) {
   const ColumnGeometry g = check_columns("torch_convbp.im2col", images, columns, kernel_size,
                                          stride, padding, dilation, row_start, rows);
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, images.scalar_type(), "im2col", [&] {
-    im2col_kernel(images.const_data_ptr<scalar_t>(), columns.mutable_data_ptr<scalar_t>(), g);
+  dispatch_column_types(images, columns, [&](auto image_type, auto column_type) {
+    using image_t = typename decltype(image_type)::type;
+    using column_t = typename decltype(column_type)::type;
+    im2col_kernel(images.const_data_ptr<image_t>(), columns.mutable_data_ptr<column_t>(), g);
   });
 }
 
@@ -121,8 +124,10 @@ void col2im_cpu(const at::Tensor& columns, IntArrayRef kernel_size, IntArrayRef 
                 const at::Tensor& images) {
   const ColumnGeometry g = check_columns("torch_convbp.col2im", images, columns, kernel_size,
                                          stride, padding, dilation, row_start, rows);
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, images.scalar_type(), "col2im", [&] {
-    col2im_kernel(columns.const_data_ptr<scalar_t>(), images.mutable_data_ptr<scalar_t>(), g);
+  dispatch_column_types(images, columns, [&](auto image_type, auto column_type) {
+    using image_t = typename decltype(image_type)::type;
+    using column_t = typename decltype(column_type)::type;
+    col2im_kernel(columns.const_data_ptr<column_t>(), images.mutable_data_ptr<image_t>(), g);
   });
 }
 

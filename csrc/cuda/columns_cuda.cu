@@ -16,6 +16,7 @@
 
 #include <algorithm>
 
+#include "../column_types.h"
 #include "../conv2d.h"
 #include "launch.cuh"
 
@@ -34,8 +35,8 @@ struct Dims {
         out_width(g.out_width), row_start(g.row_start), rows(g.rows) {}
 };
 
-template <typename scalar_t, typename index_t>
-__global__ void im2col_kernel(const scalar_t* __restrict__ images, scalar_t* __restrict__ columns,
+template <typename image_t, typename column_t, typename index_t>
+__global__ void im2col_kernel(const image_t* __restrict__ images, column_t* __restrict__ columns,
                               Dims<index_t> g, index_t total) {
   const index_t step = static_cast<index_t>(gridDim.x) * blockDim.x;
   for (index_t i = static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
@@ -53,16 +54,17 @@ __global__ void im2col_kernel(const scalar_t* __restrict__ images, scalar_t* __r
     const index_t ih = oh * g.stride_h - g.pad_h + ki * g.dilation_h;
     const index_t iw = ow * g.stride_w - g.pad_w + kj * g.dilation_w;
     const bool inside = ih >= 0 && ih < g.height && iw >= 0 && iw < g.width;
-    columns[i] = inside ? images[((image * g.channels + c) * g.height + ih) * g.width + iw]
-                        : scalar_t(0);
+    columns[i] = inside ? static_cast<column_t>(
+                              images[((image * g.channels + c) * g.height + ih) * g.width + iw])
+                        : column_t(0);
   }
 }
 
-template <typename scalar_t, typename index_t>
-__global__ void col2im_kernel(const scalar_t* __restrict__ columns, scalar_t* __restrict__ images,
+template <typename image_t, typename column_t, typename index_t>
+__global__ void col2im_kernel(const column_t* __restrict__ columns, image_t* __restrict__ images,
                               Dims<index_t> g, index_t first_ih, index_t reached_rows,
                               index_t total) {
-  using acc_t = at::opmath_type<scalar_t>;
+  using acc_t = at::opmath_type<image_t>;
   const index_t step = static_cast<index_t>(gridDim.x) * blockDim.x;
   const index_t block = g.rows * g.out_width;  // a column-matrix row's stretch for one image
   for (index_t i = static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
@@ -89,7 +91,7 @@ __global__ void col2im_kernel(const scalar_t* __restrict__ columns, scalar_t* __
       }
     }
     const index_t pixel = (plane * g.height + ih) * g.width + iw;
-    images[pixel] = static_cast<scalar_t>(static_cast<acc_t>(images[pixel]) + sum);
+    images[pixel] = static_cast<image_t>(static_cast<acc_t>(images[pixel]) + sum);
   }
 }
 
@@ -102,14 +104,16 @@ void im2col_cuda(const at::Tensor& images, IntArrayRef kernel_size, IntArrayRef 
   if (total == 0) return;
   const c10::cuda::CUDAGuard guard(images.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, images.scalar_type(), "im2col", [&] {
-    const scalar_t* src = images.const_data_ptr<scalar_t>();
-    scalar_t* dst = columns.mutable_data_ptr<scalar_t>();
+  dispatch_column_types(images, columns, [&](auto image_type, auto column_type) {
+    using image_t = typename decltype(image_type)::type;
+    using column_t = typename decltype(column_type)::type;
+    const image_t* src = images.const_data_ptr<image_t>();
+    column_t* dst = columns.mutable_data_ptr<column_t>();
     if (fits_int32(total) && fits_int32(images.numel())) {
-      im2col_kernel<scalar_t, int32_t><<<blocks_for(total), kThreads, 0, stream>>>(
+      im2col_kernel<image_t, column_t, int32_t><<<blocks_for(total), kThreads, 0, stream>>>(
           src, dst, Dims<int32_t>(g), static_cast<int32_t>(total));
     } else {
-      im2col_kernel<scalar_t, int64_t><<<blocks_for(total), kThreads, 0, stream>>>(
+      im2col_kernel<image_t, column_t, int64_t><<<blocks_for(total), kThreads, 0, stream>>>(
           src, dst, Dims<int64_t>(g), total);
     }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -131,15 +135,17 @@ void col2im_cuda(const at::Tensor& columns, IntArrayRef kernel_size, IntArrayRef
   const int64_t total = g.images * g.channels * reached * g.width;
   const c10::cuda::CUDAGuard guard(images.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, images.scalar_type(), "col2im", [&] {
-    const scalar_t* src = columns.const_data_ptr<scalar_t>();
-    scalar_t* dst = images.mutable_data_ptr<scalar_t>();
+  dispatch_column_types(images, columns, [&](auto image_type, auto column_type) {
+    using image_t = typename decltype(image_type)::type;
+    using column_t = typename decltype(column_type)::type;
+    const column_t* src = columns.const_data_ptr<column_t>();
+    image_t* dst = images.mutable_data_ptr<image_t>();
     if (fits_int32(columns.numel()) && fits_int32(images.numel())) {
-      col2im_kernel<scalar_t, int32_t><<<blocks_for(total), kThreads, 0, stream>>>(
+      col2im_kernel<image_t, column_t, int32_t><<<blocks_for(total), kThreads, 0, stream>>>(
           src, dst, Dims<int32_t>(g), static_cast<int32_t>(first_ih),
           static_cast<int32_t>(reached), static_cast<int32_t>(total));
     } else {
-      col2im_kernel<scalar_t, int64_t><<<blocks_for(total), kThreads, 0, stream>>>(
+      col2im_kernel<image_t, column_t, int64_t><<<blocks_for(total), kThreads, 0, stream>>>(
           src, dst, Dims<int64_t>(g), first_ih, reached, total);
     }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
