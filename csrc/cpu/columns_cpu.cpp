@@ -21,6 +21,21 @@ namespace {
 // Enough elements per parallel task to be worth a thread.
 constexpr int64_t kGrainElements = 32768;
 
+// dst[i] = src[i * stride] for i < n. Stride 1 is a copy (memmove for one dtype); stride 2, the
+// stride of most strided convolutions, is spelt out so that the compiler vectorizes it (with
+// AVX2 where the CPU has it): 1.4x faster than the general loop (benchmarks/NOTES.md).
+template <typename image_t, typename column_t>
+TORCH_CONVBP_VECTOR_CLONES void gather_strided(const image_t* src, int64_t stride, int64_t n,
+                                               column_t* dst) {
+  if (stride == 1) {
+    std::copy(src, src + n, dst);
+  } else if (stride == 2) {
+    for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<column_t>(src[2 * i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<column_t>(src[i * stride]);
+  }
+}
+
 // columns[(c, ki, kj), image, oh, ow] = images[image, c, ih, iw] (0 in the padding), with
 // ih = oh*stride_h - pad_h + ki*dilation_h and iw likewise. One task writes one contiguous block:
 // a column-matrix row's stretch for one image.
@@ -47,14 +62,8 @@ void im2col_kernel(const image_t* images, column_t* columns, const ColumnGeometr
         }
         const image_t* src_row = src + ih * g.width;
         std::fill(dst, dst + valid.begin, column_t(0));
-        if (g.stride_w == 1) {
-          std::copy(src_row + valid.begin + iw_offset, src_row + valid.end + iw_offset,
-                    dst + valid.begin);
-        } else {
-          for (int64_t ow = valid.begin; ow < valid.end; ++ow) {
-            dst[ow] = static_cast<column_t>(src_row[ow * g.stride_w + iw_offset]);
-          }
-        }
+        gather_strided(src_row + valid.begin * g.stride_w + iw_offset, g.stride_w,
+                       valid.end - valid.begin, dst + valid.begin);
         std::fill(dst + valid.end, dst + g.out_width, column_t(0));
       }
     }
