@@ -55,6 +55,30 @@ def test_im2col_col2im_opcheck_and_adjoint(case, device):
         opcheck(ops.col2im.default, (c, case.kernel, *args[:3], row_start, rows, back))
 
 
+@pytest.mark.parametrize(
+    "stride, padding, dilation",
+    [(1, 1, 1), (1, (2, 0), (1, 2)), (1, (3, 1), 1), (2, 1, 1), ((1, 2), 1, 1)],
+    ids=["rotated-kernel", "rotated-kernel-asymmetric", "padding-past-reach", "strided", "strided-width"],
+)
+@pytest.mark.parametrize("limit", [None, 1], ids=["whole-images", "row-by-row"])
+def test_input_grad_routes(stride, padding, dilation, limit, device):
+    """A stride-1 grad-input is computed as the convolution of dY with the rotated, transposed
+    kernel; padding past the kernel's reach and strides go through GEMM + col2im. Both routes
+    match F.conv2d's gradient, in whole images and one output row at a time."""
+    torch.manual_seed(0)
+    x = torch.randn(3, 4, 9, 8, dtype=torch.float64, device=device, requires_grad=True)
+    w = torch.randn(6, 2, 3, 2, dtype=torch.float64, device=device)
+    args = dict(stride=stride, padding=padding, dilation=dilation, groups=2)
+    y = F.conv2d(x, w, **args)
+    g = torch.randn_like(y)
+    (expected,) = torch.autograd.grad(y, x, g)
+    pair = lambda v: (v, v) if isinstance(v, int) else v
+    explicit = (pair(stride), pair(padding), pair(dilation), 2)
+    with torch_convbp.workspace_limit(limit or torch_convbp.get_workspace_limit()):
+        actual = ops.conv2d_input_grad(g, w, list(x.shape), *explicit)
+    torch.testing.assert_close(actual, expected, rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 def test_float32_columns_of_half_images(dtype, device):
     """For float32 GEMMs on half-precision images, im2col converts as it copies and col2im as it
