@@ -182,27 +182,39 @@ class Progress:
 
 # --- the sections of a run ---------------------------------------------------------------------
 
-def measure_ceilings(device, dtype):
-    """The machine's two ceilings: one large square GEMM (GFLOP/s, in the dtype our GEMMs run in)
-    and a large copy (GB/s)."""
+def square_gemm(device, dtype):
+    """One large square GEMM in the dtype our GEMMs run in: (step, its FLOPs, its size)."""
     dtype = torch_convbp.gemm_dtype(dtype, device)
     n = 4096 if device == "cuda" else 2048
     a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
     out = torch.empty(n, n, device=device, dtype=dtype)
+    return (lambda: torch.mm(a, b, out=out)), 2 * n**3, n
+
+
+def measure_ceilings(device, dtype):
+    """The machine's two ceilings: one large square GEMM (GFLOP/s) and a large copy (GB/s)."""
+    gemm, work, n = square_gemm(device, dtype)
     src = torch.randn(64 << 20 if device == "cuda" else 16 << 20, device=device, dtype=torch.float32)
     dst = torch.empty_like(src)
-    t = time_interleaved({"gemm": lambda: torch.mm(a, b, out=out), "copy": lambda: dst.copy_(src)}, rounds=5)
-    return {"square_gemm_size": n, "square_gemm_gflops": 2 * n**3 / t["gemm"] / 1e9,
+    t = time_interleaved({"gemm": gemm, "copy": lambda: dst.copy_(src)}, rounds=5)
+    return {"square_gemm_size": n, "square_gemm_gflops": work / t["gemm"] / 1e9,
             "copy_gbytes_per_s": 2 * src.nbytes / t["copy"] / 1e9}
 
 
 def run_layers(args, layers, progress):
+    """Each layer's candidates, and the square GEMM in the same rounds, so that 'of peak' compares
+    rates measured side by side (this machine's speed drifts by tens of percent over minutes)."""
     rows = []
+    peak_step, peak_work, _ = square_gemm(args.device, args.dtype)
     for layer in layers:
-        seconds = time_interleaved(candidate_steps(layer, args.batch, args.passes, args.device, args.dtype), args.rounds)
+        steps = candidate_steps(layer, args.batch, args.passes, args.device, args.dtype)
+        seconds = time_interleaved({**steps, "square_gemm": peak_step}, args.rounds)
+        peak = seconds.pop("square_gemm")
         work = flops(layer, args.batch, args.passes)
         row = {"layer": layer["name"], **{f"{k}_ms": v * 1e3 for k, v in seconds.items()}}
         row.update({f"{k}_gflops": work / v / 1e9 for k, v in seconds.items()})
+        row["square_gemm_gflops"] = peak_work / peak / 1e9
+        row["of_peak"] = row["torch_convbp_gflops"] / row["square_gemm_gflops"]
         for other in CANDIDATES[1:]:
             row[f"vs_{other}"] = seconds["torch_convbp"] / seconds[other]
         rows.append(row)
@@ -283,14 +295,15 @@ def print_layers(result, file=None):
     print(f"\n{result['machine']}, torch {result['torch']}, {result['date']}: {a['device']} {a['dtype']}, batch {a['batch']}, "
           f"{a['passes']} pass(es). Square {ceiling['square_gemm_size']}^3 GEMM: {ceiling['square_gemm_gflops']:.0f} GFLOP/s; "
           f"copy: {ceiling['copy_gbytes_per_s']:.0f} GB/s. Ratios are torch_convbp's time over the other's (below 1: "
-          f"torch_convbp is faster); 'of peak' is torch_convbp's GFLOP/s over the square GEMM's.", file=file)
+          f"torch_convbp is faster); 'of peak' is torch_convbp's GFLOP/s over the square GEMM's, timed in the same "
+          f"rounds as the layer.", file=file)
     print(f"| layer | torch_convbp ms | {builtin} ms | ATen im2col ms | bare GEMMs ms | GFLOP/s | of peak "
           f"| vs {builtin} | vs ATen im2col | vs bare GEMMs |", file=file)
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|", file=file)
     for r in rows:
         print(f"| {r['layer']} | {r['torch_convbp_ms']:.2f} | {r['builtin_ms']:.2f} | {r['aten_im2col_ms']:.2f} | "
               f"{r['gemm_ms']:.2f} | {r['torch_convbp_gflops']:.0f} | "
-              f"{r['torch_convbp_gflops'] / ceiling['square_gemm_gflops']:.0%} | {r['vs_builtin']:.2f} | "
+              f"{r['of_peak']:.0%} | {r['vs_builtin']:.2f} | "
               f"{r['vs_aten_im2col']:.2f} | {r['vs_gemm']:.2f} |", file=file)
     means = {k: geomean(r[f"vs_{k}"] for r in rows) for k in CANDIDATES[1:]}
     print(f"| **geometric mean** | | | | | | | **{means['builtin']:.2f}** | **{means['aten_im2col']:.2f}** | "

@@ -28,6 +28,7 @@ def test_layer_table(passes, capsys):
         assert row[f"{candidate}_ms"] > 0
     assert row["vs_builtin"] == pytest.approx(row["torch_convbp_ms"] / row["builtin_ms"])
     assert result["ceilings"]["square_gemm_gflops"] > 0
+    assert all(row["square_gemm_gflops"] > 0 and row["of_peak"] > 0 for row in result["rows"])
     assert "| resnet18 3x3 512 @7 |" in capsys.readouterr().out
 
 

@@ -21,6 +21,12 @@ def relayout(t, layout):
     return t
 
 
+def same_memory_format(a, b):
+    """Dense in the same memory formats (strides of size-1 dimensions do not matter)."""
+    formats = (torch.contiguous_format, torch.channels_last)
+    return all(a.is_contiguous(memory_format=f) == b.is_contiguous(memory_format=f) for f in formats)
+
+
 def values_and_grads(fn, x, w, b, grad_seed=1):
     y = fn(x, w, b)
     g = torch.randn(y.shape, generator=torch.Generator().manual_seed(grad_seed), dtype=y.dtype).to(y.device)
@@ -36,8 +42,20 @@ def test_matches_f_conv2d(case, layout, device):
     ours = values_and_grads(lambda *t: torch_convbp.conv2d(*t, **case.args()), x, w, b)
     ref = values_and_grads(lambda *t: F.conv2d(*t, **case.args()), x, w, b)
     assert ours[0].shape == ref[0].shape
+    assert same_memory_format(ours[0], ref[0])  # channels_last in, channels_last out
     for a, e in zip(ours, ref):
         torch.testing.assert_close(a, e, **TOL)
+
+
+@pytest.mark.parametrize("input_layout, weight_layout", [("channels_last", "contiguous"), ("contiguous", "channels_last")])
+def test_output_memory_format_follows_f_conv2d(input_layout, weight_layout, device):
+    """The output is channels_last when the input or the weight is, as F.conv2d's is."""
+    x = relayout(torch.randn(2, 6, 7, 5, dtype=torch.float64, device=device), input_layout)
+    w = relayout(torch.randn(4, 3, 3, 2, dtype=torch.float64, device=device), weight_layout)
+    ours, ref = torch_convbp.conv2d(x, w, groups=2), F.conv2d(x, w, groups=2)
+    assert ours.is_contiguous(memory_format=torch.channels_last) and not ours.is_contiguous()
+    assert same_memory_format(ours, ref)
+    torch.testing.assert_close(ours, ref, **TOL)
 
 
 @pytest.mark.parametrize("case", CASES, ids=str)

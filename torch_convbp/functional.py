@@ -3,6 +3,8 @@ from typing import Sequence, Union
 
 import torch
 import torch.nn.functional as F
+from torch import channels_last
+from torch._prims_common import suggest_memory_format
 
 from . import _C  # noqa: F401  (registers torch.ops.torch_convbp)
 
@@ -91,4 +93,15 @@ def conv2d(
         raise ValueError(f"torch_convbp.conv2d: expected groups to be an integer, got {groups!r}")
 
     output = torch.ops.torch_convbp.conv2d(input, weight, bias, stride, padding, dilation, groups)
+    output = output.contiguous(memory_format=_output_memory_format(input, weight))
     return output.squeeze(0) if unbatched else output
+
+
+def _output_memory_format(input, weight):
+    """channels_last when the input or the weight is channels_last, as F.conv2d decides (except
+    for an empty batch, whose output it leaves NCHW). The operators compute in NCHW; a
+    channels_last output is one copy away."""
+    if input.dim() == 4 and weight.dim() == 4 and input.shape[0] > 0:
+        if channels_last in (suggest_memory_format(input), suggest_memory_format(weight)):
+            return channels_last
+    return torch.contiguous_format
