@@ -6,6 +6,8 @@
 //   forward       Y_g   = W_g  @ col                  [Cout/G, P]
 //   grad-weight   dW_g += dY_g @ col^T                [Cout/G, Cin/G*kh*kw], summed over chunks
 //   grad-input    dcol  = W_g^T @ dY_g,  dx = col2im(dcol)
+//                 or, for stride 1, dx = the forward convolution of dY with W rotated by 180°
+//                 and transposed (im2col of dY, a GEMM straight into dx; no col2im)
 // The G groups are the batch dimension of one bmm. The batch is processed in chunks whose
 // buffers fit the workspace limit; the device is reached only through the im2col and col2im
 // operators (cpu/ and cuda/), and the GEMMs go through ATen (MKL, cuBLAS).
@@ -57,7 +59,6 @@ int64_t target_chunk_pixels(int64_t column_bytes_per_pixel, bool cpu) {
 }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 
 // A chunk of the work: `images` whole images from `image` on and, of each, output rows
 // [row, row + rows). Several images are taken only with all their rows.
