@@ -1,13 +1,16 @@
 // torch_convbp: 2-D convolution and its gradients as im2col + GEMM.
 //
-// This header is the contract between the three parts of the C++ code:
-//   ops.cpp      the operator schemas and the checks of their arguments,
+// This header is the contract between the parts of the C++ code:
+//   ops.cpp      the operator schemas,
+//   checks.cpp   every check of their arguments,
 //   conv2d.cpp   the device-agnostic orchestration (column buffers, GEMMs),
 //   cpu/, cuda/  the only device-specific code: the im2col and col2im kernels, and the direct
 //                kernels of the depthwise special case.
 #pragma once
 
 #include <ATen/core/Tensor.h>
+
+#include <algorithm>
 
 namespace torch_convbp {
 
@@ -53,6 +56,18 @@ struct ColumnGeometry {
   int64_t kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w;
   int64_t out_width, row_start, rows;
 };
+
+// The input rows [first, first + count) that output rows [row_start, row_start + rows) read: the
+// rows col2im writes. count is 0 when the band reaches only padding.
+struct InputRows {
+  int64_t first, count;
+};
+inline InputRows input_rows_reached(const ColumnGeometry& g) {
+  const int64_t first = std::max<int64_t>(0, g.row_start * g.stride_h - g.pad_h);
+  const int64_t last = std::min(g.height - 1, (g.row_start + g.rows - 1) * g.stride_h - g.pad_h +
+                                                  (g.kernel_h - 1) * g.dilation_h);
+  return {first, g.rows == 0 || last < first ? 0 : last - first + 1};
+}
 
 // Checks the arguments of the im2col / col2im operators (images [n, C, H, W] contiguous,
 // columns contiguous and of the right size, same dtype and device) and returns their geometry.

@@ -79,13 +79,9 @@ void col2im_kernel(const column_t* columns, image_t* images, const ColumnGeometr
   using acc_t = at::opmath_type<image_t>;
   const int64_t kernel_area = g.kernel_h * g.kernel_w, plane = g.height * g.width;
   const int64_t block = g.rows * g.out_width;
-  // The input rows that output rows [row_start, row_start + rows) reach.
-  const int64_t first_ih = std::max<int64_t>(0, g.row_start * g.stride_h - g.pad_h);
-  const int64_t last_ih =
-      std::min(g.height - 1, (g.row_start + g.rows - 1) * g.stride_h - g.pad_h +
-                                 (g.kernel_h - 1) * g.dilation_h);
-  if (g.rows == 0 || last_ih < first_ih) return;
-  const int64_t reached = (last_ih - first_ih + 1) * g.width;
+  const InputRows reached_rows = input_rows_reached(g);
+  if (reached_rows.count == 0) return;
+  const int64_t first_ih = reached_rows.first, reached = reached_rows.count * g.width;
   const int64_t grain = std::max<int64_t>(1, kGrainElements / (kernel_area * block + 1));
   at::parallel_for(0, g.images * g.channels, grain, [&](int64_t begin, int64_t end) {
     std::vector<acc_t> sum(reached);

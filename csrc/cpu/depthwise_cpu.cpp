@@ -3,9 +3,12 @@
 // kernel taps takes the place of im2col + GEMM, whose GEMMs would be [m, kh*kw] @ [kh*kw, P].
 //
 // Each parallel task owns whole planes (or whole weight rows) of its result, and every sum runs in
-// a fixed order: kernel taps in (ki, kj) order, and for the weight gradient images, then rows,
-// into one partial sum per output column, then over the columns. So the results are the same
-// whatever the thread count. Sums are taken in opmath (float for float16 and bfloat16).
+// a fixed order, the CUDA kernels' order (cuda/depthwise_thread.h, summation.h): kernel taps in
+// (ki, kj) order for the forward, (o, ki, kj) for the input gradient, and for the weight gradient
+// kSumLanes partial sums over the positions, then a fixed tree. Every product is one fused
+// multiply-add. So the results are the same whatever the thread count, and bitwise the same as
+// the CUDA kernels' (checked by the CPU harness of tests/cuda_harness/). Sums are taken in opmath
+// (float for float16 and bfloat16).
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
@@ -16,6 +19,7 @@
 #include <vector>
 
 #include "../conv2d.h"
+#include "../summation.h"
 #include "cpu_kernels.h"
 
 namespace torch_convbp {
@@ -74,7 +78,7 @@ TORCH_CONVBP_VECTOR_CLONES void forward_plane(const scalar_t* x, const scalar_t*
         acc_t* acc_row = acc + oh * s.out_width;
         const scalar_t* x_row = x + ih * s.width;
         for_each_column(s.stride_w, tap, [&](int64_t ow, int64_t iw) {
-          acc_row[ow] += weight * static_cast<acc_t>(x_row[iw]);
+          acc_row[ow] = multiply_add(weight, static_cast<acc_t>(x_row[iw]), acc_row[ow]);
         });
       }
     }
@@ -97,30 +101,41 @@ TORCH_CONVBP_VECTOR_CLONES void add_input_grad_plane(const scalar_t* dy, const s
         acc_t* acc_row = acc + ih * s.width;
         const scalar_t* dy_row = dy + oh * s.out_width;
         for_each_column(s.stride_w, tap, [&](int64_t ow, int64_t iw) {
-          acc_row[iw] += weight * static_cast<acc_t>(dy_row[ow]);
+          acc_row[iw] = multiply_add(weight, static_cast<acc_t>(dy_row[ow]), acc_row[iw]);
         });
       }
     }
   }
 }
 
-// One image's share of one weight row: partial[tap][ow] += dy[oh, ow] * (x at the tap), over
-// the output rows oh.
+// One image's share of one weight row, as the CUDA kernel splits it: for each tap, lanes[tap][l]
+// += dy * (x at the tap) over the image's positions j = first_position + oh * out_width + ow
+// with j % kSumLanes == l, in increasing j. A row of positions is cut where the lane wraps
+// around, so that each piece is a unit-stride run of lanes (a vectorizable loop).
 template <typename scalar_t, typename acc_t>
-TORCH_CONVBP_VECTOR_CLONES void add_weight_grad_partials(const scalar_t* x, const scalar_t* dy,
-                                                         acc_t* partial, const ConvShape& s) {
+TORCH_CONVBP_VECTOR_CLONES void add_weight_grad_lanes(const scalar_t* x, const scalar_t* dy,
+                                                      int64_t first_position, acc_t* lanes,
+                                                      const ConvShape& s) {
   for (int64_t oh = 0; oh < s.out_height; ++oh) {
     const scalar_t* dy_row = dy + oh * s.out_width;
+    const int64_t row_position = first_position + oh * s.out_width;
     for (int64_t ki = 0; ki < s.kernel_h; ++ki) {
       const int64_t ih = input_row(s, oh, ki);
       if (ih < 0) continue;
       const scalar_t* x_row = x + ih * s.width;
       for (int64_t kj = 0; kj < s.kernel_w; ++kj) {
         const Tap tap = tap_columns(s, kj);
-        acc_t* p = partial + (ki * s.kernel_w + kj) * s.out_width;
-        for_each_column(s.stride_w, tap, [&](int64_t ow, int64_t iw) {
-          p[ow] += static_cast<acc_t>(dy_row[ow]) * static_cast<acc_t>(x_row[iw]);
-        });
+        acc_t* tap_lanes = lanes + (ki * s.kernel_w + kj) * kSumLanes;
+        for (int64_t start = tap.columns.begin; start < tap.columns.end;) {
+          const int64_t first_lane = (row_position + start) % kSumLanes;
+          const int64_t stop = std::min(tap.columns.end, start + kSumLanes - first_lane);
+          const int64_t shift = first_lane - start;  // column ow's lane is ow + shift
+          for_each_column(s.stride_w, Tap{tap.offset, {start, stop}}, [&](int64_t ow, int64_t iw) {
+            acc_t& lane = tap_lanes[ow + shift];
+            lane = multiply_add(static_cast<acc_t>(dy_row[ow]), static_cast<acc_t>(x_row[iw]), lane);
+          });
+          start = stop;
+        }
       }
     }
   }
@@ -169,8 +184,8 @@ void input_grad_kernel(const scalar_t* grad_output, const scalar_t* weight, scal
 }
 
 // grad_weight[o, ki, kj] = sum over images and output pixels of grad_output[n, o] * (input[n, o/m]
-// at the tap). One weight row (all taps of o) per task; per tap, one partial sum per output
-// column (a vectorizable row update) over images and rows, then a sum over the columns.
+// at the tap). One weight row (all taps of o) per task; per tap, kSumLanes partial sums, then
+// the fixed tree of summation.h: the CUDA kernel's order.
 template <typename scalar_t>
 void weight_grad_kernel(const scalar_t* input, const scalar_t* grad_output, scalar_t* grad_weight,
                         const ConvShape& s) {
@@ -179,18 +194,20 @@ void weight_grad_kernel(const scalar_t* input, const scalar_t* grad_output, scal
   const int64_t taps = s.kernel_h * s.kernel_w, out_plane = s.out_height * s.out_width;
   const int64_t grain = grain_for(s.batch * out_plane * taps);
   at::parallel_for(0, s.out_channels, grain, [&](int64_t begin, int64_t end) {
-    std::vector<acc_t> partial(taps * s.out_width);
+    std::vector<acc_t> lanes(taps * kSumLanes);
     for (int64_t o = begin; o < end; ++o) {
-      std::fill(partial.begin(), partial.end(), acc_t(0));
+      std::fill(lanes.begin(), lanes.end(), acc_t(0));
       for (int64_t n = 0; n < s.batch; ++n) {
-        add_weight_grad_partials(input + (n * s.in_channels + o / multiplier) * s.height * s.width,
-                                 grad_output + (n * s.out_channels + o) * out_plane,
-                                 partial.data(), s);
+        add_weight_grad_lanes(input + (n * s.in_channels + o / multiplier) * s.height * s.width,
+                              grad_output + (n * s.out_channels + o) * out_plane, n * out_plane,
+                              lanes.data(), s);
       }
       for (int64_t t = 0; t < taps; ++t) {
-        acc_t total = 0;
-        for (int64_t ow = 0; ow < s.out_width; ++ow) total += partial[t * s.out_width + ow];
-        grad_weight[o * taps + t] = static_cast<scalar_t>(total);
+        acc_t* tap_lanes = lanes.data() + t * kSumLanes;
+        for (int half = kSumLanes / 2; half > 0; half /= 2) {
+          for (int lane = 0; lane < half; ++lane) tree_sum_step(tap_lanes, half, lane);
+        }
+        grad_weight[o * taps + t] = static_cast<scalar_t>(tap_lanes[0]);
       }
     }
   });

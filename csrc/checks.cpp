@@ -1,0 +1,169 @@
+// Every check of the operators' arguments, in one place (declared in conv2d.h).
+// The fake (meta) kernels in torch_convbp/_meta.py mirror these checks for torch.compile.
+#include <ATen/ATen.h>
+
+#include "conv2d.h"
+
+namespace torch_convbp {
+namespace {
+
+std::string sizes_str(IntArrayRef sizes) { return c10::str(sizes); }
+
+// A dtype as Python users write it (torch.float32), as the fake kernels print it.
+std::string dtype_name(at::ScalarType t) {
+  switch (t) {
+    case at::kDouble: return "torch.float64";
+    case at::kFloat: return "torch.float32";
+    case at::kHalf: return "torch.float16";
+    case at::kBFloat16: return "torch.bfloat16";
+    case at::kLong: return "torch.int64";
+    case at::kInt: return "torch.int32";
+    case at::kShort: return "torch.int16";
+    case at::kChar: return "torch.int8";
+    case at::kByte: return "torch.uint8";
+    case at::kBool: return "torch.bool";
+    case at::kComplexFloat: return "torch.complex64";
+    case at::kComplexDouble: return "torch.complex128";
+    default: return c10::toString(t);
+  }
+}
+
+void check_pair(const char* op, const char* name, IntArrayRef value) {
+  TORCH_CHECK(value.size() == 2, op, ": expected ", name, " to have 2 values (height, width), got ",
+              sizes_str(value));
+}
+
+}  // namespace
+
+void check_operands(const char* op, std::initializer_list<std::pair<const char*, const Tensor*>> operands) {
+  const auto& [first_name, first] = *operands.begin();
+  const auto dtype = first->scalar_type();
+  TORCH_CHECK(dtype == at::kDouble || dtype == at::kFloat || dtype == at::kHalf ||
+                  dtype == at::kBFloat16,
+              op, ": ", first_name, " must be float64, float32, float16 or bfloat16, got ",
+              dtype_name(dtype));
+  for (const auto& [name, tensor] : operands) {
+    TORCH_CHECK(tensor->layout() == at::kStrided, op, ": ", name,
+                " must be a dense (strided) tensor, got layout ", tensor->layout());
+    TORCH_CHECK(tensor->scalar_type() == dtype, op, ": ", first_name, " (", dtype_name(dtype),
+                ") and ", name, " (", dtype_name(tensor->scalar_type()),
+                ") must have the same dtype");
+    TORCH_CHECK(tensor->device() == first->device(), op, ": ", first_name, " (", first->device(),
+                ") and ", name, " (", tensor->device(), ") must be on the same device");
+  }
+}
+
+ConvShape check_conv2d(const char* op, IntArrayRef input_size, IntArrayRef weight_size,
+                       IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
+                       int64_t groups) {
+  TORCH_CHECK(input_size.size() == 4, op, ": expected a 4-D input [N, C, H, W], got size ",
+              sizes_str(input_size));
+  TORCH_CHECK(weight_size.size() == 4, op,
+              ": expected a 4-D weight [out_channels, in_channels/groups, kH, kW], got size ",
+              sizes_str(weight_size));
+  check_pair(op, "stride", stride);
+  check_pair(op, "padding", padding);
+  check_pair(op, "dilation", dilation);
+  TORCH_CHECK(stride[0] > 0 && stride[1] > 0, op, ": stride must be positive, got ",
+              sizes_str(stride));
+  TORCH_CHECK(dilation[0] > 0 && dilation[1] > 0, op, ": dilation must be positive, got ",
+              sizes_str(dilation));
+  TORCH_CHECK(padding[0] >= 0 && padding[1] >= 0, op, ": padding must be non-negative, got ",
+              sizes_str(padding));
+  TORCH_CHECK(groups > 0, op, ": groups must be positive, got ", groups);
+  for (int64_t s : input_size) {
+    TORCH_CHECK(s >= 0, op, ": input size must be non-negative, got ", sizes_str(input_size));
+  }
+
+  ConvShape s{};
+  s.batch = input_size[0];
+  s.in_channels = input_size[1];
+  s.height = input_size[2];
+  s.width = input_size[3];
+  s.out_channels = weight_size[0];
+  s.kernel_h = weight_size[2];
+  s.kernel_w = weight_size[3];
+  s.stride_h = stride[0];
+  s.stride_w = stride[1];
+  s.pad_h = padding[0];
+  s.pad_w = padding[1];
+  s.dilation_h = dilation[0];
+  s.dilation_w = dilation[1];
+  s.groups = groups;
+
+  TORCH_CHECK(s.out_channels > 0 && s.kernel_h > 0 && s.kernel_w > 0 && weight_size[1] > 0, op,
+              ": weight must have non-zero sizes, got ", sizes_str(weight_size));
+  TORCH_CHECK(s.out_channels % groups == 0, op, ": given groups=", groups,
+              ", out_channels (weight size ", sizes_str(weight_size),
+              ", dimension 0) must be divisible by groups");
+  TORCH_CHECK(s.in_channels == weight_size[1] * groups, op, ": given groups=", groups,
+              " and weight of size ", sizes_str(weight_size), ", expected input of size ",
+              sizes_str(input_size), " to have ", weight_size[1] * groups,
+              " channels, but got ", s.in_channels, " channels instead");
+  TORCH_CHECK(s.height > 0 && s.width > 0, op, ": input height and width must be non-zero, got ",
+              sizes_str(input_size));
+
+  const int64_t padded_h = s.height + 2 * s.pad_h, padded_w = s.width + 2 * s.pad_w;
+  const int64_t reach_h = s.dilation_h * (s.kernel_h - 1) + 1;  // kernel extent with dilation
+  const int64_t reach_w = s.dilation_w * (s.kernel_w - 1) + 1;
+  TORCH_CHECK(padded_h >= reach_h && padded_w >= reach_w, op,
+              ": padded input size per channel (", padded_h, " x ", padded_w,
+              ") is smaller than the dilated kernel (", reach_h, " x ", reach_w,
+              "); the kernel can't be larger than the padded input");
+  s.out_height = (padded_h - reach_h) / s.stride_h + 1;
+  s.out_width = (padded_w - reach_w) / s.stride_w + 1;
+  return s;
+}
+
+ColumnGeometry check_columns(const char* op, const Tensor& images, const Tensor& columns,
+                             IntArrayRef kernel_size, IntArrayRef stride, IntArrayRef padding,
+                             IntArrayRef dilation, int64_t row_start, int64_t rows) {
+  check_operands(op, {{"images", &images}});  // a floating dtype, dense
+  TORCH_CHECK(columns.layout() == at::kStrided, op,
+              ": columns must be a dense (strided) tensor, got layout ", columns.layout());
+  TORCH_CHECK(images.dim() == 4 && images.is_contiguous(), op,
+              ": expected contiguous images [N, C, H, W], got size ", sizes_str(images.sizes()));
+  TORCH_CHECK(columns.is_contiguous(), op, ": expected a contiguous column matrix");
+  const auto image_dtype = images.scalar_type(), column_dtype = columns.scalar_type();
+  const bool half_images = image_dtype == at::kHalf || image_dtype == at::kBFloat16;
+  TORCH_CHECK(column_dtype == image_dtype || (half_images && column_dtype == at::kFloat), op,
+              ": columns must have the images' dtype, or float32 for float16 and bfloat16 "
+              "images; got images ",
+              dtype_name(image_dtype), " and columns ", dtype_name(column_dtype));
+  TORCH_CHECK(images.device() == columns.device(), op,
+              ": images and columns must be on the same device, got ", images.device(), " and ",
+              columns.device());
+  check_pair(op, "kernel_size", kernel_size);
+  const int64_t channels = images.size(1);
+  const std::vector<int64_t> kernel_weight{1, channels, kernel_size[0], kernel_size[1]};
+  const ConvShape s =
+      check_conv2d(op, images.sizes(), kernel_weight, stride, padding, dilation, 1);
+  TORCH_CHECK(row_start >= 0 && rows >= 0 && row_start + rows <= s.out_height, op,
+              ": output rows [", row_start, ", ", row_start + rows,
+              ") are outside the output height ", s.out_height);
+  const int64_t expected = s.column_rows() * s.batch * rows * s.out_width;
+  TORCH_CHECK(columns.numel() == expected, op, ": expected a column matrix of ", expected,
+              " elements ([", s.column_rows(), ", ", s.batch * rows * s.out_width, "]), got ",
+              columns.numel());
+  return ColumnGeometry{s.batch,      channels,     s.height,   s.width,     s.kernel_h,
+                        s.kernel_w,   s.stride_h,   s.stride_w, s.pad_h,     s.pad_w,
+                        s.dilation_h, s.dilation_w, s.out_width, row_start,  rows};
+}
+
+ConvShape check_depthwise(const char* op, const Tensor& input, const Tensor& weight,
+                          const Tensor& output, IntArrayRef stride, IntArrayRef padding,
+                          IntArrayRef dilation) {
+  check_operands(op, {{"input", &input}, {"weight", &weight}, {"output", &output}});
+  TORCH_CHECK(input.dim() == 4, op, ": expected a 4-D input [N, C, H, W], got size ",
+              sizes_str(input.sizes()));
+  const ConvShape s = check_conv2d(op, input.sizes(), weight.sizes(), stride, padding, dilation,
+                                   input.size(1));
+  const std::vector<int64_t> expected{s.batch, s.out_channels, s.out_height, s.out_width};
+  TORCH_CHECK(output.sizes() == IntArrayRef(expected), op, ": expected output of size ",
+              IntArrayRef(expected), ", got ", output.sizes());
+  TORCH_CHECK(input.is_contiguous() && weight.is_contiguous() && output.is_contiguous(), op,
+              ": expected contiguous input, weight and output");
+  return s;
+}
+
+}  // namespace torch_convbp

@@ -1,0 +1,119 @@
+// What one CUDA thread of the depthwise kernels computes, as host-and-device functions: the
+// kernels in depthwise_cuda.cu are loops over these, and the CPU harness (tests/cuda_harness/)
+// runs the same functions for every thread of the grid and compares them bitwise with the CPU
+// kernels (cpu/depthwise_cpu.cpp), which sum in the same orders (summation.h).
+//
+// One input channel per group, channel multiplier m = Cout / C: output channel o reads input
+// channel o / m. Sums are taken in opmath (float for float16 and bfloat16).
+#pragma once
+
+#include <ATen/OpMathType.h>
+#include <c10/macros/Macros.h>
+
+#include "../conv2d.h"
+#include "../summation.h"
+
+namespace torch_convbp {
+
+// ConvShape in the kernel's index type.
+template <typename index_t>
+struct DepthwiseDims {
+  index_t batch, channels, height, width, out_channels, multiplier, kernel_h, kernel_w, stride_h,
+      stride_w, pad_h, pad_w, dilation_h, dilation_w, out_height, out_width;
+  explicit DepthwiseDims(const ConvShape& s)
+      : batch(s.batch), channels(s.in_channels), height(s.height), width(s.width),
+        out_channels(s.out_channels), multiplier(s.out_channels / s.in_channels),
+        kernel_h(s.kernel_h), kernel_w(s.kernel_w), stride_h(s.stride_h), stride_w(s.stride_w),
+        pad_h(s.pad_h), pad_w(s.pad_w), dilation_h(s.dilation_h), dilation_w(s.dilation_w),
+        out_height(s.out_height), out_width(s.out_width) {}
+};
+
+// Output element i: the sum over the taps, in (ki, kj) order, of weight times input.
+template <typename scalar_t, typename index_t>
+C10_HOST_DEVICE inline scalar_t depthwise_output(const scalar_t* input, const scalar_t* weight,
+                                                 const DepthwiseDims<index_t>& s, index_t i) {
+  using acc_t = at::opmath_type<scalar_t>;
+  // i = ((n * out_channels + o) * out_height + oh) * out_width + ow
+  const index_t ow = i % s.out_width;
+  const index_t oh = i / s.out_width % s.out_height;
+  const index_t plane = i / (s.out_width * s.out_height);
+  const index_t o = plane % s.out_channels, n = plane / s.out_channels;
+  const scalar_t* x = input + (n * s.channels + o / s.multiplier) * s.height * s.width;
+  const scalar_t* w = weight + o * s.kernel_h * s.kernel_w;
+  acc_t sum = 0;
+  for (index_t ki = 0; ki < s.kernel_h; ++ki) {
+    const index_t ih = oh * s.stride_h - s.pad_h + ki * s.dilation_h;
+    if (ih < 0 || ih >= s.height) continue;
+    for (index_t kj = 0; kj < s.kernel_w; ++kj) {
+      const index_t iw = ow * s.stride_w - s.pad_w + kj * s.dilation_w;
+      if (iw < 0 || iw >= s.width) continue;
+      sum = multiply_add(static_cast<acc_t>(w[ki * s.kernel_w + kj]),
+                         static_cast<acc_t>(x[ih * s.width + iw]), sum);
+    }
+  }
+  return static_cast<scalar_t>(sum);
+}
+
+// Input-gradient element i, as a gather: the sum, in (o, ki, kj) order, of what the forward
+// took from this input element times the output gradient there. No atomics.
+template <typename scalar_t, typename index_t>
+C10_HOST_DEVICE inline scalar_t depthwise_input_grad_element(const scalar_t* grad_output,
+                                                             const scalar_t* weight,
+                                                             const DepthwiseDims<index_t>& s,
+                                                             index_t i) {
+  using acc_t = at::opmath_type<scalar_t>;
+  const index_t out_plane = s.out_height * s.out_width;
+  // i = ((n * channels + c) * height + ih) * width + iw
+  const index_t iw = i % s.width;
+  const index_t ih = i / s.width % s.height;
+  const index_t plane = i / (s.width * s.height);
+  const index_t c = plane % s.channels, n = plane / s.channels;
+  acc_t sum = 0;
+  for (index_t o = c * s.multiplier; o < (c + 1) * s.multiplier; ++o) {
+    const scalar_t* dy = grad_output + (n * s.out_channels + o) * out_plane;
+    const scalar_t* w = weight + o * s.kernel_h * s.kernel_w;
+    for (index_t ki = 0; ki < s.kernel_h; ++ki) {
+      const index_t oh_scaled = ih + s.pad_h - ki * s.dilation_h;  // = oh * stride_h
+      if (oh_scaled < 0 || oh_scaled % s.stride_h != 0) continue;
+      const index_t oh = oh_scaled / s.stride_h;
+      if (oh >= s.out_height) continue;
+      for (index_t kj = 0; kj < s.kernel_w; ++kj) {
+        const index_t ow_scaled = iw + s.pad_w - kj * s.dilation_w;
+        if (ow_scaled < 0 || ow_scaled % s.stride_w != 0) continue;
+        const index_t ow = ow_scaled / s.stride_w;
+        if (ow >= s.out_width) continue;
+        sum = multiply_add(static_cast<acc_t>(w[ki * s.kernel_w + kj]),
+                           static_cast<acc_t>(dy[oh * s.out_width + ow]), sum);
+      }
+    }
+  }
+  return static_cast<scalar_t>(sum);
+}
+
+// Lane `lane`'s partial sum of weight-gradient entry `entry` = (o, ki, kj): the products of the
+// output gradient and the input at the tap, over the positions j = (n * out_height + oh) *
+// out_width + ow with j % kSumLanes == lane, in increasing j. The lanes are then summed by the
+// fixed tree of summation.h.
+template <typename scalar_t, typename index_t>
+C10_HOST_DEVICE inline at::opmath_type<scalar_t> depthwise_weight_grad_lane(
+    const scalar_t* input, const scalar_t* grad_output, const DepthwiseDims<index_t>& s,
+    index_t entry, index_t lane) {
+  using acc_t = at::opmath_type<scalar_t>;
+  const index_t taps = s.kernel_h * s.kernel_w, out_plane = s.out_height * s.out_width;
+  const index_t o = entry / taps, ki = entry % taps / s.kernel_w, kj = entry % s.kernel_w;
+  const index_t c = o / s.multiplier;
+  acc_t sum = 0;
+  for (index_t j = lane; j < s.batch * out_plane; j += kSumLanes) {
+    const index_t ow = j % s.out_width, oh = j / s.out_width % s.out_height;
+    const index_t n = j / out_plane;
+    const index_t ih = oh * s.stride_h - s.pad_h + ki * s.dilation_h;
+    const index_t iw = ow * s.stride_w - s.pad_w + kj * s.dilation_w;
+    if (ih < 0 || ih >= s.height || iw < 0 || iw >= s.width) continue;
+    sum = multiply_add(
+        static_cast<acc_t>(grad_output[(n * s.out_channels + o) * out_plane + oh * s.out_width + ow]),
+        static_cast<acc_t>(input[((n * s.channels + c) * s.height + ih) * s.width + iw]), sum);
+  }
+  return sum;
+}
+
+}  // namespace torch_convbp

@@ -1,0 +1,54 @@
+// The launch arithmetic of the CUDA kernels: block counts, the choice of 32- or 64-bit indices,
+// and the grid-stride loop. Plain host-and-device code, so that the CPU harness
+// (tests/cuda_harness/) runs it too, at the 2^31 boundary included.
+#pragma once
+
+#include <c10/macros/Macros.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+
+namespace torch_convbp {
+
+constexpr int kThreads = 256;                     // threads per block, for every kernel
+constexpr int64_t kMaxBlocks = int64_t{1} << 20;  // grid-stride loops cover the rest
+
+constexpr int blocks_for(int64_t work) {
+  return static_cast<int>(std::clamp<int64_t>((work + kThreads - 1) / kThreads, 1, kMaxBlocks));
+}
+
+// For kernels with one block per item (a grid-stride loop over the items covers the rest).
+constexpr int blocks_per_item(int64_t items) {
+  return static_cast<int>(std::clamp<int64_t>(items, 1, kMaxBlocks));
+}
+
+// Whether a 32-bit kernel can index n elements: every index below n, and the last grid-stride
+// step past the end (at most kMaxBlocks * kThreads), must fit in int32.
+constexpr bool fits_int32(int64_t n) {
+  return n < std::numeric_limits<int32_t>::max() - kMaxBlocks * kThreads;
+}
+
+// Runs launch(index_t{}) with index_t = int32_t when a 32-bit kernel can index `largest`
+// elements (the largest tensor of the call), else with int64_t.
+template <typename Launch>
+void with_index_type(int64_t largest, Launch&& launch) {
+  if (fits_int32(largest)) {
+    launch(int32_t{0});
+  } else {
+    launch(int64_t{0});
+  }
+}
+
+// Calls body(i) for each index i < total that thread `thread` of block `block` takes, in a grid
+// of `blocks` blocks of kThreads threads: i = block * kThreads + thread, then steps of the whole
+// grid. The kernels call it with blockIdx.x, threadIdx.x and gridDim.x; the harness with every
+// (block, thread) of the grid.
+template <typename index_t, typename Body>
+C10_HOST_DEVICE inline void grid_stride_loop(index_t total, index_t block, index_t thread,
+                                             index_t blocks, Body&& body) {
+  const index_t step = blocks * kThreads;
+  for (index_t i = block * kThreads + thread; i < total; i += step) body(i);
+}
+
+}  // namespace torch_convbp

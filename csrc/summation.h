@@ -1,0 +1,39 @@
+// The arithmetic that the CPU and CUDA kernels share, so that both give the same bits.
+//
+// Compilers fuse a * b + c into one fused multiply-add where they may (nvcc by default, GCC where
+// the CPU has FMA), and a fused and an unfused product round differently. So every product that
+// is summed is written as an explicit multiply_add: one rounding, on every device and in every
+// build of the CPU code (the AVX2 clones, the baseline, and the CPU harness of the CUDA kernels).
+//
+// The depthwise weight gradient sums many products per weight entry. Both devices split that sum
+// the same way: kSumLanes partial sums, position j going to lane j % kSumLanes in increasing order
+// of j, then a fixed binary tree over the lanes (tree_sum_step with half = kSumLanes/2, ..., 1).
+// On CUDA a lane is a thread of the block; on CPU it is an entry of a small array.
+#pragma once
+
+#include <c10/macros/Macros.h>
+
+#include <cmath>
+
+namespace torch_convbp {
+
+// a * b + c, rounded once.
+template <typename T>
+C10_HOST_DEVICE inline T multiply_add(T a, T b, T c) {
+#if defined(__CUDA_ARCH__)
+  return fma(a, b, c);
+#else
+  return std::fma(a, b, c);
+#endif
+}
+
+constexpr int kSumLanes = 256;
+
+// One level of the tree: lane `lane` (< half) adds in lane `lane + half`. Within a level no lane
+// reads what another writes, so the lanes of a level may run in any order, or at once.
+template <typename acc_t>
+C10_HOST_DEVICE inline void tree_sum_step(acc_t* partial, int half, int lane) {
+  if (lane < half) partial[lane] += partial[lane + half];
+}
+
+}  // namespace torch_convbp
