@@ -1,0 +1,200 @@
+// The CPU harness of the CUDA kernels. It runs the per-thread functions of csrc/cuda/*_thread.h,
+// which the CUDA kernels are thin loops over, for every (block, thread) of the grid that the
+// kernel would be launched with, in 32-bit or 64-bit indices, on CPU tensors. It also exposes the
+// launch arithmetic of csrc/cuda/launch.h. tests/test_cuda_threads.py builds it with the host
+// compiler and compares its results bitwise with the CPU kernels: no GPU needed.
+//
+// The operators take the real operators' arguments (checked by the same csrc/checks.cpp), plus
+// index_bits, and live in the namespace torch_convbp_cuda_harness.
+#include <ATen/ATen.h>
+#include <ATen/Dispatch.h>
+#include <torch/library.h>
+
+#include <vector>
+
+#include "column_types.h"
+#include "conv2d.h"
+#include "cuda/columns_thread.h"
+#include "cuda/depthwise_thread.h"
+#include "cuda/launch.h"
+
+namespace torch_convbp {
+namespace {
+
+// Runs launch(index_t{}) with the index type a test asks for (the launchers choose by size).
+template <typename Launch>
+void with_index_bits(int64_t index_bits, Launch&& launch) {
+  TORCH_CHECK(index_bits == 32 || index_bits == 64, "index_bits must be 32 or 64, got ", index_bits);
+  if (index_bits == 32) {
+    launch(int32_t{0});
+  } else {
+    launch(int64_t{0});
+  }
+}
+
+// What a grid-stride kernel over `total` elements, launched with blocks_for(total) blocks of
+// kThreads threads, runs: body(i) for every i that every thread takes.
+template <typename index_t, typename Body>
+void run_grid(int64_t total, Body&& body) {
+  const int blocks = blocks_for(total);
+  for (int block = 0; block < blocks; ++block) {
+    for (int thread = 0; thread < kThreads; ++thread) {
+      grid_stride_loop<index_t>(static_cast<index_t>(total), block, thread, blocks, body);
+    }
+  }
+}
+
+void im2col(const at::Tensor& images, IntArrayRef kernel_size, IntArrayRef stride,
+            IntArrayRef padding, IntArrayRef dilation, int64_t row_start, int64_t rows,
+            int64_t index_bits, const at::Tensor& columns) {
+  const ColumnGeometry g = check_columns("harness.im2col", images, columns, kernel_size, stride,
+                                         padding, dilation, row_start, rows);
+  dispatch_column_types(images, columns, [&](auto image_type, auto column_type) {
+    using image_t = typename decltype(image_type)::type;
+    using column_t = typename decltype(column_type)::type;
+    const image_t* src = images.const_data_ptr<image_t>();
+    column_t* dst = columns.mutable_data_ptr<column_t>();
+    with_index_bits(index_bits, [&](auto tag) {
+      using index_t = decltype(tag);
+      const ColumnDims<index_t> dims(g);
+      run_grid<index_t>(columns.numel(), [&](index_t i) {
+        dst[i] = im2col_entry<image_t, column_t>(src, dims, i);
+      });
+    });
+  });
+}
+
+void col2im(const at::Tensor& columns, IntArrayRef kernel_size, IntArrayRef stride,
+            IntArrayRef padding, IntArrayRef dilation, int64_t row_start, int64_t rows,
+            int64_t index_bits, const at::Tensor& images) {
+  const ColumnGeometry g = check_columns("harness.col2im", images, columns, kernel_size, stride,
+                                         padding, dilation, row_start, rows);
+  const InputRows reached = input_rows_reached(g);
+  if (reached.count == 0) return;
+  const int64_t total = g.images * g.channels * reached.count * g.width;
+  dispatch_column_types(images, columns, [&](auto image_type, auto column_type) {
+    using image_t = typename decltype(image_type)::type;
+    using column_t = typename decltype(column_type)::type;
+    const column_t* src = columns.const_data_ptr<column_t>();
+    image_t* dst = images.mutable_data_ptr<image_t>();
+    with_index_bits(index_bits, [&](auto tag) {
+      using index_t = decltype(tag);
+      const ColumnDims<index_t> dims(g);
+      run_grid<index_t>(total, [&](index_t i) {
+        col2im_pixel(src, dst, dims, static_cast<index_t>(reached.first),
+                     static_cast<index_t>(reached.count), i);
+      });
+    });
+  });
+}
+
+void depthwise_conv2d(const at::Tensor& input, const at::Tensor& weight, IntArrayRef stride,
+                      IntArrayRef padding, IntArrayRef dilation, int64_t index_bits,
+                      const at::Tensor& output) {
+  const ConvShape s =
+      check_depthwise("harness.depthwise_conv2d", input, weight, output, stride, padding, dilation);
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "harness", [&] {
+    with_index_bits(index_bits, [&](auto tag) {
+      using index_t = decltype(tag);
+      const DepthwiseDims<index_t> dims(s);
+      const scalar_t* x = input.const_data_ptr<scalar_t>();
+      const scalar_t* w = weight.const_data_ptr<scalar_t>();
+      scalar_t* y = output.mutable_data_ptr<scalar_t>();
+      run_grid<index_t>(output.numel(), [&](index_t i) { y[i] = depthwise_output(x, w, dims, i); });
+    });
+  });
+}
+
+void depthwise_input_grad(const at::Tensor& grad_output, const at::Tensor& weight,
+                          IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
+                          int64_t index_bits, const at::Tensor& grad_input) {
+  const ConvShape s = check_depthwise("harness.depthwise_input_grad", grad_input, weight,
+                                      grad_output, stride, padding, dilation);
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, weight.scalar_type(), "harness", [&] {
+    with_index_bits(index_bits, [&](auto tag) {
+      using index_t = decltype(tag);
+      const DepthwiseDims<index_t> dims(s);
+      const scalar_t* dy = grad_output.const_data_ptr<scalar_t>();
+      const scalar_t* w = weight.const_data_ptr<scalar_t>();
+      scalar_t* dx = grad_input.mutable_data_ptr<scalar_t>();
+      run_grid<index_t>(grad_input.numel(), [&](index_t i) {
+        dx[i] = depthwise_input_grad_element(dy, w, dims, i);
+      });
+    });
+  });
+}
+
+// The CUDA kernel's blocks, one weight entry at a time; a block's kSumLanes threads are run one
+// after another, and the tree's levels in order, as __syncthreads() separates them on the GPU.
+void depthwise_weight_grad(const at::Tensor& input, const at::Tensor& grad_output,
+                           IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
+                           int64_t index_bits, const at::Tensor& grad_weight) {
+  const ConvShape s = check_depthwise("harness.depthwise_weight_grad", input, grad_weight,
+                                      grad_output, stride, padding, dilation);
+  const int64_t entries = grad_weight.numel();
+  const int blocks = blocks_per_item(entries);
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "harness", [&] {
+    using acc_t = at::opmath_type<scalar_t>;
+    with_index_bits(index_bits, [&](auto tag) {
+      using index_t = decltype(tag);
+      const DepthwiseDims<index_t> dims(s);
+      const scalar_t* x = input.const_data_ptr<scalar_t>();
+      const scalar_t* dy = grad_output.const_data_ptr<scalar_t>();
+      scalar_t* dw = grad_weight.mutable_data_ptr<scalar_t>();
+      std::vector<acc_t> partial(kSumLanes);
+      for (int block = 0; block < blocks; ++block) {
+        for (index_t entry = block; entry < entries; entry += blocks) {
+          for (int lane = 0; lane < kSumLanes; ++lane) {
+            partial[lane] = depthwise_weight_grad_lane(x, dy, dims, entry, index_t(lane));
+          }
+          for (int half = kSumLanes / 2; half > 0; half /= 2) {
+            for (int lane = 0; lane < kSumLanes; ++lane) tree_sum_step(partial.data(), half, lane);
+          }
+          dw[entry] = static_cast<scalar_t>(partial[0]);
+        }
+      }
+    });
+  });
+}
+
+// The indices that thread `thread` of block `block` takes in a grid-stride loop over `total`,
+// computed in the index type, as the kernel computes them.
+std::vector<int64_t> grid_indices(int64_t total, int64_t blocks, int64_t block, int64_t thread,
+                                  int64_t index_bits) {
+  std::vector<int64_t> visited;
+  with_index_bits(index_bits, [&](auto tag) {
+    using index_t = decltype(tag);
+    grid_stride_loop<index_t>(static_cast<index_t>(total), static_cast<index_t>(block),
+                              static_cast<index_t>(thread), static_cast<index_t>(blocks),
+                              [&](index_t i) { visited.push_back(i); });
+  });
+  return visited;
+}
+
+std::vector<int64_t> launch_constants() { return {kThreads, kMaxBlocks, kSumLanes}; }
+int64_t blocks_for_op(int64_t work) { return blocks_for(work); }
+int64_t blocks_per_item_op(int64_t items) { return blocks_per_item(items); }
+bool fits_int32_op(int64_t n) { return fits_int32(n); }
+
+}  // namespace
+
+TORCH_LIBRARY(torch_convbp_cuda_harness, m) {
+  m.def("im2col(Tensor images, int[2] kernel_size, int[2] stride, int[2] padding, int[2] dilation, "
+        "int row_start, int rows, int index_bits, Tensor(a!) columns) -> ()", &im2col);
+  m.def("col2im(Tensor columns, int[2] kernel_size, int[2] stride, int[2] padding, int[2] dilation, "
+        "int row_start, int rows, int index_bits, Tensor(a!) images) -> ()", &col2im);
+  m.def("depthwise_conv2d(Tensor input, Tensor weight, int[2] stride, int[2] padding, "
+        "int[2] dilation, int index_bits, Tensor(a!) output) -> ()", &depthwise_conv2d);
+  m.def("depthwise_input_grad(Tensor grad_output, Tensor weight, int[2] stride, int[2] padding, "
+        "int[2] dilation, int index_bits, Tensor(a!) grad_input) -> ()", &depthwise_input_grad);
+  m.def("depthwise_weight_grad(Tensor input, Tensor grad_output, int[2] stride, int[2] padding, "
+        "int[2] dilation, int index_bits, Tensor(a!) grad_weight) -> ()", &depthwise_weight_grad);
+  m.def("grid_indices(int total, int blocks, int block, int thread, int index_bits) -> int[]",
+        &grid_indices);
+  m.def("launch_constants() -> int[]", &launch_constants);
+  m.def("blocks_for(int work) -> int", &blocks_for_op);
+  m.def("blocks_per_item(int items) -> int", &blocks_per_item_op);
+  m.def("fits_int32(int n) -> bool", &fits_int32_op);
+}
+
+}  // namespace torch_convbp

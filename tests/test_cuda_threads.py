@@ -1,0 +1,167 @@
+"""The CUDA kernels' arithmetic, run on the CPU, no GPU needed.
+
+Each CUDA kernel is a thin loop over host-and-device functions (csrc/cuda/*_thread.h). The harness
+(tests/cuda_harness/harness.cpp, built here with the host compiler) runs those functions for every
+(block, thread) of the launch grid, in 32-bit and in 64-bit indices, and the results must equal
+the CPU kernels' bit for bit: the same index decomposition, bounds, summation order and dtype
+conversions as the GPU will run. The launch arithmetic is checked at the 2^31 boundary."""
+import os
+
+import pytest
+import torch
+from torch.utils import cpp_extension
+
+import torch_convbp  # noqa: F401  (the CPU kernels to compare with)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ops = torch.ops.torch_convbp
+INT32_MAX = 2**31 - 1
+HALF_TYPES = (torch.float16, torch.bfloat16)
+
+
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory):
+    """Builds the harness with the host compiler (about a minute) and returns its operators."""
+    build = tmp_path_factory.mktemp("cuda_harness")
+    cpp_extension.load(
+        name="torch_convbp_cuda_harness",
+        sources=[os.path.join(ROOT, "tests", "cuda_harness", "harness.cpp"), os.path.join(ROOT, "csrc", "checks.cpp")],
+        extra_include_paths=[os.path.join(ROOT, "csrc")],
+        extra_cflags=["-O1"],
+        build_directory=str(build),
+        is_python_module=False,
+    )
+    return torch.ops.torch_convbp_cuda_harness
+
+
+def assert_bitwise_equal(actual, expected):
+    assert actual.dtype == expected.dtype and actual.shape == expected.shape
+    as_int = {8: torch.int64, 4: torch.int32, 2: torch.int16}[actual.element_size()]
+    mismatched = (actual.view(as_int) != expected.view(as_int)).sum().item()
+    assert mismatched == 0, f"{mismatched} of {actual.numel()} entries differ in their bits"
+
+
+def randn(*shape, dtype, seed):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64).to(dtype)
+
+
+# (name, images [N, C, H, W], kernel, stride, padding, dilation, output rows: None = all, else (start, count))
+COLUMN_CASES = [
+    ("whole-images-3x3", (2, 3, 7, 6), (3, 3), (1, 1), (1, 1), (1, 1), None),
+    ("row-band", (2, 3, 9, 8), (3, 3), (1, 1), (1, 1), (1, 1), (3, 4)),
+    ("last-row", (1, 2, 9, 8), (3, 2), (2, 1), (1, 0), (1, 1), (4, 1)),
+    ("strided-asymmetric", (2, 4, 11, 9), (3, 2), (2, 3), (1, 0), (1, 2), None),
+    ("dilated-band", (1, 2, 13, 12), (3, 3), (1, 2), (2, 2), (2, 3), (2, 5)),
+    ("padding-past-reach", (2, 2, 3, 4), (2, 2), (1, 1), (3, 3), (1, 1), None),
+    ("padding-only-band", (1, 2, 3, 4), (2, 2), (1, 1), (3, 3), (1, 1), (0, 2)),
+    ("stride-larger-than-kernel", (2, 2, 10, 10), (2, 2), (3, 3), (0, 0), (1, 1), None),
+    ("pointwise-strided", (3, 5, 7, 6), (1, 1), (2, 2), (0, 0), (1, 1), None),
+    ("wide-rows", (1, 1, 3, 300), (1, 3), (1, 1), (0, 1), (1, 1), None),
+]
+# (images dtype, columns dtype): each type with itself, and half images with float32 columns
+COLUMN_TYPES = [(torch.float64,) * 2, (torch.float32,) * 2, (torch.float16,) * 2, (torch.bfloat16,) * 2,
+                (torch.float16, torch.float32), (torch.bfloat16, torch.float32)]
+
+
+def column_geometry(images, kernel, stride, padding, dilation, rows):
+    n, c, h, w = images
+    out_h = (h + 2 * padding[0] - dilation[0] * (kernel[0] - 1) - 1) // stride[0] + 1
+    out_w = (w + 2 * padding[1] - dilation[1] * (kernel[1] - 1) - 1) // stride[1] + 1
+    row_start, count = rows or (0, out_h)
+    return (row_start, count), (c * kernel[0] * kernel[1], n * count * out_w)
+
+
+@pytest.mark.parametrize("index_bits", [32, 64])
+@pytest.mark.parametrize("image_dtype, column_dtype", COLUMN_TYPES, ids=lambda t: str(t).replace("torch.", ""))
+@pytest.mark.parametrize("name, images, kernel, stride, padding, dilation, rows", COLUMN_CASES, ids=[c[0] for c in COLUMN_CASES])
+def test_im2col_and_col2im_threads_match_the_cpu_bitwise(
+    harness, name, images, kernel, stride, padding, dilation, rows, image_dtype, column_dtype, index_bits
+):
+    band, column_shape = column_geometry(images, kernel, stride, padding, dilation, rows)
+    geometry = (kernel, stride, padding, dilation, *band)
+    x = randn(*images, dtype=image_dtype, seed=0)
+
+    expected, actual = (torch.full(column_shape, float("nan"), dtype=column_dtype) for _ in range(2))
+    ops.im2col(x, *geometry, expected)
+    harness.im2col(x, *geometry, index_bits, actual)
+    assert_bitwise_equal(actual, expected)
+
+    columns = randn(*column_shape, dtype=column_dtype, seed=1)
+    start = randn(*images, dtype=image_dtype, seed=2)  # col2im adds into the images
+    expected, actual = start.clone(), start.clone()
+    ops.col2im(columns, *geometry, expected)
+    harness.col2im(columns, *geometry, index_bits, actual)
+    assert_bitwise_equal(actual, expected)
+
+
+# (name, input [N, C, H, W], multiplier, kernel, stride, padding, dilation)
+DEPTHWISE_CASES = [
+    ("3x3", (2, 3, 9, 8), 1, (3, 3), (1, 1), (1, 1), (1, 1)),
+    ("multiplier-asymmetric", (2, 3, 9, 8), 2, (3, 2), (2, 1), (0, 2), (2, 1)),
+    ("strided-wide", (1, 2, 5, 11), 1, (2, 3), (1, 3), (1, 1), (1, 1)),
+    ("padding-past-reach", (1, 2, 3, 4), 1, (2, 2), (1, 1), (3, 3), (1, 1)),
+    ("many-positions", (3, 2, 20, 21), 1, (5, 5), (1, 1), (2, 2), (1, 1)),  # lanes wrap often
+    ("rows-wider-than-the-lanes", (1, 1, 3, 600), 3, (3, 3), (1, 1), (1, 1), (1, 1)),
+    ("fewer-positions-than-lanes", (1, 4, 2, 3), 1, (2, 2), (1, 1), (0, 0), (1, 1)),
+    ("batch-zero", (0, 2, 5, 5), 1, (3, 3), (1, 1), (1, 1), (1, 1)),
+]
+
+
+@pytest.mark.parametrize("index_bits", [32, 64])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("name, shape, multiplier, kernel, stride, padding, dilation", DEPTHWISE_CASES, ids=[c[0] for c in DEPTHWISE_CASES])
+def test_depthwise_threads_match_the_cpu_bitwise(harness, name, shape, multiplier, kernel, stride, padding, dilation, dtype, index_bits):
+    n, c, h, w = shape
+    x = randn(*shape, dtype=dtype, seed=0)
+    weight = randn(c * multiplier, 1, *kernel, dtype=dtype, seed=1)
+    args = (stride, padding, dilation)
+    out_shape = torch.nn.functional.conv2d(x.double(), weight.double(), None, *args, c).shape
+    dy = randn(*out_shape, dtype=dtype, seed=2)
+    for op, a, b, result in (
+        ("depthwise_conv2d", x, weight, torch.empty(out_shape, dtype=dtype)),
+        ("depthwise_input_grad", dy, weight, torch.empty(shape, dtype=dtype)),
+        ("depthwise_weight_grad", x, dy, torch.empty_like(weight)),
+    ):
+        expected, actual = result.fill_(float("nan")), result.clone()
+        getattr(ops, op)(a, b, *args, expected)
+        getattr(harness, op)(a, b, *args, index_bits, actual)
+        assert_bitwise_equal(actual, expected)
+
+
+def test_the_harness_refuses_what_the_kernels_refuse(harness):
+    """The harness goes through the same checks (csrc/checks.cpp) as the operators."""
+    x = torch.randn(1, 2, 4, 4)
+    with pytest.raises(RuntimeError, match="expected a column matrix of"):
+        harness.im2col(x, (3, 3), (1, 1), (0, 0), (1, 1), 0, 2, 32, torch.empty(3))
+    with pytest.raises(RuntimeError, match="index_bits must be 32 or 64"):
+        harness.im2col(x, (3, 3), (1, 1), (0, 0), (1, 1), 0, 2, 16, torch.empty(2 * 9, 4))
+
+
+def test_block_counts(harness):
+    threads, max_blocks, lanes = harness.launch_constants()
+    assert threads == lanes == 256  # the weight-gradient kernel has one thread per lane
+    assert [harness.blocks_for(n) for n in (0, 1, threads, threads + 1)] == [1, 1, 1, 2]
+    assert harness.blocks_for(max_blocks * threads) == max_blocks
+    assert harness.blocks_for(2**40) == max_blocks  # a grid-stride loop covers the rest
+    assert [harness.blocks_per_item(n) for n in (0, 1, 1000, 2**40)] == [1, 1, 1000, max_blocks]
+
+
+def test_32_bit_indices_stop_where_the_last_grid_step_would_overflow(harness):
+    threads, max_blocks, _ = harness.launch_constants()
+    largest = INT32_MAX - max_blocks * threads - 1  # the most elements a 32-bit kernel takes
+    assert harness.fits_int32(largest) and not harness.fits_int32(largest + 1)
+    assert not harness.fits_int32(2**31) and harness.fits_int32(0)
+    # Every thread's last index plus one grid step still fits in int32.
+    assert largest - 1 + harness.blocks_for(largest) * threads <= INT32_MAX
+
+
+@pytest.mark.parametrize("total, index_bits", [(INT32_MAX - 2**28 - 1, 32), (2**31 + 5, 64), (2**33 + 3, 64), (1000, 32)])
+def test_grid_stride_indices_at_the_2_to_the_31_boundary(harness, total, index_bits):
+    """The indices each thread visits, computed in the kernel's index type, are exactly
+    block * threads + thread + k * (grid size) below total: none skipped, none wrapped."""
+    threads, _, _ = harness.launch_constants()
+    blocks = harness.blocks_for(total)
+    for block, thread in ((0, 0), (blocks - 1, threads - 1), (blocks // 2, 17), (blocks - 1, 0)):
+        first = block * threads + thread
+        expected = list(range(first, total, blocks * threads))
+        assert harness.grid_indices(total, blocks, block, thread, index_bits) == expected
