@@ -3,41 +3,81 @@
 Install with `pip install --no-build-isolation -e .` so that pip does not fetch another torch.
 The CUDA kernels (csrc/cuda/*.cu) are built when torch is a CUDA build and a CUDA toolkit is
 found; TORCH_CONVBP_CUDA=1 forces them, TORCH_CONVBP_CUDA=0 leaves them out.
+
+For a CUDA build no variable is needed, on machines without a GPU too:
+- the toolkit is the one whose nvcc is on PATH (asked of nvcc itself, since the nvcc on PATH may
+  be a wrapper script elsewhere); CUDA_HOME or CUDA_PATH, if set, win;
+- with no GPU to read an architecture from, the kernels are built for DEFAULT_CUDA_ARCHS;
+  TORCH_CUDA_ARCH_LIST, if set, wins (on a GPU machine torch builds for the GPUs it sees).
 """
 import glob
 import os
+import re
+import shutil
+import subprocess
 
 import torch
 from setuptools import setup
-from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
+
+# Ampere (A100, A10/RTX 30), Ada (L4/L40, RTX 40), Hopper (H100/H200), and PTX for later GPUs.
+DEFAULT_CUDA_ARCHS = "8.0;8.6;8.9;9.0+PTX"
 
 
-def build_cuda() -> bool:
+def find_cuda_toolkit():
+    """The CUDA toolkit's directory: CUDA_HOME or CUDA_PATH, else where the nvcc on PATH really
+    lives (a -dryrun compile prints it as _HERE_=<toolkit>/bin), else None."""
+    for variable in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(variable):
+            return os.environ[variable]
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        return "/usr/local/cuda" if os.path.exists("/usr/local/cuda/bin/nvcc") else None
+    try:
+        command = [nvcc, "-dryrun", "-c", "-x", "cu", os.devnull, "-o", os.devnull]
+        dryrun = subprocess.run(command, capture_output=True, text=True, timeout=60)
+        here = re.search(r"^#\$ _HERE_=(.+)$", dryrun.stdout + dryrun.stderr, re.MULTILINE)
+    except (OSError, subprocess.SubprocessError):
+        here = None
+    bin_dir = here.group(1).strip() if here else os.path.dirname(os.path.realpath(nvcc))
+    return os.path.dirname(bin_dir)
+
+
+def cuda_wanted() -> bool:
+    """TORCH_CONVBP_CUDA=1 or =0 if set, else whether torch is a CUDA build."""
     forced = os.environ.get("TORCH_CONVBP_CUDA")
-    if forced is not None:
-        return forced == "1"
-    return torch.version.cuda is not None and CUDA_HOME is not None
+    return forced == "1" if forced is not None else torch.version.cuda is not None
 
 
 def extension():
+    toolkit = find_cuda_toolkit() if cuda_wanted() else None
+    if cuda_wanted() and toolkit is None:
+        if os.environ.get("TORCH_CONVBP_CUDA") == "1":
+            raise RuntimeError("TORCH_CONVBP_CUDA=1, but no CUDA toolkit was found: put its nvcc on PATH or set CUDA_HOME")
+        print("torch_convbp: torch is a CUDA build, but no CUDA toolkit (nvcc) was found: building without CUDA kernels")
+    if toolkit:
+        os.environ["CUDA_HOME"] = toolkit  # read by torch.utils.cpp_extension when it is imported
+    from torch.utils.cpp_extension import BuildExtension, CppExtension, CUDAExtension
+
     sources = sorted(glob.glob("csrc/*.cpp") + glob.glob("csrc/cpu/*.cpp"))
     cxx_flags = ["-O3", "-fopenmp"]  # -fopenmp: at::parallel_for is OpenMP in the headers
-    if build_cuda():
-        return CUDAExtension(
-            "torch_convbp._C",
-            sources + sorted(glob.glob("csrc/cuda/*.cu")),
-            extra_compile_args={"cxx": cxx_flags, "nvcc": ["-O3", "--use_fast_math"]},
-            extra_link_args=["-fopenmp"],
+    if toolkit is None:
+        extension = CppExtension(
+            "torch_convbp._C", sources, extra_compile_args={"cxx": cxx_flags}, extra_link_args=["-fopenmp"]
         )
-    return CppExtension(
+        return extension, BuildExtension
+    if not os.environ.get("TORCH_CUDA_ARCH_LIST") and not torch.cuda.is_available():
+        os.environ["TORCH_CUDA_ARCH_LIST"] = DEFAULT_CUDA_ARCHS
+        print(f"torch_convbp: no GPU visible, building the CUDA kernels for {DEFAULT_CUDA_ARCHS}")
+    extension = CUDAExtension(
         "torch_convbp._C",
-        sources,
-        extra_compile_args={"cxx": cxx_flags},
+        sources + sorted(glob.glob("csrc/cuda/*.cu")),
+        # No --use_fast_math: it flushes float32 denormals to zero, and the kernels must give the
+        # CPU kernels' bits (they are memory-bound; fast math would buy nothing).
+        extra_compile_args={"cxx": cxx_flags, "nvcc": ["-O3"]},
         extra_link_args=["-fopenmp"],
     )
+    return extension, BuildExtension
 
 
-setup(
-    ext_modules=[extension()],
-    cmdclass={"build_ext": BuildExtension},
-)
+ext, build_ext = extension()
+setup(ext_modules=[ext], cmdclass={"build_ext": build_ext})
