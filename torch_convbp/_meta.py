@@ -1,6 +1,6 @@
 """Fake (meta) kernels: what torch.compile and opcheck see of the operators.
 
-Each mirrors the checks of csrc/ops.cpp (same conditions, same messages) and returns an empty
+Each mirrors the checks of csrc/checks.cpp (same conditions, same messages) and returns an empty
 tensor of the right size, so that a traced program fails where the real one would.
 """
 import torch
@@ -31,7 +31,7 @@ def check_operands(op, **tensors):
 
 
 def conv2d_output_size(op, input_size, weight_size, stride, padding, dilation, groups):
-    """Checks a convolution's sizes like check_conv2d in csrc/ops.cpp; returns (OH, OW)."""
+    """Checks a convolution's sizes like check_conv2d in csrc/checks.cpp; returns (OH, OW)."""
     input_size, weight_size = list(input_size), list(weight_size)
     torch._check(
         len(input_size) == 4, lambda: f"{op}: expected a 4-D input [N, C, H, W], got size {input_size}"
