@@ -13,13 +13,14 @@ TORCH_LIBRARY(torch_convbp, m) {
       "conv2d(Tensor input, Tensor weight, Tensor? bias, int[2] stride, int[2] padding, "
       "int[2] dilation, int groups) -> Tensor");
   // dL/dinput given dL/doutput. The input size travels with it: with a stride above 1 several
-  // input sizes give the same output size.
+  // input sizes give the same output size. Sizes are SymInt so that torch.export can keep the
+  // batch size symbolic (the kernel itself gets concrete ints).
   m.def(
-      "conv2d_input_grad(Tensor grad_output, Tensor weight, int[4] input_size, int[2] stride, "
+      "conv2d_input_grad(Tensor grad_output, Tensor weight, SymInt[4] input_size, int[2] stride, "
       "int[2] padding, int[2] dilation, int groups) -> Tensor");
   // dL/dweight given the input and dL/doutput.
   m.def(
-      "conv2d_weight_grad(Tensor input, Tensor grad_output, int[4] weight_size, int[2] stride, "
+      "conv2d_weight_grad(Tensor input, Tensor grad_output, SymInt[4] weight_size, int[2] stride, "
       "int[2] padding, int[2] dilation, int groups) -> Tensor");
   // The device kernels. im2col writes the column matrix of output rows
   // [row_start, row_start+rows) of every image; col2im adds the columns back into the images.
