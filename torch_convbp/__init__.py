@@ -1,8 +1,11 @@
-"""torch_convbp: 2-D convolution and all of its gradients as im2col + GEMM, on CPU and CUDA.
+"""torch_convbp: convolution and all of its gradients as im2col + GEMM, on CPU and CUDA.
 
     torch_convbp.conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1)
-    torch_convbp.Conv2d(...)          # an nn.Conv2d
-    torch_convbp.convert(model)       # every nn.Conv2d in model becomes a torch_convbp.Conv2d
+    torch_convbp.conv1d, conv_transpose1d, conv_transpose2d   # as in torch.nn.functional
+    torch_convbp.Conv2d(...)          # an nn.Conv2d; likewise Conv1d, ConvTranspose1d/2d
+    torch_convbp.convert(model)       # every nn.Conv1d/2d, nn.ConvTranspose1d/2d becomes ours
+    torch_convbp.revert(model)        # and back to the stock classes
+    torch_convbp.onnx_translation_table()     # for torch.onnx.export(..., dynamo=True)
     torch_convbp.set_workspace_limit(nbytes)
     torch_convbp.gemm_dtype(torch.bfloat16)   # the dtype the GEMMs run in (float32 on most CPUs)
 
@@ -15,13 +18,23 @@ import re
 import torch
 
 from . import _C, _autograd, _meta  # noqa: F401  (registers the operators, autograd, fake kernels)
-from .functional import CUDA_KERNELS, conv2d
-from .modules import Conv2d, convert
+from ._args import CUDA_KERNELS
+from ._onnx import onnx_translation_table
+from .functional import conv1d, conv2d, conv_transpose1d, conv_transpose2d
+from .modules import Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d, convert, revert
 
 __all__ = [
+    "conv1d",
     "conv2d",
+    "conv_transpose1d",
+    "conv_transpose2d",
+    "Conv1d",
     "Conv2d",
+    "ConvTranspose1d",
+    "ConvTranspose2d",
     "convert",
+    "revert",
+    "onnx_translation_table",
     "set_workspace_limit",
     "get_workspace_limit",
     "workspace_limit",

@@ -1,107 +1,181 @@
-"""torch_convbp.conv2d: the argument forms of F.conv2d, normalised onto the operator."""
-from typing import Sequence, Union
+"""The convolution family as torch.nn.functional spells it, on the three operators.
 
+    conv2d            = torch_convbp::conv2d
+    conv1d            = conv2d of unit height
+    conv_transpose2d  = torch_convbp::conv2d_input_grad (the adjoint of conv2d), plus the bias
+    conv_transpose1d  = conv_transpose2d of unit height
+
+A transposed convolution is the gradient of a convolution with respect to its input, so its own
+gradients are conv2d and conv2d_weight_grad, and gradients of any order need no new operator.
+"""
 import torch
 import torch.nn.functional as F
-from torch import channels_last
-from torch._prims_common import suggest_memory_format
 
-from . import _C  # noqa: F401  (registers torch.ops.torch_convbp)
+from ._args import (
+    autocast,
+    check_device,
+    check_groups,
+    check_input_rank,
+    check_weight_rank,
+    int_tuple,
+    output_memory_format,
+    string_padding,
+)
 
-_IntOrPair = Union[int, Sequence[int]]
-
-# Whether CUDA kernels were built in (decided once, so torch.compile sees a constant).
-CUDA_KERNELS = torch._C._dispatch_has_kernel_for_dispatch_key("torch_convbp::im2col", "CUDA")
-
-
-def _pair(name: str, value: _IntOrPair) -> tuple:
-    """An int, or a sequence of 1 or 2 ints, as (height, width) — the forms F.conv2d accepts."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return (value, value)
-    if isinstance(value, (tuple, list, torch.Size)) and len(value) in (1, 2):
-        if all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-            return (value[0], value[-1])
-    raise ValueError(
-        f"torch_convbp.conv2d: expected {name} to be a single integer value or a list of 2 integer "
-        f"values to match the convolution dimensions, but got {name}={value!r}"
-    )
+_ops = torch.ops.torch_convbp
 
 
-def _same_padding(input, weight, stride, dilation):
-    """padding='same' as symmetric padding plus, for an odd total, one extra row/column at the
-    bottom/right (done by padding the input), as F.conv2d does. Returns (input, padding)."""
-    if stride != (1, 1):
-        raise ValueError("torch_convbp.conv2d: padding='same' is not supported for strided convolutions")
-    if weight.dim() != 4:  # the operator reports the wrong rank
-        return input, (0, 0)
-    total = [d * (k - 1) for d, k in zip(dilation, weight.shape[2:])]
-    extra_h, extra_w = total[0] % 2, total[1] % 2
-    if extra_h or extra_w:
-        input = F.pad(input, (0, extra_w, 0, extra_h))
-    return input, (total[0] // 2, total[1] // 2)
-
-
-def _autocast(device_type: str, *tensors):
-    """Under autocast, the tensors in the autocast dtype (the operators run in one dtype)."""
-    if not torch.is_autocast_enabled(device_type):
-        return tensors
-    dtype = torch.get_autocast_dtype(device_type)
-    return tuple(t if t is None or not t.is_floating_point() else t.to(dtype) for t in tensors)
-
-
-def conv2d(
-    input: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor = None,
-    stride: _IntOrPair = 1,
-    padding: Union[_IntOrPair, str] = 0,
-    dilation: _IntOrPair = 1,
-    groups: int = 1,
-) -> torch.Tensor:
+def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """2-D convolution with the semantics of torch.nn.functional.conv2d, computed as im2col + GEMM.
 
     input: (N, C_in, H, W) or unbatched (C_in, H, W); weight: (C_out, C_in/groups, kH, kW);
     bias: (C_out,) or None; stride, dilation: int or (sH, sW); padding: int, (pH, pW), 'valid' or
     'same'; groups: int. Differentiable to any order in input, weight and bias.
     """
-    stride, dilation = _pair("stride", stride), _pair("dilation", dilation)
-    if input.dim() not in (3, 4):
-        raise RuntimeError(
-            "torch_convbp.conv2d: expected 3D (unbatched) or 4D (batched) input, "
-            f"but got input of size: {list(input.shape)}"
-        )
-    if input.is_cuda and not CUDA_KERNELS:
-        raise RuntimeError(
-            "torch_convbp.conv2d: got a CUDA tensor, but torch_convbp was built without CUDA kernels; "
-            "rebuild it with a CUDA build of torch and a CUDA toolkit (see the README)"
-        )
-    unbatched = input.dim() == 3
+    return _convolution("torch_convbp.conv2d", 2, input, weight, bias, stride, padding, dilation, groups)
+
+
+def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """1-D convolution with the semantics of torch.nn.functional.conv1d: a 2-D one of unit height.
+
+    input: (N, C_in, L) or unbatched (C_in, L); weight: (C_out, C_in/groups, kL); padding: int,
+    (p,), 'valid' or 'same'. Differentiable to any order.
+    """
+    return _convolution("torch_convbp.conv1d", 1, input, weight, bias, stride, padding, dilation, groups)
+
+
+def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    """2-D transposed convolution with the semantics (and argument order) of
+    torch.nn.functional.conv_transpose2d: the input gradient of a convolution.
+
+    input: (N, C_in, H, W) or unbatched (C_in, H, W); weight: (C_in, C_out/groups, kH, kW);
+    the output is (N, C_out, OH, OW) with OH = (H - 1)·sH - 2·pH + dH·(kH - 1) + output_padding + 1.
+    Differentiable to any order.
+    """
+    return _transposed_convolution(
+        "torch_convbp.conv_transpose2d", 2, input, weight, bias, stride, padding, output_padding, groups, dilation
+    )
+
+
+def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    """1-D transposed convolution with the semantics of torch.nn.functional.conv_transpose1d:
+    a 2-D one of unit height. input: (N, C_in, L) or (C_in, L); weight: (C_in, C_out/groups, kL)."""
+    return _transposed_convolution(
+        "torch_convbp.conv_transpose1d", 1, input, weight, bias, stride, padding, output_padding, groups, dilation
+    )
+
+
+def _convolution(op, dims, input, weight, bias, stride, padding, dilation, groups):
+    check_input_rank(op, input, dims)
+    if dims == 1:
+        check_weight_rank(op, weight, 1)
+    check_device(op, input)
+    stride, dilation = int_tuple(op, "stride", stride, dims), int_tuple(op, "dilation", dilation, dims)
+    if not isinstance(padding, str):
+        padding = int_tuple(op, "padding", padding, dims)
+    check_groups(op, groups)
+    unbatched = input.dim() == dims + 1
     if unbatched:
         input = input.unsqueeze(0)
-    input, weight, bias = _autocast(input.device.type, input, weight, bias)
-
+    if dims == 1:  # a unit height: kernel 1, stride 1, no padding, in the first dimension
+        input, weight = input.unsqueeze(2), weight.unsqueeze(2)
+        stride, dilation = (1, *stride), (1, *dilation)
+        padding = padding if isinstance(padding, str) else (0, *padding)
+    input, weight, bias = autocast(input.device.type, input, weight, bias)
     if isinstance(padding, str):
-        if padding == "valid":
-            padding = (0, 0)
-        elif padding == "same":
-            input, padding = _same_padding(input, weight, stride, dilation)
-        else:
-            raise ValueError(f"torch_convbp.conv2d: invalid padding string {padding!r}, expected 'same' or 'valid'")
-    else:
-        padding = _pair("padding", padding)
-    if not isinstance(groups, int) or isinstance(groups, bool):
-        raise ValueError(f"torch_convbp.conv2d: expected groups to be an integer, got {groups!r}")
+        input, padding = string_padding(op, padding, input, weight, stride, dilation)
 
-    output = torch.ops.torch_convbp.conv2d(input, weight, bias, stride, padding, dilation, groups)
-    output = output.contiguous(memory_format=_output_memory_format(input, weight))
+    output = _ops.conv2d(input, weight, bias, stride, padding, dilation, groups)
+    return _as_given(output, dims, unbatched, input, weight)
+
+
+def _transposed_convolution(op, dims, input, weight, bias, stride, padding, output_padding, groups, dilation):
+    check_input_rank(op, input, dims)
+    check_weight_rank(op, weight, dims)
+    check_device(op, input)
+    stride, padding, output_padding, dilation = (
+        int_tuple(op, name, value, dims)
+        for name, value in (("stride", stride), ("padding", padding), ("output_padding", output_padding),
+                            ("dilation", dilation))
+    )
+    check_groups(op, groups)
+    unbatched = input.dim() == dims + 1
+    if unbatched:
+        input = input.unsqueeze(0)
+    if dims == 1:  # a unit height
+        input, weight = input.unsqueeze(2), weight.unsqueeze(2)
+        stride, padding, output_padding, dilation = (1, *stride), (0, *padding), (0, *output_padding), (1, *dilation)
+    input, weight, bias = autocast(input.device.type, input, weight, bias)
+    output_size = _transposed_output_size(op, input, weight, stride, padding, output_padding, dilation, groups)
+    _check_transposed_bias(op, input, bias, output_size[1])
+
+    if all(o < s for o, s in zip(output_padding, stride)):
+        # The usual case: the convolution of this stride and padding maps output_size back onto
+        # the input's size, so the input gradient of that convolution is the whole answer.
+        output = _ops.conv2d_input_grad(input, weight, output_size, stride, padding, dilation, groups)
+    else:
+        # output_padding >= stride (allowed where it is below the dilation): no convolution of this
+        # padding maps output_size onto the input's size. Compute the unpadded result, then crop
+        # the padding and add output_padding rows/columns, which no kernel tap reaches (zeros).
+        full = [(i - 1) * s + d * (k - 1) + 1 for i, s, d, k in zip(input.shape[2:], stride, dilation, weight.shape[2:])]
+        output = _ops.conv2d_input_grad(input, weight, [*output_size[:2], *full], stride, (0, 0), dilation, groups)
+        (ph, pw), (oh, ow) = padding, output_size[2:]
+        output = F.pad(output, (-pw, pw + ow - full[1], -ph, ph + oh - full[0]))
+    if bias is not None:
+        output = output + bias.view(1, -1, 1, 1)
+    return _as_given(output, dims, unbatched, input, weight)
+
+
+def _as_given(output, dims, unbatched, input, weight):
+    """The 4-D result in the form of the call: without the unit height of a 1-D call, without
+    the batch dimension of an unbatched one, and in torch.nn.functional's memory format."""
+    if dims == 1:
+        output = output.squeeze(2)
+    else:
+        output = output.contiguous(memory_format=output_memory_format(input, weight))
     return output.squeeze(0) if unbatched else output
 
 
-def _output_memory_format(input, weight):
-    """channels_last when the input or the weight is channels_last, as F.conv2d decides (except
-    for an empty batch, whose output it leaves NCHW). The operators compute in NCHW; a
-    channels_last output is one copy away."""
-    if input.dim() == 4 and weight.dim() == 4 and input.shape[0] > 0:
-        if channels_last in (suggest_memory_format(input), suggest_memory_format(weight)):
-            return channels_last
-    return torch.contiguous_format
+def _transposed_output_size(op, input, weight, stride, padding, output_padding, dilation, groups):
+    """[N, C_out, OH, OW] of a transposed convolution, after the checks that only its own argument
+    forms need: the operator checks the convolution it runs (groups, channels of the weight)."""
+    if any(s <= 0 for s in stride) or any(d <= 0 for d in dilation):
+        raise RuntimeError(f"{op}: stride and dilation must be positive, got stride={list(stride)}, dilation={list(dilation)}")
+    if any(p < 0 for p in padding) or any(o < 0 for o in output_padding):
+        raise RuntimeError(
+            f"{op}: padding and output_padding must be non-negative, got padding={list(padding)}, "
+            f"output_padding={list(output_padding)}"
+        )
+    if any(o >= s and o >= d for o, s, d in zip(output_padding, stride, dilation)):
+        raise RuntimeError(
+            f"{op}: output_padding must be smaller than either stride or dilation, got "
+            f"output_padding={list(output_padding)}, stride={list(stride)}, dilation={list(dilation)}"
+        )
+    if input.shape[1] != weight.shape[0]:
+        raise RuntimeError(
+            f"{op}: given weight of size {list(weight.shape)}, expected input of size {list(input.shape)} to have "
+            f"{weight.shape[0]} channels (the weight's dimension 0), but got {input.shape[1]} channels instead"
+        )
+    size = [
+        (i - 1) * s - 2 * p + d * (k - 1) + o + 1
+        for i, s, p, d, k, o in zip(input.shape[2:], stride, padding, dilation, weight.shape[2:], output_padding)
+    ]
+    if any(n <= 0 for n in size):
+        raise RuntimeError(
+            f"{op}: the output size per channel ({' x '.join(map(str, size))}) must be positive; it is "
+            "(input - 1) * stride - 2 * padding + dilation * (kernel - 1) + output_padding + 1"
+        )
+    return [input.shape[0], weight.shape[1] * groups, *size]
+
+
+def _check_transposed_bias(op, input, bias, channels):
+    """The bias is added here, not by an operator, so it is checked here."""
+    if bias is None:
+        return
+    if bias.dim() != 1 or bias.shape[0] != channels:
+        raise RuntimeError(f"{op}: expected bias of size [{channels}] (one per output channel), got {list(bias.shape)}")
+    if bias.dtype != input.dtype or bias.device != input.device:
+        raise RuntimeError(
+            f"{op}: input ({input.dtype}, {input.device}) and bias ({bias.dtype}, {bias.device}) must have the "
+            "same dtype and device"
+        )

@@ -1,27 +1,95 @@
-"""torch_convbp.Conv2d, a drop-in nn.Conv2d, and convert() for whole models."""
+"""Drop-in modules for the nn convolution family, and convert() / revert() for whole models.
+
+Each is a subclass of its nn class that adds no state: the same constructor, parameters and
+state_dict (load_state_dict works both ways), every padding_mode nn supports for it, and for the
+transposed ones the output_size argument of forward. So convert() and revert() only change the
+class of a module, in place, and keep its Parameter objects (an optimizer built before keeps
+working), buffers, hooks and training mode.
+"""
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .functional import conv2d
+from .functional import conv1d, conv2d, conv_transpose1d, conv_transpose2d
 
 
-class Conv2d(nn.Conv2d):
-    """nn.Conv2d computed by torch_convbp: the same constructor, parameters and state_dict
-    (load_state_dict works both ways), every padding_mode."""
+class _Convolution:
+    """_conv_forward of nn.Conv1d / nn.Conv2d, computed by `function`."""
+
+    function = None
 
     def _conv_forward(self, input, weight, bias):
+        convolve = type(self).function
         if self.padding_mode != "zeros":
             input = F.pad(input, self._reversed_padding_repeated_twice, mode=self.padding_mode)
-            return conv2d(input, weight, bias, self.stride, 0, self.dilation, self.groups)
-        return conv2d(input, weight, bias, self.stride, self.padding, self.dilation, self.groups)
+            return convolve(input, weight, bias, self.stride, 0, self.dilation, self.groups)
+        return convolve(input, weight, bias, self.stride, self.padding, self.dilation, self.groups)
+
+
+class _TransposedConvolution:
+    """forward of nn.ConvTranspose1d / nn.ConvTranspose2d, computed by `function`."""
+
+    function = None
+    spatial_dims = None
+
+    def forward(self, input, output_size=None):
+        if self.padding_mode != "zeros":  # nn's own check (its constructor refuses the others)
+            raise ValueError(f'Only "zeros" padding mode is supported for {type(self).__name__}')
+        # nn's own rule for output_size, and its error for a size no output_padding reaches.
+        output_padding = self._output_padding(
+            input, output_size, self.stride, self.padding, self.kernel_size, self.spatial_dims, self.dilation
+        )
+        return type(self).function(
+            input, self.weight, self.bias, self.stride, self.padding, output_padding, self.groups, self.dilation
+        )
+
+
+class Conv1d(_Convolution, nn.Conv1d):
+    """nn.Conv1d computed by torch_convbp."""
+
+    function = staticmethod(conv1d)
+
+
+class Conv2d(_Convolution, nn.Conv2d):
+    """nn.Conv2d computed by torch_convbp."""
+
+    function = staticmethod(conv2d)
+
+
+class ConvTranspose1d(_TransposedConvolution, nn.ConvTranspose1d):
+    """nn.ConvTranspose1d computed by torch_convbp."""
+
+    function = staticmethod(conv_transpose1d)
+    spatial_dims = 1
+
+
+class ConvTranspose2d(_TransposedConvolution, nn.ConvTranspose2d):
+    """nn.ConvTranspose2d computed by torch_convbp."""
+
+    function = staticmethod(conv_transpose2d)
+    spatial_dims = 2
+
+
+_CONVERTED = {nn.Conv1d: Conv1d, nn.Conv2d: Conv2d, nn.ConvTranspose1d: ConvTranspose1d, nn.ConvTranspose2d: ConvTranspose2d}
+_REVERTED = {ours: stock for stock, ours in _CONVERTED.items()}
+
+
+def _swap_classes(model: nn.Module, classes: dict) -> nn.Module:
+    for module in model.modules():
+        new_class = classes.get(type(module))
+        if new_class is not None:
+            module.__class__ = new_class
+    return model
 
 
 def convert(model: nn.Module) -> nn.Module:
-    """Makes every nn.Conv2d in `model` (the model itself included) a torch_convbp.Conv2d, in place,
-    and returns the model. The modules keep their parameters (the same Parameter objects, so an
-    optimizer built before still works), buffers, hooks and training mode: only their class
-    changes, since torch_convbp.Conv2d adds no state. Subclasses of nn.Conv2d are left alone."""
-    for module in model.modules():
-        if type(module) is nn.Conv2d:
-            module.__class__ = Conv2d
-    return model
+    """Makes every nn.Conv1d, nn.Conv2d, nn.ConvTranspose1d and nn.ConvTranspose2d in `model` (the
+    model itself included) its torch_convbp twin, in place, and returns the model. Only the class
+    changes; parameters, buffers, hooks and training mode stay. Subclasses of the nn classes are
+    left alone (their forward may do more)."""
+    return _swap_classes(model, _CONVERTED)
+
+
+def revert(model: nn.Module) -> nn.Module:
+    """The inverse of convert(): every torch_convbp module in `model` becomes its stock nn class
+    again, in place (for deployment where torch_convbp is not installed, say). Returns the model."""
+    return _swap_classes(model, _REVERTED)

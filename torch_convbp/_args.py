@@ -1,0 +1,94 @@
+"""Argument normalisation shared by the functions of torch_convbp.functional: the forms of the
+torch.nn.functional arguments, brought to what the operators take. Nothing numeric here."""
+from typing import Sequence, Union
+
+import torch
+import torch.nn.functional as F
+from torch import channels_last
+from torch._prims_common import suggest_memory_format
+
+from . import _C  # noqa: F401  (registers torch.ops.torch_convbp)
+
+IntOrTuple = Union[int, Sequence[int]]
+
+# Whether CUDA kernels were built in (decided once, so torch.compile sees a constant).
+CUDA_KERNELS = torch._C._dispatch_has_kernel_for_dispatch_key("torch_convbp::im2col", "CUDA")
+
+
+def is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def int_tuple(op: str, name: str, value: IntOrTuple, n: int) -> tuple:
+    """An int, or a sequence of 1 or n ints, as an n-tuple: the forms torch.nn.functional takes."""
+    if is_int(value):
+        return (value,) * n
+    if isinstance(value, (tuple, list, torch.Size)) and len(value) in (1, n) and all(map(is_int, value)):
+        return tuple(value) * (n // len(value))
+    raise ValueError(
+        f"{op}: expected {name} to be a single integer value or a list of {n} integer values to match the "
+        f"convolution dimensions, but got {name}={value!r}"
+    )
+
+
+def check_groups(op: str, groups) -> None:
+    if not is_int(groups):
+        raise ValueError(f"{op}: expected groups to be an integer, got {groups!r}")
+
+
+def check_input_rank(op: str, input, dims: int) -> None:
+    """dims + 1 dimensions (unbatched) or dims + 2 (batched)."""
+    if input.dim() not in (dims + 1, dims + 2):
+        raise RuntimeError(
+            f"{op}: expected {dims + 1}D (unbatched) or {dims + 2}D (batched) input, "
+            f"but got input of size: {list(input.shape)}"
+        )
+
+
+def check_weight_rank(op: str, weight, dims: int) -> None:
+    """Where Python reads or reshapes the weight (the operators check the 2-D weight's rank)."""
+    if weight.dim() != dims + 2:
+        raise RuntimeError(f"{op}: expected a {dims + 2}-D weight, got size {list(weight.shape)}")
+
+
+def check_device(op: str, input) -> None:
+    if input.is_cuda and not CUDA_KERNELS:
+        raise RuntimeError(
+            f"{op}: got a CUDA tensor, but torch_convbp was built without CUDA kernels; "
+            "rebuild it with a CUDA build of torch and a CUDA toolkit (see the README)"
+        )
+
+
+def autocast(device_type: str, *tensors):
+    """Under autocast, the tensors in the autocast dtype (the operators run in one dtype)."""
+    if not torch.is_autocast_enabled(device_type):
+        return tensors
+    dtype = torch.get_autocast_dtype(device_type)
+    return tuple(t if t is None or not t.is_floating_point() else t.to(dtype) for t in tensors)
+
+
+def string_padding(op: str, padding: str, input, weight, stride, dilation):
+    """padding='valid' or 'same' for a 2-D convolution. 'same' is symmetric padding plus, for an
+    odd total, one extra row/column at the bottom/right (done by padding the input), as F.conv2d
+    does. Returns (input, padding)."""
+    if padding == "valid":
+        return input, (0, 0)
+    if padding != "same":
+        raise ValueError(f"{op}: invalid padding string {padding!r}, expected 'same' or 'valid'")
+    if stride != (1, 1):
+        raise ValueError(f"{op}: padding='same' is not supported for strided convolutions")
+    total = [d * (k - 1) for d, k in zip(dilation, weight.shape[2:])]
+    extra_h, extra_w = total[0] % 2, total[1] % 2
+    if extra_h or extra_w:
+        input = F.pad(input, (0, extra_w, 0, extra_h))
+    return input, (total[0] // 2, total[1] // 2)
+
+
+def output_memory_format(input, weight):
+    """channels_last when the input or the weight is channels_last, as torch.nn.functional decides
+    (except for an empty batch, whose output it leaves NCHW). The operators compute in NCHW; a
+    channels_last output is one copy away."""
+    if input.dim() == 4 and weight.dim() == 4 and input.shape[0] > 0:
+        if channels_last in (suggest_memory_format(input), suggest_memory_format(weight)):
+            return channels_last
+    return torch.contiguous_format
