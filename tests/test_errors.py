@@ -28,6 +28,7 @@ w = torch.randn(6, 2, 3, 3)
         (lambda: torch_convbp.conv2d(x[0, 0], w), RuntimeError, r"expected 3D \(unbatched\) or 4D \(batched\) input"),
         (lambda: torch_convbp.conv2d(x[None], w), RuntimeError, r"expected 3D \(unbatched\) or 4D \(batched\) input"),
         (lambda: torch_convbp.conv2d(x, w[0]), RuntimeError, "expected a 4-D weight"),
+        (lambda: torch_convbp.conv2d(x, w[0], padding="same"), RuntimeError, "expected a 4-D weight"),
         (lambda: torch_convbp.conv2d(x, torch.randn(6, 2, 9, 3), groups=2), RuntimeError, "smaller than the dilated kernel"),
         (lambda: torch_convbp.conv2d(x, w, dilation=4, groups=2), RuntimeError, "smaller than the dilated kernel"),
         (lambda: torch_convbp.conv2d(x, w, torch.zeros(5), groups=2), RuntimeError, r"expected bias of size \[6\]"),

@@ -39,7 +39,7 @@ if [ ! -x "$VENV/bin/python" ]; then
   say "making $VENV with $TORCH_SPEC (a CUDA build of torch: several GB, a few minutes)"
   python3 -m venv "$VENV"
 fi
-"$VENV/bin/pip" install -q "$TORCH_SPEC" numpy pytest hypothesis scikit-learn ||
+"$VENV/bin/pip" install -q "$TORCH_SPEC" numpy pytest hypothesis scikit-learn expecttest ||
   missing "pip could not install $TORCH_SPEC (a CUDA build) into $VENV. Check the network or a local wheel; TORCH_CONVBP_CUDA_TORCH names another torch."
 "$VENV/bin/python" -c "import sys, torch; sys.exit(torch.version.cuda is None)" ||
   missing "$TORCH_SPEC in $VENV is not a CUDA build of torch. Name a CUDA build with TORCH_CONVBP_CUDA_TORCH."

@@ -77,6 +77,8 @@ def string_padding(op: str, padding: str, input, weight, stride, dilation):
         raise ValueError(f"{op}: invalid padding string {padding!r}, expected 'same' or 'valid'")
     if stride != (1, 1):
         raise ValueError(f"{op}: padding='same' is not supported for strided convolutions")
+    if weight.dim() != 4:  # the operator refuses the weight's rank, with its own message
+        return input, (0, 0)
     total = [d * (k - 1) for d, k in zip(dilation, weight.shape[2:])]
     extra_h, extra_w = total[0] % 2, total[1] % 2
     if extra_h or extra_w:
