@@ -9,6 +9,9 @@ For a CUDA build no variable is needed, on machines without a GPU too:
   be a wrapper script elsewhere); CUDA_HOME or CUDA_PATH, if set, win;
 - with no GPU to read an architecture from, the kernels are built for DEFAULT_CUDA_ARCHS;
   TORCH_CUDA_ARCH_LIST, if set, wins (on a GPU machine torch builds for the GPUs it sees).
+
+TORCH_CONVBP_SANITIZE=1 builds the C++ code with AddressSanitizer and UndefinedBehaviorSanitizer
+(tools/check_sanitizers.sh runs the tests under them).
 """
 import glob
 import os
@@ -60,9 +63,17 @@ def extension():
 
     sources = sorted(glob.glob("csrc/*.cpp") + glob.glob("csrc/cpu/*.cpp"))
     cxx_flags = ["-O3", "-fopenmp"]  # -fopenmp: at::parallel_for is OpenMP in the headers
+    link_flags = ["-fopenmp"]
+    if os.environ.get("TORCH_CONVBP_SANITIZE") == "1":
+        # Every error is fatal (no recovery), with stack traces; vptr checks are left out, as the
+        # classes of torch's uninstrumented libraries would give false reports. -fno-wrapv undoes
+        # Python's -fwrapv, under which signed overflow is defined and so never reported.
+        sanitize = ["-fsanitize=address,undefined", "-fno-sanitize=vptr", "-fno-sanitize-recover=all"]
+        cxx_flags = ["-O1", "-g", "-fno-omit-frame-pointer", "-fno-wrapv", "-fopenmp", *sanitize]
+        link_flags += sanitize
     if toolkit is None:
         extension = CppExtension(
-            "torch_convbp._C", sources, extra_compile_args={"cxx": cxx_flags}, extra_link_args=["-fopenmp"]
+            "torch_convbp._C", sources, extra_compile_args={"cxx": cxx_flags}, extra_link_args=link_flags
         )
         return extension, BuildExtension
     if not os.environ.get("TORCH_CUDA_ARCH_LIST") and not torch.cuda.is_available():
@@ -74,7 +85,7 @@ def extension():
         # No --use_fast_math: it flushes float32 denormals to zero, and the kernels must give the
         # CPU kernels' bits (they are memory-bound; fast math would buy nothing).
         extra_compile_args={"cxx": cxx_flags, "nvcc": ["-O3"]},
-        extra_link_args=["-fopenmp"],
+        extra_link_args=link_flags,
     )
     return extension, BuildExtension
 
