@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# The first run on a GPU (issue 12), in one command, so that GPU time goes to measuring:
+#   1. build (pip, no index: the GPU machine has no network);
+#   2. the whole test suite, slow CUDA tests included;
+#   3. compute-sanitizer over the CUDA tests: memcheck, and racecheck for the kernels that use
+#      shared memory (the depthwise weight gradient);
+#   4. the benchmark suite on CUDA at batch 32: float32 with TF32 off, TF32, bfloat16.
+# Every log, JSON and PNG lands in one folder:
+#   benchmarks/gpu_run.sh [OUT]      # OUT: this argument, else $OUT, else benchmarks/results/gpu-<date>
+# Without a GPU it rehearses every step on the CPU with small settings (no slow tests, one round,
+# the quick suite at batch 2, no compute-sanitizer). It goes on past a failed step and exits 1 at
+# the end if any step failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${1:-${OUT:-benchmarks/results/gpu-$(date +%F)}}"
+mkdir -p "$OUT"
+failed=0
+
+step() {  # step NAME COMMAND...: runs it, its output in $OUT/NAME.log
+  local name="$1"
+  shift
+  local start=$SECONDS
+  if "$@" > "$OUT/$name.log" 2>&1; then
+    echo "gpu_run: $name ok ($((SECONDS - start)) s)"
+  else
+    echo "gpu_run: $name FAILED ($((SECONDS - start)) s): $OUT/$name.log"
+    failed=1
+  fi
+}
+
+step build python3 -m pip install --no-build-isolation --no-deps --no-index -e .
+GPU="$(python3 -c 'import torch; print(int(torch.cuda.is_available()))')"
+if [ "$GPU" = 1 ]; then
+  DEVICE=cuda BATCH=32 SUITE=all ROUNDS=7 MARKERS="slow or not slow"
+else
+  echo "gpu_run: no GPU: a rehearsal on the CPU"
+  DEVICE=cpu BATCH=2 SUITE=quick ROUNDS=1 MARKERS="not slow"
+fi
+step environment python3 - "$OUT/environment.json" <<'PY'
+import datetime, json, sys, torch, torch_convbp
+cuda = torch.cuda.is_available()
+info = dict(date=datetime.date.today().isoformat(), torch=torch.__version__, cuda=torch.version.cuda,
+            cudnn=torch.backends.cudnn.version() if cuda else None,
+            gpu=torch.cuda.get_device_name() if cuda else None, cuda_kernels=torch_convbp.CUDA_KERNELS)
+json.dump(info, open(sys.argv[1], "w"), indent=1)
+print(info)
+PY
+step tests python3 -m pytest -q -p no:cacheprovider -m "$MARKERS"
+tail -n 1 "$OUT/tests.log" > "$OUT/pytest-summary.txt"
+if [ "$GPU" = 1 ]; then
+  if command -v compute-sanitizer >/dev/null; then
+    step memcheck compute-sanitizer --tool memcheck --error-exitcode 1 python3 -m pytest -q -x -p no:cacheprovider tests/test_cuda.py
+    step racecheck compute-sanitizer --tool racecheck --error-exitcode 1 python3 -m pytest -q -x -p no:cacheprovider tests/test_cuda.py -k depthwise
+  else
+    echo "gpu_run: compute-sanitizer is not on PATH: memcheck and racecheck skipped"
+    failed=1
+  fi
+fi
+BENCH=(python3 benchmarks/bench_conv.py --device "$DEVICE" --batch "$BATCH" --suite "$SUITE" --rounds "$ROUNDS" --quiet)
+step bench-float32 "${BENCH[@]}" --memory --json "$OUT/bench-float32.json" --plot "$OUT/bench-float32.png"
+step bench-tf32 "${BENCH[@]}" --tf32 --json "$OUT/bench-tf32.json" --plot "$OUT/bench-tf32.png"
+step bench-bfloat16 "${BENCH[@]}" --dtype bfloat16 --json "$OUT/bench-bfloat16.json" --plot "$OUT/bench-bfloat16.png"
+echo "gpu_run: everything is in $OUT"
+exit $failed
