@@ -88,8 +88,11 @@ def string_padding(op: str, padding: str, input, weight, stride, dilation):
 
 def output_memory_format(input, weight):
     """channels_last when the input or the weight is channels_last, as torch.nn.functional decides
-    (except for an empty batch, whose output it leaves NCHW). The operators compute in NCHW; a
-    channels_last output is one copy away."""
+    (except for an empty batch, whose output it leaves NCHW, and on CUDA where cuDNN would not run
+    channels_last: float64, or cuDNN disabled; seen on an H100 with torch 2.11). The operators
+    compute in NCHW; a channels_last output is one copy away."""
+    if input.is_cuda and (input.dtype == torch.float64 or not torch.backends.cudnn.enabled):
+        return torch.contiguous_format
     if input.dim() == 4 and weight.dim() == 4 and input.shape[0] > 0:
         if channels_last in (suggest_memory_format(input), suggest_memory_format(weight)):
             return channels_last
