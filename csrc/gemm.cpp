@@ -1,0 +1,93 @@
+// Single-threaded GEMMs in column blocks fixed by the sizes (see gemm.h).
+#include "gemm.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <ATen/ThreadLocalState.h>
+
+#include <algorithm>
+
+// MKL's per-thread thread count: the C function behind mkl_service.h's mkl_set_num_threads_local
+// macro (the lower-case symbols are the Fortran interface, which takes a pointer). libtorch_cpu
+// exports it on x86 builds. A weak reference: where
+// torch has no MKL the symbol is null and the GEMMs keep the BLAS's own threading, which inside
+// a lane is one thread already (a nested parallel region), but not with one lane.
+extern "C" int MKL_Set_Num_Threads_Local(int) __attribute__((weak));
+
+namespace torch_convbp {
+namespace {
+
+constexpr int64_t kMaxGemmBlocks = 4;
+constexpr int64_t kMinBlockColumns = 256;
+
+// Makes the BLAS calls of this thread single-threaded while it lives.
+class SingleThreadedBlas {
+ public:
+  explicit SingleThreadedBlas(bool cpu) : active_(cpu && MKL_Set_Num_Threads_Local != nullptr) {
+    if (active_) previous_ = MKL_Set_Num_Threads_Local(1);
+  }
+  ~SingleThreadedBlas() {
+    if (active_) MKL_Set_Num_Threads_Local(previous_);  // 0: back to the global setting
+  }
+  SingleThreadedBlas(const SingleThreadedBlas&) = delete;
+  SingleThreadedBlas& operator=(const SingleThreadedBlas&) = delete;
+
+ private:
+  bool active_;
+  int previous_ = 0;
+};
+
+// out = a @ b (beta 0) or out += a @ b, for [G, M, K] @ [G, K, N]; a plain mm for one group.
+void gemm_one_block(const Tensor& out, const Tensor& a, const Tensor& b, bool accumulate) {
+  if (out.scalar_type() != a.scalar_type()) {  // a float32 accumulator of half-precision GEMMs
+    const Tensor product = at::bmm(a, b);
+    accumulate ? out.add_(product) : out.copy_(product);
+  } else if (a.size(0) == 1) {
+    Tensor out_matrix = out.select(0, 0);
+    out_matrix.addmm_(a.select(0, 0), b.select(0, 0), accumulate ? 1 : 0);
+  } else {
+    Tensor out_batch = out;
+    out_batch.baddbmm_(a, b, accumulate ? 1 : 0);
+  }
+}
+
+// Runs the GEMM as `blocks` column blocks of N, each single-threaded: in parallel where the
+// caller is not in a parallel region already (at::parallel_for runs inline in one).
+void gemm_by_blocks(const Tensor& out, const Tensor& a, const Tensor& b, int64_t blocks,
+                    bool accumulate) {
+  const bool cpu = out.device().is_cpu();
+  if (blocks <= 1) {
+    SingleThreadedBlas single(cpu);
+    gemm_one_block(out, a, b, accumulate);
+    return;
+  }
+  const int64_t columns = out.size(2);
+  const int64_t width = (columns + blocks - 1) / blocks;
+  const at::ThreadLocalState caller_state;
+  at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
+    at::ThreadLocalStateGuard guard(caller_state);
+    SingleThreadedBlas single(cpu);
+    for (int64_t block = begin; block < end; ++block) {
+      const int64_t first = block * width, count = std::min(width, columns - first);
+      if (count <= 0) continue;
+      gemm_one_block(out.narrow(2, first, count), a, b.narrow(2, first, count), accumulate);
+    }
+  });
+}
+
+}  // namespace
+
+int64_t gemm_blocks(int64_t units, int64_t columns, const at::Device& device) {
+  if (!device.is_cpu() || units > 1) return 1;
+  return std::clamp<int64_t>(columns / kMinBlockColumns, 1, kMaxGemmBlocks);
+}
+
+void gemm_out(const Tensor& out, const Tensor& a, const Tensor& b, int64_t blocks) {
+  gemm_by_blocks(out, a, b, blocks, /*accumulate=*/false);
+}
+
+void gemm_accumulate(const Tensor& acc, const Tensor& a, const Tensor& b, int64_t blocks) {
+  gemm_by_blocks(acc, a, b, blocks, /*accumulate=*/true);
+}
+
+}  // namespace torch_convbp

@@ -1,0 +1,162 @@
+// The plan of a call (chunks, lanes, partial sums) and its workspace, with the workspace limit.
+#include "plan.h"
+
+#include <ATen/TensorUtils.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <optional>
+
+namespace torch_convbp {
+namespace {
+
+std::atomic<int64_t> g_workspace_limit{int64_t{1} << 30};  // 1 GiB; see set_workspace_limit
+std::atomic<int64_t> g_workspace_in_use{0};  // bytes held by live Workspaces, all threads
+std::atomic<int64_t> g_workspace_peak{0};    // the most held at once since the last reset
+
+// How many output pixels a chunk aims at. Two pulls: a GEMM narrower than about 512 columns is
+// thin (MKL and cuBLAS lose speed), and a column matrix much larger than a cache-sized tile
+// (2.5 MiB: it fits the L2/L3 share of a core) is written by im2col to memory and read back by
+// the GEMM, instead of staying in cache between the two. So small images are batched side by
+// side up to the target, and large ones are cut into row bands of about the target (see
+// benchmarks/NOTES.md for the measurements). On a GPU, whose GEMMs want to be far wider and
+// whose caches are not the point, a chunk aims at 64Ki pixels (a first choice, not yet tuned on
+// a GPU). TORCH_CONVBP_CHUNK_PIXELS fixes the target, for tuning.
+constexpr int64_t kMinGemmWidth = 512;
+constexpr int64_t kColumnTileBytes = int64_t{5} << 19;  // 2.5 MiB
+int64_t target_chunk_pixels(int64_t column_bytes_per_pixel, bool cpu) {
+  static const int64_t fixed = [] {
+    const char* text = std::getenv("TORCH_CONVBP_CHUNK_PIXELS");
+    return text ? std::max<int64_t>(0, std::atoll(text)) : int64_t{0};
+  }();
+  if (fixed > 0) return fixed;
+  if (!cpu) return int64_t{1} << 16;
+  return std::max(kMinGemmWidth, kColumnTileBytes / std::max<int64_t>(column_bytes_per_pixel, 1));
+}
+
+// A chunk may take a quarter of the workspace limit on the CPU, so that at least 4 lanes fit in
+// it at once (the whole limit on a GPU, which runs one lane). A constant, not the thread count:
+// the chunks must not depend on the threads.
+constexpr int64_t kLanesInLimit = 4;
+// The number of image chunks is rounded up to a multiple of this, where there are enough images,
+// so that 2 or 4 lanes get equal shares (measured: an odd chunk count left a core idle for a
+// third of a call on the 2-core machine).
+constexpr int64_t kChunkMultiple = 2;
+// The most weight-gradient partial sums (each a float32 copy of the weight while the call runs).
+constexpr int64_t kMaxPartialSums = 4;
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+// Chooses the chunks: about target_chunk_pixels() output pixels each (whole images side by side,
+// or row bands of one image), as long as their column matrix plus staging (a column of each per
+// output pixel, in the workspace's dtype) fit the chunk's share of the workspace limit; one
+// output row at the least, whatever the limit. Nothing here reads the thread count.
+Plan plan_chunks(const ConvShape& s, at::TensorOptions workspace, bool pixels_contracted) {
+  const bool cpu = workspace.device().is_cpu();
+  const int64_t element_size = static_cast<int64_t>(workspace.dtype().itemsize());
+  const int64_t bytes_per_pixel = (s.column_rows() + s.out_channels) * element_size;
+  const int64_t limit_pixels = g_workspace_limit.load() / bytes_per_pixel;
+  const int64_t chunk_budget = std::max(s.out_width, limit_pixels / (cpu ? kLanesInLimit : 1));
+  const int64_t image_pixels = s.out_height * s.out_width;
+  const int64_t batch = std::max<int64_t>(s.batch, 1);
+  // A pointwise convolution takes one whole image at a time when that makes a good GEMM: then
+  // its input is its column matrix and its output the GEMM's destination, with no copy at all
+  // (the lanes keep the threads busy). That is when an image is wide enough, or when the pixels
+  // are the GEMM's inner dimension, whose length matters little (measured: 1x1 1024>256@14,
+  // grad-weight 5.5 -> 5.1 ms; its grad-input goes the other way, 5.4 -> 6.2 ms). Other
+  // images are batched like any other layer's.
+  const bool whole_images =
+      s.is_pointwise() && (pixels_contracted || image_pixels >= kMinGemmWidth);
+  const int64_t target = std::min(
+      chunk_budget, whole_images ? image_pixels
+                                 : target_chunk_pixels(s.column_rows() * element_size, cpu));
+  Plan plan{};
+  if (image_pixels > chunk_budget || image_pixels > 2 * target) {
+    // Row bands of one image, of about the target's width, when a whole image is over the
+    // chunk's memory budget or over twice the target.
+    const int64_t bands = ceil_div(image_pixels, target);
+    plan.images = 1;
+    plan.rows = std::max<int64_t>(
+        1, std::min(chunk_budget / s.out_width, ceil_div(s.out_height, bands)));
+  } else {
+    const int64_t wanted = ceil_div(target, image_pixels);
+    plan.images = std::clamp<int64_t>(std::min(wanted, chunk_budget / image_pixels), 1, batch);
+    int64_t chunks = ceil_div(batch, plan.images);
+    if (cpu && chunks > 1) {  // equal shares for 2 (or 4) lanes
+      chunks = ceil_div(chunks, kChunkMultiple) * kChunkMultiple;
+      plan.images = ceil_div(batch, chunks);
+    }
+    plan.rows = s.out_height;
+  }
+  plan.image_chunks = ceil_div(s.batch, plan.images);  // 0 for an empty batch
+  plan.bands = ceil_div(std::max<int64_t>(s.out_height, 1), plan.rows);
+  const int64_t chunk_pixels = plan.images * plan.rows * s.out_width;
+  plan.lanes_that_fit = std::max<int64_t>(1, limit_pixels / std::max<int64_t>(chunk_pixels, 1));
+  return plan;
+}
+
+int64_t partial_sums(const Plan& plan, at::TensorOptions workspace) {
+  return workspace.device().is_cpu() ? std::min(plan.chunks(), kMaxPartialSums) : 1;
+}
+
+std::optional<Tensor> group_matrix_view(const Tensor& chunk, int64_t groups,
+                                        at::ScalarType dtype) {
+  if (chunk.scalar_type() != dtype) return std::nullopt;
+  const Tensor by_channel = chunk.transpose(0, 1);  // [C, n, h, w]
+  const int64_t channels = by_channel.size(0);
+  const std::vector<int64_t> shape{groups, channels / groups, by_channel.numel() / channels};
+  if (!at::detail::computeStride(by_channel.sizes(), by_channel.strides(), shape)) {
+    return std::nullopt;
+  }
+  return by_channel.view(shape);
+}
+
+Workspace::~Workspace() { g_workspace_in_use -= held_bytes_; }
+
+Tensor Workspace::columns(int64_t pixels) {
+  return take(columns_, shape_.column_rows())
+      .narrow(0, 0, shape_.column_rows() * pixels)
+      .view({shape_.groups, shape_.column_rows() / shape_.groups, pixels});
+}
+
+Tensor Workspace::staging(int64_t channels, int64_t pixels) {
+  return take(staging_, channels)
+      .narrow(0, 0, channels * pixels)
+      .view({shape_.groups, channels / shape_.groups, pixels});
+}
+
+Tensor Workspace::group_matrix(const Tensor& chunk) {
+  if (auto view = group_matrix_view(chunk, shape_.groups, dtype())) return *view;
+  const int64_t channels = chunk.size(1);
+  Tensor staged = staging(channels, chunk.numel() / channels);
+  staged.view({channels, chunk.size(0), chunk.size(2), chunk.size(3)})
+      .copy_(chunk.transpose(0, 1));
+  return staged;
+}
+
+Tensor& Workspace::take(Tensor& buffer, int64_t rows) {
+  if (!buffer.defined()) {
+    buffer = at::empty({rows * max_pixels_}, options_);
+    held_bytes_ += buffer.nbytes();
+    const int64_t in_use = g_workspace_in_use += buffer.nbytes();
+    int64_t peak = g_workspace_peak.load();
+    while (in_use > peak && !g_workspace_peak.compare_exchange_weak(peak, in_use)) {
+    }
+  }
+  return buffer;
+}
+
+void set_workspace_limit(int64_t bytes) {
+  TORCH_CHECK(bytes > 0, "torch_convbp: the workspace limit must be positive, got ", bytes);
+  g_workspace_limit.store(bytes);
+}
+
+int64_t workspace_limit() { return g_workspace_limit.load(); }
+
+int64_t workspace_peak(bool reset) {
+  return reset ? g_workspace_peak.exchange(g_workspace_in_use.load()) : g_workspace_peak.load();
+}
+
+}  // namespace torch_convbp

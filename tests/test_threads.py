@@ -1,0 +1,82 @@
+"""The same bits on any number of CPU threads.
+
+The output, the grad-input and the grad-weight of a call must be bitwise identical whether the call
+runs on 1, 2, 3 or 4 threads: the work is cut into chunks, GEMM blocks and weight-gradient partial
+sums by the sizes alone, every GEMM is single-threaded, and every sum is taken in a fixed order
+(docs/design.md, "The same bits on any thread count"). The threads only decide who runs what.
+"""
+import contextlib
+
+import pytest
+import torch
+
+import torch_convbp
+
+THREAD_COUNTS = (1, 2, 3, 4)
+
+# name: (input size, out channels, kernel, stride, padding, dilation, groups, workspace limit)
+LAYERS = {
+    "many-small-images": ((24, 8, 10, 10), 16, (3, 3), 1, 1, 1, 1, None),
+    "one-large-image-in-row-bands": ((1, 4, 96, 80), 8, (3, 3), 1, 1, 1, 1, 60_000),
+    "one-image-one-chunk": ((1, 32, 12, 12), 48, (3, 3), 1, 1, 1, 1, None),
+    "grouped-strided": ((6, 12, 15, 13), 18, (3, 3), 2, 1, 1, 3, None),
+    "strided-row-bands": ((2, 6, 41, 37), 10, (3, 3), 2, 1, 1, 1, 20_000),
+    "pointwise": ((8, 32, 14, 14), 64, (1, 1), 1, 0, 1, 1, None),
+    "pointwise-wide-images": ((3, 16, 24, 24), 32, (1, 1), 1, 0, 1, 1, None),
+    "pointwise-strided": ((4, 32, 14, 14), 48, (1, 1), 2, 0, 1, 1, None),
+    "dilated-5x5": ((5, 8, 20, 20), 16, (5, 5), 1, 4, 2, 1, None),
+    "asymmetric": ((7, 6, 13, 17), 9, (3, 2), (2, 1), (1, 0), (1, 2), 3, None),
+    "depthwise": ((6, 16, 15, 13), 32, (3, 3), (2, 1), 1, 1, 16, None),
+    "small-workspace": ((10, 8, 12, 12), 12, (3, 3), 1, 1, 1, 1, 4_000),
+}
+
+
+@contextlib.contextmanager
+def threads(count):
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def results(layer, dtype, channels_last):
+    size, out_channels, kernel, stride, padding, dilation, groups, limit = LAYERS[layer]
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(size, generator=g).to(dtype)
+    w = torch.randn(out_channels, size[1] // groups, *kernel, generator=g).to(dtype)
+    b = torch.randn(out_channels, generator=g).to(dtype)
+    if channels_last:
+        x, w = x.to(memory_format=torch.channels_last), w.to(memory_format=torch.channels_last)
+    x, w, b = (t.requires_grad_() for t in (x, w, b))
+    with torch_convbp.workspace_limit(limit or torch_convbp.get_workspace_limit()):
+        y = torch_convbp.conv2d(x, w, b, stride, padding, dilation, groups)
+        grads = torch.autograd.grad(y, (x, w, b), torch.cos(y.float()).to(dtype))
+    return (y.detach(), *grads)
+
+
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "channels_last"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("layer", list(LAYERS))
+def test_same_bits_on_any_thread_count(layer, dtype, channels_last):
+    runs = {}
+    for count in THREAD_COUNTS:
+        with threads(count):
+            runs[count] = results(layer, dtype, channels_last)
+    names = ("output", "grad_input", "grad_weight", "grad_bias")
+    for count in THREAD_COUNTS[1:]:
+        for name, one, many in zip(names, runs[1], runs[count]):
+            assert torch.equal(one, many), (
+                f"{name} on {count} threads differs from 1 thread: "
+                f"max |diff| {(one.double() - many.double()).abs().max().item():.3g}"
+            )
+
+
+def test_float64_too():
+    runs = []
+    for count in (1, 3):
+        with threads(count):
+            runs.append(results("many-small-images", torch.float64, False))
+    for one, many in zip(*runs):
+        assert torch.equal(one, many)
