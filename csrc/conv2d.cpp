@@ -108,8 +108,9 @@ void check_grad_output(const char* op, const Tensor& grad_output, const ConvShap
 void forward_by_chunks(const Tensor& x, const Tensor& w, const ConvShape& s, const Tensor& output) {
   const auto workspace = w.options();
   const Plan plan = plan_chunks(s, workspace);
-  const int64_t blocks =
-      gemm_blocks(plan.chunks(), plan.images * plan.rows * s.out_width, x.device());
+  const int64_t blocks = gemm_blocks(
+      plan.chunks(), {s.groups, s.out_channels / s.groups, plan.images * plan.rows * s.out_width},
+      x.device());
   run_units(s, plan, plan.chunks(), workspace, [&](int64_t index, Workspace& ws) {
     const Chunk c = plan.chunk(s, index);
     const Tensor columns = columns_of(x, s, c, ws);  // [G, Cin/G*kh*kw, P]
@@ -228,7 +229,8 @@ Tensor conv2d_weight_grad(const Tensor& input, const Tensor& grad_output,
   const auto workspace = x.options().dtype(gemm_dtype(x.scalar_type(), x.device()));
   const Plan plan = plan_chunks(s, workspace, /*pixels_contracted=*/true);
   const int64_t sums = partial_sums(plan, workspace);
-  const int64_t blocks = gemm_blocks(sums, s.column_rows() / s.groups, x.device());
+  const int64_t blocks = gemm_blocks(
+      sums, {s.groups, s.out_channels / s.groups, s.column_rows() / s.groups}, x.device());
   std::vector<Tensor> partial(sums);
   run_units(s, plan, sums, workspace, [&](int64_t sum, Workspace& ws) {
     partial[sum] = at::empty({s.groups, s.out_channels / s.groups, s.column_rows() / s.groups},
@@ -278,8 +280,9 @@ Tensor conv2d_input_grad(const Tensor& grad_output, const Tensor& weight,
   const Plan plan = plan_chunks(s, workspace);
   // The row bands of one image overlap in dx (col2im adds into it), so a unit is an image
   // chunk with all its bands, in order.
-  const int64_t blocks =
-      gemm_blocks(plan.image_chunks, plan.images * plan.rows * s.out_width, dy.device());
+  const int64_t blocks = gemm_blocks(
+      plan.image_chunks,
+      {s.groups, s.column_rows() / s.groups, plan.images * plan.rows * s.out_width}, dy.device());
   run_units(s, plan, plan.image_chunks, workspace, [&](int64_t image_chunk, Workspace& ws) {
     for (int64_t band = 0; band < plan.bands; ++band) {
       const Chunk c = plan.chunk(s, image_chunk * plan.bands + band);

@@ -1,4 +1,4 @@
-// Single-threaded GEMMs in column blocks fixed by the sizes (see gemm.h).
+// Single-threaded GEMMs in blocks fixed by the sizes (see gemm.h).
 #include "gemm.h"
 
 #include <ATen/ATen.h>
@@ -18,7 +18,7 @@ namespace torch_convbp {
 namespace {
 
 constexpr int64_t kMaxGemmBlocks = 4;
-constexpr int64_t kMinBlockColumns = 256;
+constexpr int64_t kMinBlockLength = 64;
 
 // Makes the BLAS calls of this thread single-threaded while it lives.
 class SingleThreadedBlas {
@@ -51,8 +51,16 @@ void gemm_one_block(const Tensor& out, const Tensor& a, const Tensor& b, bool ac
   }
 }
 
-// Runs the GEMM as `blocks` column blocks of N, each single-threaded: in parallel where the
-// caller is not in a parallel region already (at::parallel_for runs inline in one).
+// Which dimension of the result [G, M, N] the blocks cut: the groups where there are several
+// (each group's GEMM then runs whole, as it would uncut), else the longer of M (a slice of a's
+// rows per block) and N (a slice of b's columns), so that each block stays a wide GEMM.
+int64_t block_dimension(IntArrayRef result) {
+  if (result[0] > 1) return 0;
+  return result[1] > result[2] ? 1 : 2;
+}
+
+// Runs the GEMM as `blocks` blocks, each single-threaded: in parallel where the caller is not in
+// a parallel region already (at::parallel_for runs inline in one).
 void gemm_by_blocks(const Tensor& out, const Tensor& a, const Tensor& b, int64_t blocks,
                     bool accumulate) {
   const bool cpu = out.device().is_cpu();
@@ -61,25 +69,35 @@ void gemm_by_blocks(const Tensor& out, const Tensor& a, const Tensor& b, int64_t
     gemm_one_block(out, a, b, accumulate);
     return;
   }
-  const int64_t columns = out.size(2);
-  const int64_t width = (columns + blocks - 1) / blocks;
+  const int64_t dim = block_dimension(out.sizes());
+  const int64_t length = out.size(dim);
+  const int64_t width = (length + blocks - 1) / blocks;
   const at::ThreadLocalState caller_state;
   at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
     at::ThreadLocalStateGuard guard(caller_state);
     SingleThreadedBlas single(cpu);
     for (int64_t block = begin; block < end; ++block) {
-      const int64_t first = block * width, count = std::min(width, columns - first);
+      const int64_t first = block * width, count = std::min(width, length - first);
       if (count <= 0) continue;
-      gemm_one_block(out.narrow(2, first, count), a, b.narrow(2, first, count), accumulate);
+      const auto part = [&](const Tensor& t) { return t.narrow(dim, first, count); };
+      // [G', M', N'] (+)= [G', M', K] @ [G', K, N']: a's rows follow M, b's columns follow N.
+      gemm_one_block(part(out), dim == 2 ? a : part(a), dim == 1 ? b : part(b), accumulate);
     }
   });
 }
 
 }  // namespace
 
-int64_t gemm_blocks(int64_t units, int64_t columns, const at::Device& device) {
+int64_t gemm_blocks(int64_t units, IntArrayRef result, const at::Device& device) {
   if (!device.is_cpu() || units > 1) return 1;
-  return std::clamp<int64_t>(columns / kMinBlockColumns, 1, kMaxGemmBlocks);
+  // 4 or 2 blocks (equal shares for 2 or 4 threads): of whole groups, or of at least
+  // kMinBlockLength rows or columns.
+  const int64_t dim = block_dimension(result);
+  const int64_t min_length = dim == 0 ? 1 : kMinBlockLength;
+  for (int64_t blocks = kMaxGemmBlocks; blocks > 1; blocks /= 2) {
+    if (result[dim] / blocks >= min_length) return blocks;
+  }
+  return 1;
 }
 
 void gemm_out(const Tensor& out, const Tensor& a, const Tensor& b, int64_t blocks) {

@@ -1,6 +1,7 @@
 // The GEMMs of the orchestration (gemm.cpp), through ATen (MKL on the CPU, cuBLAS on CUDA).
 //
-// On the CPU every GEMM is cut into column blocks fixed by the sizes, and each block runs on one
+// On the CPU every GEMM is cut into blocks fixed by the sizes (of its groups, or of its result's
+// rows or columns), and each block runs on one
 // thread: a multithreaded BLAS may split a GEMM differently for another thread count, and so give
 // other bits (measured, benchmarks/NOTES.md section 10). The blocks of one GEMM run in parallel
 // when the caller is not already in a parallel region (one lane), one after another in a lane.
@@ -10,19 +11,21 @@
 
 namespace torch_convbp {
 
+using at::IntArrayRef;
 using at::Tensor;
 
-// How many column blocks a GEMM with `columns` output columns is cut into, when the call has
-// `units` independent pieces of work to run in parallel: 1 where there are several (the lanes
-// keep the threads busy; a block costs 1-3% of a GEMM's speed, more below 256 columns), else up
-// to 4 blocks of at least 256 columns. Sizes only, never the thread count. 1 off the CPU.
-int64_t gemm_blocks(int64_t units, int64_t columns, const at::Device& device);
+// How many blocks a GEMM with a [G, M, N] result is cut into, when the call has `units`
+// independent pieces of work to run in parallel: 1 where there are several (the lanes keep the
+// threads busy; a block costs 1-3% of a GEMM's speed, more for narrow ones), else 4 or 2 blocks:
+// of whole groups where G > 1, else of at least 64 rows or columns, along the longer side. Sizes
+// only, never the thread count. 1 off the CPU.
+int64_t gemm_blocks(int64_t units, IntArrayRef result, const at::Device& device);
 
-// out = a @ b for [G, M, K] @ [G, K, N], in `blocks` column blocks.
+// out = a @ b for [G, M, K] @ [G, K, N], in `blocks` blocks.
 void gemm_out(const Tensor& out, const Tensor& a, const Tensor& b, int64_t blocks);
 
 // acc += a @ b, with acc in the accumulation dtype (float32 for float16 and bfloat16), in
-// `blocks` column blocks.
+// `blocks` blocks.
 void gemm_accumulate(const Tensor& acc, const Tensor& a, const Tensor& b, int64_t blocks);
 
 }  // namespace torch_convbp

@@ -38,9 +38,9 @@ int64_t target_chunk_pixels(int64_t column_bytes_per_pixel, bool cpu) {
 // it at once (the whole limit on a GPU, which runs one lane). A constant, not the thread count:
 // the chunks must not depend on the threads.
 constexpr int64_t kLanesInLimit = 4;
-// The number of image chunks is rounded up to a multiple of this, where there are enough images,
-// so that 2 or 4 lanes get equal shares (measured: an odd chunk count left a core idle for a
-// third of a call on the 2-core machine).
+// The number of chunks is rounded up to a multiple of this (more image chunks, or more bands of
+// an image where the batch is odd), so that 2 or 4 lanes get equal shares (measured: an odd
+// chunk count left a core idle for a third of a call on the 2-core machine).
 constexpr int64_t kChunkMultiple = 2;
 // The most weight-gradient partial sums (each a float32 copy of the weight while the call runs).
 constexpr int64_t kMaxPartialSums = 4;
@@ -76,7 +76,10 @@ Plan plan_chunks(const ConvShape& s, at::TensorOptions workspace, bool pixels_co
   if (image_pixels > chunk_budget || image_pixels > 2 * target) {
     // Row bands of one image, of about the target's width, when a whole image is over the
     // chunk's memory budget or over twice the target.
-    const int64_t bands = ceil_div(image_pixels, target);
+    int64_t bands = ceil_div(image_pixels, target);
+    if (cpu && bands > 1 && s.batch * bands % kChunkMultiple != 0) {
+      bands = ceil_div(bands, kChunkMultiple) * kChunkMultiple;  // an even chunk count
+    }
     plan.images = 1;
     plan.rows = std::max<int64_t>(
         1, std::min(chunk_budget / s.out_width, ceil_div(s.out_height, bands)));

@@ -19,6 +19,11 @@ LAYERS = {
     "many-small-images": ((24, 8, 10, 10), 16, (3, 3), 1, 1, 1, 1, None),
     "one-large-image-in-row-bands": ((1, 4, 96, 80), 8, (3, 3), 1, 1, 1, 1, 60_000),
     "one-image-one-chunk": ((1, 32, 12, 12), 48, (3, 3), 1, 1, 1, 1, None),
+    # one chunk whose GEMMs have more rows than columns: cut into row blocks
+    "deep-small-images": ((2, 64, 7, 7), 544, (3, 3), 1, 1, 1, 1, None),
+    "deep-strided": ((2, 64, 9, 9), 96, (3, 3), 2, 1, 1, 1, None),
+    # one chunk of a grouped layer: cut into blocks of whole groups
+    "grouped-one-chunk": ((1, 32, 10, 10), 64, (3, 3), 1, 1, 1, 8, None),
     "grouped-strided": ((6, 12, 15, 13), 18, (3, 3), 2, 1, 1, 3, None),
     "strided-row-bands": ((2, 6, 41, 37), 10, (3, 3), 2, 1, 1, 1, 20_000),
     "pointwise": ((8, 32, 14, 14), 64, (1, 1), 1, 0, 1, 1, None),
@@ -52,7 +57,7 @@ def results(layer, dtype, channels_last):
     x, w, b = (t.requires_grad_() for t in (x, w, b))
     with torch_convbp.workspace_limit(limit or torch_convbp.get_workspace_limit()):
         y = torch_convbp.conv2d(x, w, b, stride, padding, dilation, groups)
-        grads = torch.autograd.grad(y, (x, w, b), torch.cos(y.float()).to(dtype))
+        grads = torch.autograd.grad(y, (x, w, b), torch.cos(y.double()).to(dtype))
     return (y.detach(), *grads)
 
 
@@ -80,3 +85,19 @@ def test_float64_too():
             runs.append(results("many-small-images", torch.float64, False))
     for one, many in zip(*runs):
         assert torch.equal(one, many)
+
+
+@pytest.mark.parametrize("layer", list(LAYERS))
+def test_the_cut_computes_the_convolution(layer):
+    """The blocks, bands and partial sums that make the bits thread-free still add up to the
+    convolution: float64, against F.conv2d's output and gradients."""
+    size, out_channels, kernel, stride, padding, dilation, groups, _ = LAYERS[layer]
+    ours = results(layer, torch.float64, False)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(size, generator=g).double().requires_grad_()
+    w = torch.randn(out_channels, size[1] // groups, *kernel, generator=g).double().requires_grad_()
+    b = torch.randn(out_channels, generator=g).double().requires_grad_()
+    y = torch.nn.functional.conv2d(x, w, b, stride, padding, dilation, groups)
+    expected = (y.detach(), *torch.autograd.grad(y, (x, w, b), torch.cos(y)))
+    for name, got, want in zip(("output", "grad_input", "grad_weight", "grad_bias"), ours, expected):
+        torch.testing.assert_close(got, want, msg=lambda m: f"{name}: {m}")
