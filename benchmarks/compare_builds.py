@@ -1,0 +1,98 @@
+"""Before/after: torch_convbp's time per layer in two builds of it, side by side.
+
+    python benchmarks/compare_builds.py --before /path/to/old/checkout [--after .] [--suite all]
+
+Each build is a checkout with the extension built in place (`python setup.py build_ext --inplace`,
+or an editable install). Two builds of one extension cannot live in one process (they register the
+same operators), so this runs one process per build, alternating before, after, before, ... for
+--pairs pairs, each timing every layer of the suite (forward + backward, interleaved rounds as in
+bench_conv.py). It reports per layer the median over the processes and the after/before ratio.
+
+glibc's malloc adapts its mmap threshold to the sizes freed so far, so whether a layer's 25 MB
+output comes from reused heap or from fresh, page-faulting mmap depends on what the process ran
+before: measured, the 1x1 64>256@56 layer ran at 19.7 or 37.6 ms from one process to the next. The
+child processes fix the thresholds (MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_) so that both
+builds see the same allocator.
+"""
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+FIXED_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(4 << 30), "MALLOC_TRIM_THRESHOLD_": str(100 << 30)}
+
+
+def time_layers(suite, layers, dtype, batch, rounds, out_path):
+    """In a child process: torch_convbp's median fwd+bwd seconds for every layer of the suite."""
+    import torch
+    import torch_convbp
+
+    sys.path.insert(0, HERE)
+    import bench_conv
+
+    times = {"module": torch_convbp.__file__, "layers": {}}
+    for layer in bench_conv.load_layers(suite, layers):
+        x, w = bench_conv.make_operands(layer, batch, "cpu", getattr(torch, dtype))
+        step = bench_conv.conv_step(torch_convbp.conv2d, x, w, layer, "both")
+        times["layers"][layer["name"]] = bench_conv.time_interleaved({"ours": step}, rounds)["ours"]
+    with open(out_path, "w") as f:
+        json.dump(times, f)
+
+
+def run_build(checkout, args, out_path):
+    env = dict(os.environ, PYTHONPATH=os.path.abspath(checkout), **FIXED_MALLOC)
+    command = [sys.executable, os.path.abspath(__file__), "--child", out_path,
+               "--suite", args.suite, "--layers", args.layers, "--dtype", args.dtype,
+               "--batch", str(args.batch), "--rounds", str(args.rounds)]
+    subprocess.run(command, env=env, check=True, cwd=tempfile.gettempdir())
+    with open(out_path) as f:
+        result = json.load(f)
+    expected = os.path.join(os.path.abspath(checkout), "torch_convbp")
+    if not result["module"].startswith(expected):
+        sys.exit(f"compare_builds: {checkout} imported torch_convbp from {result['module']}; "
+                 "build it in place there first")
+    return result["layers"]
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--before", help="checkout of the old build", required="--child" not in (argv or sys.argv))
+    parser.add_argument("--after", default=os.path.dirname(HERE), help="checkout of the new build (this one)")
+    parser.add_argument("--suite", default="all")
+    parser.add_argument("--layers", default="", help="only the layers whose name contains this")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "float64", "bfloat16", "float16"])
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--pairs", type=int, default=3, help="before/after process pairs")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        time_layers(args.suite, args.layers, args.dtype, args.batch, args.rounds, args.child)
+        return
+    runs = {"before": [], "after": []}
+    with tempfile.TemporaryDirectory() as scratch:
+        for pair in range(args.pairs):
+            for name in ("before", "after"):
+                path = os.path.join(scratch, f"{name}{pair}.json")
+                runs[name].append(run_build(getattr(args, name), args, path))
+    median = {name: {layer: statistics.median(run[layer] for run in rs) for layer in rs[0]}
+              for name, rs in runs.items()}
+    print("| layer | before ms | after ms | after / before | per pair |")
+    print("|---|---:|---:|---:|---|")
+    ratios = []
+    for layer, before in median["before"].items():
+        after = median["after"][layer]
+        ratios.append(after / before)
+        pairs = " ".join(f"{a[layer] / b[layer]:.2f}" for b, a in zip(runs["before"], runs["after"]))
+        print(f"| {layer} | {before * 1e3:.2f} | {after * 1e3:.2f} | {after / before:.3f} | {pairs} |")
+    print(f"| **geometric mean** | | | **{math.exp(statistics.mean(map(math.log, ratios))):.3f}** | |")
+
+
+if __name__ == "__main__":
+    main()
