@@ -1,6 +1,9 @@
 // The Python module torch_convbp._C: loading it registers the operators; it also carries the
-// workspace limit, which is process-wide state rather than an operator.
+// workspace limit, which is process-wide state rather than an operator, and the torch version it
+// was compiled against (torch has no stable C++ ABI: __init__.py refuses another version).
 #include <torch/extension.h>
+
+#include <string>
 
 #include "conv2d.h"
 
@@ -13,4 +16,11 @@ PYBIND11_MODULE(_C, m) {
         "The most workspace held at once since the last reset, in bytes.");
   m.def("gemm_dtype", &torch_convbp::gemm_dtype, py::arg("dtype"), py::arg("device"),
         "The dtype the GEMMs run in for operands of this dtype on this device.");
+#if defined(TORCH_VERSION_MAJOR) && defined(TORCH_VERSION_MINOR) && defined(TORCH_VERSION_PATCH)
+  m.attr("built_with_torch") = std::to_string(TORCH_VERSION_MAJOR) + "." +
+                               std::to_string(TORCH_VERSION_MINOR) + "." +
+                               std::to_string(TORCH_VERSION_PATCH);
+#else
+  m.attr("built_with_torch") = py::none();
+#endif
 }

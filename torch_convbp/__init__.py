@@ -17,7 +17,24 @@ import re
 
 import torch
 
-from . import _C, _autograd, _meta  # noqa: F401  (registers the operators, autograd, fake kernels)
+from . import _C  # registers the operators
+
+
+def _check_built_with(built: "str | None", running: str) -> None:
+    """torch has no stable C++ ABI: an extension compiled against one torch release and loaded
+    into another can crash (measured: a bus error in the first call) instead of failing. So a
+    build for another torch is refused here, with how to rebuild."""
+    release = re.match(r"\d+\.\d+\.\d+", running)  # 2.13.0 of 2.13.0+cpu, 2.14.0a0+git...
+    if built is not None and release is not None and built != release.group(0):
+        raise ImportError(
+            f"torch_convbp was compiled against torch {built}, but this is torch {running}; "
+            "rebuild it with this torch: pip install --no-build-isolation -e . (in a checkout)"
+        )
+
+
+_check_built_with(_C.built_with_torch, torch.__version__)
+
+from . import _autograd, _meta  # noqa: E402, F401  (registers autograd and the fake kernels)
 from ._args import CUDA_KERNELS
 from ._onnx import onnx_translation_table
 from .functional import conv1d, conv2d, conv_transpose1d, conv_transpose2d
