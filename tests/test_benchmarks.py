@@ -50,3 +50,33 @@ def test_memory_scaling_json_and_plot(tmp_path):
     assert [(r["axis"], r["batch"], r["size"]) for r in saved["scaling"]] == [("batch", 1, 7), ("batch", 2, 7), ("size", 1, 7)]
     if matplotlib:
         assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_model_benchmark_runs_or_says_torchvision_is_missing(tmp_path, capsys):
+    import bench_models
+
+    args = ["--device", "cpu", "--models", "resnet18", "--batch", "1", "--size", "32", "--rounds", "1",
+            "--json", str(tmp_path / "models.json"), "--plot", str(tmp_path / "models.png")]
+    bench_models.main(args)
+    out = capsys.readouterr().out
+    try:
+        import torchvision  # noqa: F401
+    except ImportError:
+        assert "torchvision is not installed" in out and "skipped" in out
+        return
+    result = json.loads((tmp_path / "models.json").read_text())
+    assert [(r["model"], r["format"]) for r in result["rows"]] == [("resnet18", "nchw"), ("resnet18", "channels_last")]
+    assert all(r["stock_ms"] > 0 and r["torch_convbp_ms"] > 0 for r in result["rows"])
+    assert "| resnet18 | channels_last |" in out
+    assert (tmp_path / "models.png").stat().st_size > 0
+
+
+def test_model_benchmark_refuses_an_unknown_model():
+    import bench_models
+
+    try:
+        import torchvision  # noqa: F401
+    except ImportError:
+        pytest.skip("torchvision is not installed")
+    with pytest.raises(SystemExit, match="no model"):
+        bench_models.main(["--models", "resnet_nonexistent"])
