@@ -119,6 +119,11 @@ def parse(argv=None):
     args = p.parse_args(argv)
     if args.batch < 1 or args.size < 32 or args.rounds < 1:
         p.error("--batch and --rounds must be at least 1, --size at least 32")
+    if args.plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            p.error("--plot needs matplotlib (pip install matplotlib)")
     return args
 
 

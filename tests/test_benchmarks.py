@@ -55,7 +55,7 @@ def test_memory_scaling_json_and_plot(tmp_path):
 def test_model_benchmark_runs_or_says_torchvision_is_missing(tmp_path, capsys):
     import bench_models
 
-    args = ["--device", "cpu", "--models", "resnet18", "--batch", "1", "--size", "32", "--rounds", "1",
+    args = ["--device", "cpu", "--models", "resnet18", "--batch", "2", "--size", "64", "--rounds", "1",
             "--json", str(tmp_path / "models.json"), "--plot", str(tmp_path / "models.png")]
     bench_models.main(args)
     out = capsys.readouterr().out
