@@ -1,5 +1,6 @@
 """The benchmark command runs end to end (on a small layer, one round): every pass, every section,
 the JSON and the plot."""
+import importlib.util
 import json
 import os
 import sys
@@ -56,7 +57,10 @@ def test_model_benchmark_runs_or_says_torchvision_is_missing(tmp_path, capsys):
     import bench_models
 
     args = ["--device", "cpu", "--models", "resnet18", "--batch", "2", "--size", "64", "--rounds", "1",
-            "--json", str(tmp_path / "models.json"), "--plot", str(tmp_path / "models.png")]
+            "--json", str(tmp_path / "models.json")]
+    plotting = importlib.util.find_spec("matplotlib") is not None
+    if plotting:
+        args += ["--plot", str(tmp_path / "models.png")]
     bench_models.main(args)
     out = capsys.readouterr().out
     try:
@@ -68,7 +72,7 @@ def test_model_benchmark_runs_or_says_torchvision_is_missing(tmp_path, capsys):
     assert [(r["model"], r["format"]) for r in result["rows"]] == [("resnet18", "nchw"), ("resnet18", "channels_last")]
     assert all(r["stock_ms"] > 0 and r["torch_convbp_ms"] > 0 for r in result["rows"])
     assert "| resnet18 | channels_last |" in out
-    assert (tmp_path / "models.png").stat().st_size > 0
+    assert not plotting or (tmp_path / "models.png").stat().st_size > 0
 
 
 def test_model_benchmark_refuses_an_unknown_model():
@@ -80,3 +84,13 @@ def test_model_benchmark_refuses_an_unknown_model():
         pytest.skip("torchvision is not installed")
     with pytest.raises(SystemExit, match="no model"):
         bench_models.main(["--models", "resnet_nonexistent"])
+
+
+def test_model_benchmark_refuses_plot_without_matplotlib(capsys):
+    import bench_models
+
+    if importlib.util.find_spec("matplotlib") is not None:
+        pytest.skip("matplotlib is installed")
+    with pytest.raises(SystemExit):
+        bench_models.main(["--models", "resnet18", "--plot", "out.png"])
+    assert "--plot needs matplotlib" in capsys.readouterr().err
