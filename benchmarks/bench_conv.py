@@ -1,7 +1,9 @@
 """Benchmarks torch_convbp.conv2d, layer by layer, against
-  builtin      the built-in F.conv2d: oneDNN on CPU, cuDNN on GPU (cudnn.benchmark=True),
-  aten_im2col  ATen's own im2col path: the built-in with oneDNN / cuDNN turned off,
-  gemm         the bare GEMMs of the same sizes: the floor of any im2col + GEMM design.
+  builtin                the built-in F.conv2d: oneDNN on CPU, cuDNN on GPU (cudnn.benchmark=True),
+  builtin_channels_last  the same, fed channels_last input and weight,
+  builtin_deterministic  (GPU only) cuDNN with cudnn.deterministic=True, as our backward always is,
+  aten_im2col            ATen's own im2col path: the built-in with oneDNN / cuDNN turned off,
+  gemm                   the bare GEMMs of the same sizes: the floor of any im2col + GEMM design.
 
     python benchmarks/bench_conv.py                           # the quick suite, fwd+bwd, batch 8
     python benchmarks/bench_conv.py --suite all --json out.json --plot out.png
@@ -11,7 +13,8 @@ Candidates are timed with torch.utils.benchmark, interleaved (round after round,
 once per round) and the median per candidate is reported, so that machine noise hits all of them
 alike. The layers are listed in shapes.json. --memory adds the peak workspace per call for
 batch 8, 64 and 256 against the workspace limit; --scaling adds time against batch size and
-image size (both should be linear).
+image size (both should be linear). On a GPU each row also has every candidate's peak memory
+(torch.cuda.max_memory_allocated over one call, above what was allocated before it).
 """
 import argparse
 import contextlib
@@ -33,7 +36,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 import torch_convbp  # noqa: E402
 
-CANDIDATES = ("torch_convbp", "builtin", "aten_im2col", "gemm")
+CANDIDATES = ("torch_convbp", "builtin", "aten_im2col", "gemm")  # timed on every device
+VARIANTS = ("builtin_channels_last", "builtin_deterministic")  # the built-in, otherwise fed or set
 
 
 # --- the layers -------------------------------------------------------------------------------
@@ -131,14 +135,47 @@ def gemm_step(layer, batch, passes, device, dtype, size=None):
     return step
 
 
-def candidate_steps(layer, batch, passes, device, dtype, size=None):
+@contextlib.contextmanager
+def cudnn_deterministic():
+    """cuDNN restricted to deterministic algorithms; its other flags (TF32 among them) untouched."""
+    before = torch.backends.cudnn.deterministic
+    torch.backends.cudnn.deterministic = True
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.deterministic = before
+
+
+def channels_last_copies(x, w):
+    """Leaf copies of the operands in channels_last (the layout cuDNN and oneDNN are fastest in)."""
+    return tuple(t.detach().to(memory_format=torch.channels_last).requires_grad_(t.requires_grad) for t in (x, w))
+
+
+def candidate_steps(layer, batch, passes, device, dtype, size=None, variants=True):
+    """The candidates' steps; with variants, also the built-in fed channels_last and (on a GPU,
+    where cuDNN's backward is not deterministic by default) the built-in made deterministic."""
     x, w = make_operands(layer, batch, device, dtype, size, requires_grad=passes != "forward")
-    return {
+    steps = {
         "torch_convbp": conv_step(torch_convbp.conv2d, x, w, layer, passes),
         "builtin": conv_step(F.conv2d, x, w, layer, passes),
         "aten_im2col": conv_step(F.conv2d, x, w, layer, passes, lambda: builtin_without_vendor_library(device)),
         "gemm": gemm_step(layer, batch, passes, device, dtype, size),
     }
+    if variants:
+        steps["builtin_channels_last"] = conv_step(F.conv2d, *channels_last_copies(x, w), layer, passes)
+        if device == "cuda":
+            steps["builtin_deterministic"] = conv_step(F.conv2d, x, w, layer, passes, cudnn_deterministic)
+    return steps
+
+
+def peak_memory_mib(step):
+    """CUDA memory one call of step takes at its peak, above what was allocated before it."""
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    step()
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - before) / 2**20
 
 
 def time_interleaved(steps, rounds, min_seconds=0.05):
@@ -215,8 +252,11 @@ def run_layers(args, layers, progress):
         row.update({f"{k}_gflops": work / v / 1e9 for k, v in seconds.items()})
         row["square_gemm_gflops"] = peak_work / peak / 1e9
         row["of_peak"] = row["torch_convbp_gflops"] / row["square_gemm_gflops"]
-        for other in CANDIDATES[1:]:
-            row[f"vs_{other}"] = seconds["torch_convbp"] / seconds[other]
+        for other in seconds:
+            if other != "torch_convbp":
+                row[f"vs_{other}"] = seconds["torch_convbp"] / seconds[other]
+        if args.device == "cuda":
+            row.update({f"{name}_peak_mib": peak_memory_mib(step) for name, step in steps.items() if name != "gemm"})
         rows.append(row)
         progress.step(layer["name"])
     return rows
@@ -256,7 +296,7 @@ def run_scaling(args, progress):
     plan = [("batch", b, layer["size"]) for b in args.scaling_batches]
     plan += [("size", args.batch, s) for s in args.scaling_sizes]
     for axis, batch, size in plan:
-        steps = candidate_steps(layer, batch, "both", args.device, args.dtype, size)
+        steps = candidate_steps(layer, batch, "both", args.device, args.dtype, size, variants=False)
         seconds = time_interleaved({k: steps[k] for k in ("torch_convbp", "builtin")}, max(3, args.rounds // 2))
         pixels = batch * out_size(layer, size) ** 2
         rows.append({"layer": layer["name"], "axis": axis, "batch": batch, "size": size,
@@ -288,26 +328,34 @@ def builtin_name(device):
     return "cuDNN" if device == "cuda" else "oneDNN"
 
 
+def column_names(device):
+    """The table's heading for each candidate, in the order they are printed."""
+    builtin = builtin_name(device)
+    return {"torch_convbp": "torch_convbp", "builtin": builtin, "builtin_channels_last": f"{builtin} channels_last",
+            "builtin_deterministic": f"{builtin} deterministic", "aten_im2col": "ATen im2col", "gemm": "bare GEMMs"}
+
+
 def print_layers(result, file=None):
     file = file or sys.stdout
     a, rows, ceiling = result["args"], result["rows"], result["ceilings"]
-    builtin = builtin_name(a["device"])
+    names = {k: v for k, v in column_names(a["device"]).items() if f"{k}_ms" in rows[0]}
+    others = [k for k in names if k != "torch_convbp"]
+    memory = [k for k in names if f"{k}_peak_mib" in rows[0]]
     print(f"\n{result['machine']}, torch {result['torch']}, {result['date']}: {a['device']} {a['dtype']}, batch {a['batch']}, "
-          f"{a['passes']} pass(es). Square {ceiling['square_gemm_size']}^3 GEMM: {ceiling['square_gemm_gflops']:.0f} GFLOP/s; "
-          f"copy: {ceiling['copy_gbytes_per_s']:.0f} GB/s. Ratios are torch_convbp's time over the other's (below 1: "
-          f"torch_convbp is faster); 'of peak' is torch_convbp's GFLOP/s over the square GEMM's, timed in the same "
-          f"rounds as the layer.", file=file)
-    print(f"| layer | torch_convbp ms | {builtin} ms | ATen im2col ms | bare GEMMs ms | GFLOP/s | of peak "
-          f"| vs {builtin} | vs ATen im2col | vs bare GEMMs |", file=file)
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|", file=file)
+          f"{a['passes']} pass(es){', TF32 allowed' if a.get('tf32') else ''}. Square {ceiling['square_gemm_size']}^3 GEMM: "
+          f"{ceiling['square_gemm_gflops']:.0f} GFLOP/s; copy: {ceiling['copy_gbytes_per_s']:.0f} GB/s. Ratios are "
+          f"torch_convbp's time over the other's (below 1: torch_convbp is faster); 'of peak' is torch_convbp's GFLOP/s "
+          f"over the square GEMM's, timed in the same rounds as the layer.", file=file)
+    heading = [f"{names[k]} ms" for k in names] + ["GFLOP/s", "of peak"] + [f"vs {names[k]}" for k in others]
+    heading += [f"{names[k]} peak MiB" for k in memory]
+    print("| layer | " + " | ".join(heading) + " |", file=file)
+    print("|---|" + "---:|" * len(heading), file=file)
     for r in rows:
-        print(f"| {r['layer']} | {r['torch_convbp_ms']:.2f} | {r['builtin_ms']:.2f} | {r['aten_im2col_ms']:.2f} | "
-              f"{r['gemm_ms']:.2f} | {r['torch_convbp_gflops']:.0f} | "
-              f"{r['of_peak']:.0%} | {r['vs_builtin']:.2f} | "
-              f"{r['vs_aten_im2col']:.2f} | {r['vs_gemm']:.2f} |", file=file)
-    means = {k: geomean(r[f"vs_{k}"] for r in rows) for k in CANDIDATES[1:]}
-    print(f"| **geometric mean** | | | | | | | **{means['builtin']:.2f}** | **{means['aten_im2col']:.2f}** | "
-          f"**{means['gemm']:.2f}** |", file=file)
+        cells = [f"{r[f'{k}_ms']:.2f}" for k in names] + [f"{r['torch_convbp_gflops']:.0f}", f"{r['of_peak']:.0%}"]
+        cells += [f"{r[f'vs_{k}']:.2f}" for k in others] + [f"{r[f'{k}_peak_mib']:.0f}" for k in memory]
+        print(f"| {r['layer']} | " + " | ".join(cells) + " |", file=file)
+    means = [f"**{geomean(r[f'vs_{k}'] for r in rows):.2f}**" for k in others]
+    print("| **geometric mean** | " + " | ".join([""] * (len(names) + 2) + means + [""] * len(memory)) + " |", file=file)
 
 
 def print_memory(rows, file=None):

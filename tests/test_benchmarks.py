@@ -6,6 +6,7 @@ import os
 import sys
 
 import pytest
+import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
 import bench_conv  # noqa: E402
@@ -25,12 +26,24 @@ def test_layer_table(passes, capsys):
     result = bench_conv.main(["--device", "cpu", "--suite", "all", "--layers", "512 @7", "--batch", "1",
                               "--rounds", "1", "--passes", passes, "--quiet"])
     (row,) = result["rows"]
-    for candidate in bench_conv.CANDIDATES:
+    for candidate in (*bench_conv.CANDIDATES, "builtin_channels_last"):
         assert row[f"{candidate}_ms"] > 0
+    assert "builtin_deterministic_ms" not in row  # a GPU-only variant
     assert row["vs_builtin"] == pytest.approx(row["torch_convbp_ms"] / row["builtin_ms"])
+    assert row["vs_builtin_channels_last"] == pytest.approx(row["torch_convbp_ms"] / row["builtin_channels_last_ms"])
     assert result["ceilings"]["square_gemm_gflops"] > 0
     assert all(row["square_gemm_gflops"] > 0 and row["of_peak"] > 0 for row in result["rows"])
     assert "| resnet18 3x3 512 @7 |" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_gpu_rows_have_the_deterministic_variant_and_peak_memory():
+    result = bench_conv.main(["--device", "cuda", "--suite", "all", "--layers", "512 @7", "--batch", "2", "--rounds", "1",
+                              "--quiet"])
+    (row,) = result["rows"]
+    assert row["builtin_deterministic_ms"] > 0
+    for candidate in ("torch_convbp", "builtin", "builtin_channels_last", "builtin_deterministic", "aten_im2col"):
+        assert row[f"{candidate}_peak_mib"] > 0  # at least the output and the gradients
 
 
 def test_memory_scaling_json_and_plot(tmp_path):
