@@ -14,6 +14,7 @@ TORCH_CONVBP_SANITIZE=1 builds the C++ code with AddressSanitizer and UndefinedB
 (tools/check_sanitizers.sh runs the tests under them).
 """
 import glob
+import importlib.util
 import os
 import re
 import shutil
@@ -51,6 +52,15 @@ def cuda_wanted() -> bool:
     return forced == "1" if forced is not None else torch.version.cuda is not None
 
 
+def build_flags():
+    """torch_convbp/_build_flags.py, loaded by its path: the package cannot be imported before
+    its extension is built."""
+    spec = importlib.util.spec_from_file_location("_build_flags", os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_convbp", "_build_flags.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def extension():
     toolkit = find_cuda_toolkit() if cuda_wanted() else None
     if cuda_wanted() and toolkit is None:
@@ -63,7 +73,7 @@ def extension():
 
     sources = sorted(glob.glob("csrc/*.cpp") + glob.glob("csrc/cpu/*.cpp"))
     cxx_flags = ["-O3", "-fopenmp"]  # -fopenmp: at::parallel_for is OpenMP in the headers
-    link_flags = ["-fopenmp"]
+    link_flags = ["-fopenmp", *build_flags().shared_libstdcxx()]
     if os.environ.get("TORCH_CONVBP_SANITIZE") == "1":
         # Every error is fatal (no recovery), with stack traces; vptr checks are left out, as the
         # classes of torch's uninstrumented libraries would give false reports. -fno-wrapv undoes

@@ -12,6 +12,7 @@ import torch
 from torch.utils import cpp_extension
 
 import torch_convbp  # noqa: F401  (the CPU kernels to compare with)
+from torch_convbp._build_flags import shared_libstdcxx
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ops = torch.ops.torch_convbp
@@ -28,6 +29,7 @@ def harness(tmp_path_factory):
         sources=[os.path.join(ROOT, "tests", "cuda_harness", "harness.cpp"), os.path.join(ROOT, "csrc", "checks.cpp")],
         extra_include_paths=[os.path.join(ROOT, "csrc")],
         extra_cflags=["-O1"],
+        extra_ldflags=shared_libstdcxx(),
         build_directory=str(build),
         is_python_module=False,
     )

@@ -1,5 +1,6 @@
 """The package refuses a build made for another torch, instead of crashing in the first call."""
 import re
+import sys
 
 import pytest
 import torch
@@ -21,3 +22,28 @@ def test_the_same_release_is_accepted(running):
 def test_another_release_is_refused_with_how_to_rebuild(running):
     with pytest.raises(ImportError, match=r"compiled against torch 2\.13\.0, but this is torch .*rebuild"):
         torch_convbp._check_built_with("2.13.0", running)
+
+
+def needed_libraries(path):
+    """The DT_NEEDED entries of a shared library, read by readelf (binutils, beside every gcc)."""
+    import shutil
+    import subprocess
+
+    if shutil.which("readelf") is None:
+        pytest.skip("readelf is not installed")
+    dynamic = subprocess.run(["readelf", "-d", path], capture_output=True, text=True, check=True).stdout
+    return re.findall(r"\(NEEDED\)\s+Shared library: \[(.+?)\]", dynamic)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="ELF shared libraries")
+def test_the_extension_uses_the_shared_cxx_runtime_that_torch_uses():
+    """A toolchain that linked libstdc++ statically gave the extension its own C++ runtime, and
+    every error it raised crashed Python (SIGSEGV) instead of raising (H100 image, 2026-11-22)."""
+    assert "libstdc++.so.6" in needed_libraries(torch_convbp._C.__file__)
+
+
+def test_an_error_from_cpp_that_formats_numbers_raises():
+    """The call that crashed there: a C++ check whose message prints sizes (std::ostream << long)."""
+    x, w = torch.randn(1, 3, 8, 8), torch.randn(4, 2, 3, 3)
+    with pytest.raises(RuntimeError, match=r"weight of size \[4, 2, 3, 3\].*input of size \[1, 3, 8, 8\]"):
+        torch.ops.torch_convbp.conv2d(x, w, None, [1, 1], [0, 0], [1, 1], 1)

@@ -1,0 +1,16 @@
+"""Link flags for every C++ build of this project: the extension (setup.py) and the test harness
+built at test time (tests/test_cuda_threads.py). Plain Python, importable before the extension
+is built (setup.py loads this file by its path)."""
+import sys
+
+
+def shared_libstdcxx() -> list:
+    """Link flags that make a build use the shared C++ runtime, the one torch uses.
+
+    Where a toolchain links libstdc++ statically (seen on an Ubuntu 24.04 GPU image with g++ 13:
+    the built library had no libstdc++.so.6 among its needed libraries and carried its own copy
+    of parts of the runtime), two copies of the C++ runtime meet in one process and disagree on
+    the locale facets: the first error message that formatted a number (std::ostream << long)
+    crashed Python with SIGSEGV instead of raising. Naming the shared runtime by its file name
+    links it whatever the toolchain's default; elsewhere it is what -lstdc++ finds anyway."""
+    return ["-l:libstdc++.so.6"] if sys.platform.startswith("linux") else []
