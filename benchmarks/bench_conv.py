@@ -135,15 +135,12 @@ def gemm_step(layer, batch, passes, device, dtype, size=None):
     return step
 
 
-@contextlib.contextmanager
-def cudnn_deterministic():
-    """cuDNN restricted to deterministic algorithms; its other flags (TF32 among them) untouched."""
-    before = torch.backends.cudnn.deterministic
-    torch.backends.cudnn.deterministic = True
-    try:
-        yield
-    finally:
-        torch.backends.cudnn.deterministic = before
+def cudnn_flags(deterministic=False):
+    """cuDNN as every GPU row runs it: on, autotuned (cudnn.benchmark), TF32 as --tf32 set it
+    (torch.backends.cuda.matmul.allow_tf32 holds that choice), deterministic or not. Through the
+    context manager, since torch's own test helpers forbid setting the flags directly."""
+    return torch.backends.cudnn.flags(enabled=True, benchmark=True, deterministic=deterministic,
+                                      allow_tf32=torch.backends.cuda.matmul.allow_tf32)
 
 
 def channels_last_copies(x, w):
@@ -164,7 +161,8 @@ def candidate_steps(layer, batch, passes, device, dtype, size=None, variants=Tru
     if variants:
         steps["builtin_channels_last"] = conv_step(F.conv2d, *channels_last_copies(x, w), layer, passes)
         if device == "cuda":
-            steps["builtin_deterministic"] = conv_step(F.conv2d, x, w, layer, passes, cudnn_deterministic)
+            steps["builtin_deterministic"] = conv_step(F.conv2d, x, w, layer, passes,
+                                                      lambda: cudnn_flags(deterministic=True))
     return steps
 
 
@@ -439,10 +437,14 @@ def main(argv=None):
     args = parse(argv)
     # Turning oneDNN off and on makes torch note that oneDNN's TF32 is for Intel GPUs only.
     warnings.filterwarnings("ignore", message="TF32 acceleration on top of oneDNN")
-    dtype = getattr(torch, args.dtype)
     if args.device == "cuda":
-        torch.backends.cudnn.benchmark = True
-        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = args.tf32
+        torch.backends.cuda.matmul.allow_tf32 = args.tf32
+    with cudnn_flags() if args.device == "cuda" else contextlib.nullcontext():
+        return run(args)
+
+
+def run(args):
+    dtype = getattr(torch, args.dtype)
     layers = load_layers(args.suite, args.layers)
     if not layers:
         sys.exit(f"no layer of suite {args.suite!r} has {args.layers!r} in its name")
