@@ -20,8 +20,9 @@ std::atomic<int64_t> g_workspace_peak{0};    // the most held at once since the 
 // the GEMM, instead of staying in cache between the two. So small images are batched side by
 // side up to the target, and large ones are cut into row bands of about the target (see
 // benchmarks/NOTES.md for the measurements). On a GPU, whose GEMMs want to be far wider and
-// whose caches are not the point, a chunk aims at 64Ki pixels (a first choice, not yet tuned on
-// a GPU). TORCH_CONVBP_CHUNK_PIXELS fixes the target, for tuning.
+// whose caches are not the point, a chunk aims at 256Ki pixels (on an H100 at batch 32, 64Ki,
+// 256Ki and 1Mi gave 2.16x, 2.07x and 2.14x cuDNN's time over the layers: a wide optimum;
+// NOTES section 12). TORCH_CONVBP_CHUNK_PIXELS fixes the target, for tuning.
 constexpr int64_t kMinGemmWidth = 512;
 constexpr int64_t kColumnTileBytes = int64_t{5} << 19;  // 2.5 MiB
 int64_t target_chunk_pixels(int64_t column_bytes_per_pixel, bool cpu) {
@@ -30,7 +31,7 @@ int64_t target_chunk_pixels(int64_t column_bytes_per_pixel, bool cpu) {
     return text ? std::max<int64_t>(0, std::atoll(text)) : int64_t{0};
   }();
   if (fixed > 0) return fixed;
-  if (!cpu) return int64_t{1} << 16;
+  if (!cpu) return int64_t{1} << 18;
   return std::max(kMinGemmWidth, kColumnTileBytes / std::max<int64_t>(column_bytes_per_pixel, 1));
 }
 
@@ -66,9 +67,12 @@ Plan plan_chunks(const ConvShape& s, at::TensorOptions workspace, bool pixels_co
   // (the lanes keep the threads busy). That is when an image is wide enough, or when the pixels
   // are the GEMM's inner dimension, whose length matters little (measured: 1x1 1024>256@14,
   // grad-weight 5.5 -> 5.1 ms; its grad-input goes the other way, 5.4 -> 6.2 ms). Other
-  // images are batched like any other layer's.
+  // images are batched like any other layer's. Not on a GPU: there a GEMM per image is far too
+  // small (its launch and host overhead dominate) and a grad-weight GEMM per image, whose
+  // result is only Cout x Cin, fills few of the multiprocessors (measured on an H100: 1x1
+  // 64>256@56 at batch 32 took 7.5x cuDNN's time that way).
   const bool whole_images =
-      s.is_pointwise() && (pixels_contracted || image_pixels >= kMinGemmWidth);
+      cpu && s.is_pointwise() && (pixels_contracted || image_pixels >= kMinGemmWidth);
   const int64_t target = std::min(
       chunk_budget, whole_images ? image_pixels
                                  : target_chunk_pixels(s.column_rows() * element_size, cpu));

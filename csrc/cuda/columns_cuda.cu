@@ -2,7 +2,8 @@
 //
 // Each kernel is a grid-stride loop over one thread's work, written once in columns_thread.h as
 // host-and-device functions, which the CPU harness (tests/cuda_harness/) checks bitwise against
-// the CPU kernels. im2col: one thread per column entry. col2im: a gather, one thread per input
+// the CPU kernels. im2col: one thread per output pixel of each channel, writing its kh*kw
+// entries (one thread per entry spent most of its time dividing: NOTES). col2im: a gather, one thread per input
 // pixel, summing in the fixed order (ki, kj) with no atomics, so the result is bitwise the same
 // on every run and equal to the CPU's. Index arithmetic is 32-bit where every index fits, 64-bit
 // where it does not (past 2^31 elements).
@@ -26,7 +27,7 @@ template <typename image_t, typename column_t, typename index_t>
 __global__ void im2col_kernel(const image_t* __restrict__ images, column_t* __restrict__ columns,
                               ColumnDims<index_t> g, index_t total) {
   grid_stride_loop<index_t>(total, blockIdx.x, threadIdx.x, gridDim.x, [&](index_t i) {
-    columns[i] = im2col_entry<image_t, column_t>(images, g, i);
+    im2col_patch(images, columns, g, i);
   });
 }
 
@@ -44,8 +45,8 @@ void im2col_cuda(const at::Tensor& images, IntArrayRef kernel_size, IntArrayRef 
                  const at::Tensor& columns) {
   const ColumnGeometry g = check_columns("torch_convbp.im2col", images, columns, kernel_size,
                                          stride, padding, dilation, row_start, rows);
-  const int64_t total = columns.numel();
-  if (total == 0) return;
+  if (columns.numel() == 0) return;
+  const int64_t total = g.images * g.channels * g.rows * g.out_width;  // one thread per patch
   const c10::cuda::CUDAGuard guard(images.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   dispatch_column_types(images, columns, [&](auto image_type, auto column_type) {
@@ -53,7 +54,7 @@ void im2col_cuda(const at::Tensor& images, IntArrayRef kernel_size, IntArrayRef 
     using column_t = typename decltype(column_type)::type;
     const image_t* src = images.const_data_ptr<image_t>();
     column_t* dst = columns.mutable_data_ptr<column_t>();
-    with_index_type(std::max(total, images.numel()), [&](auto tag) {
+    with_index_type(std::max(columns.numel(), images.numel()), [&](auto tag) {
       using index_t = decltype(tag);
       im2col_kernel<image_t, column_t, index_t><<<blocks_for(total), kThreads, 0, stream>>>(
           src, dst, ColumnDims<index_t>(g), static_cast<index_t>(total));

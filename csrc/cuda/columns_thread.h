@@ -22,26 +22,39 @@ struct ColumnDims {
         out_width(g.out_width), row_start(g.row_start), rows(g.rows) {}
 };
 
-// Column-matrix entry i: the input pixel it copies, or 0 in the padding. One thread per entry,
-// consecutive threads along an output row, so the writes are coalesced (and the reads too, for
-// stride 1).
+// im2col for one thread: the patch of input pixel positions that output pixel (oh, ow) of
+// channel c of one image sees, copied into the kh*kw column-matrix rows (c, ki, kj) of that
+// pixel, 0 in the padding. The index decomposition (the divisions) is paid once per kh*kw
+// entries; consecutive threads take consecutive output pixels, so every row's writes are
+// coalesced (and the reads too, for stride 1). i < images * channels * rows * out_width.
 template <typename image_t, typename column_t, typename index_t>
-C10_HOST_DEVICE inline column_t im2col_entry(const image_t* images, const ColumnDims<index_t>& g,
-                                             index_t i) {
-  // i = ((row * images + image) * rows + oh - row_start) * out_width + ow, row = (c, ki, kj)
+C10_HOST_DEVICE inline void im2col_patch(const image_t* images, column_t* columns,
+                                         const ColumnDims<index_t>& g, index_t i) {
+  // i = ((image * channels + c) * rows + oh - row_start) * out_width + ow
   const index_t ow = i % g.out_width;
   index_t rest = i / g.out_width;
-  const index_t oh = rest % g.rows + g.row_start;
+  const index_t band_row = rest % g.rows;  // oh - row_start
   rest /= g.rows;
-  const index_t image = rest % g.images;
-  const index_t row = rest / g.images;
-  const index_t kj = row % g.kernel_w;
-  const index_t ki = row / g.kernel_w % g.kernel_h;
-  const index_t c = row / (g.kernel_w * g.kernel_h);
-  const index_t ih = oh * g.stride_h - g.pad_h + ki * g.dilation_h;
-  const index_t iw = ow * g.stride_w - g.pad_w + kj * g.dilation_w;
-  if (ih < 0 || ih >= g.height || iw < 0 || iw >= g.width) return column_t(0);
-  return static_cast<column_t>(images[((image * g.channels + c) * g.height + ih) * g.width + iw]);
+  const index_t c = rest % g.channels;
+  const index_t image = rest / g.channels;
+  const image_t* plane = images + (image * g.channels + c) * g.height * g.width;
+  // Column-matrix row r = (c, ki, kj) holds, for each image, a stretch of rows * out_width.
+  const index_t block = g.rows * g.out_width;
+  const index_t row_step = g.images * block;
+  column_t* first = columns + (c * g.kernel_h * g.kernel_w * g.images + image) * block +
+                    band_row * g.out_width + ow;
+  const index_t ih0 = (band_row + g.row_start) * g.stride_h - g.pad_h;
+  const index_t iw0 = ow * g.stride_w - g.pad_w;
+  for (index_t ki = 0; ki < g.kernel_h; ++ki) {
+    const index_t ih = ih0 + ki * g.dilation_h;
+    const bool row_inside = ih >= 0 && ih < g.height;
+    for (index_t kj = 0; kj < g.kernel_w; ++kj) {
+      const index_t iw = iw0 + kj * g.dilation_w;
+      const bool inside = row_inside && iw >= 0 && iw < g.width;
+      first[(ki * g.kernel_w + kj) * row_step] =
+          inside ? static_cast<column_t>(plane[ih * g.width + iw]) : column_t(0);
+    }
+  }
 }
 
 // col2im as a gather: input pixel i (of the rows the band reaches, from first_ih on) adds to

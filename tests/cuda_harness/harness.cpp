@@ -57,8 +57,8 @@ void im2col(const at::Tensor& images, IntArrayRef kernel_size, IntArrayRef strid
     with_index_bits(index_bits, [&](auto tag) {
       using index_t = decltype(tag);
       const ColumnDims<index_t> dims(g);
-      run_grid<index_t>(columns.numel(), [&](index_t i) {
-        dst[i] = im2col_entry<image_t, column_t>(src, dims, i);
+      run_grid<index_t>(g.images * g.channels * g.rows * g.out_width, [&](index_t i) {
+        im2col_patch(src, dst, dims, i);
       });
     });
   });
