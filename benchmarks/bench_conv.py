@@ -1,6 +1,7 @@
 """Benchmarks torch_convbp.conv2d, layer by layer, against
   builtin                the built-in F.conv2d: oneDNN on CPU, cuDNN on GPU (cudnn.benchmark=True),
-  builtin_channels_last  the same, fed channels_last input and weight,
+  builtin_channels_last  the same, fed channels_last input and weight (and torch_convbp_channels_last,
+                         ours fed the same: its ratio to this one is the channels_last comparison),
   builtin_deterministic  (GPU only) cuDNN with cudnn.deterministic=True, as our backward always is,
   aten_im2col            ATen's own im2col path: the built-in with oneDNN / cuDNN turned off,
   gemm                   the bare GEMMs of the same sizes: the floor of any im2col + GEMM design.
@@ -37,7 +38,6 @@ sys.path.insert(0, os.path.dirname(HERE))
 import torch_convbp  # noqa: E402
 
 CANDIDATES = ("torch_convbp", "builtin", "aten_im2col", "gemm")  # timed on every device
-VARIANTS = ("builtin_channels_last", "builtin_deterministic")  # the built-in, otherwise fed or set
 
 
 # --- the layers -------------------------------------------------------------------------------
@@ -149,8 +149,9 @@ def channels_last_copies(x, w):
 
 
 def candidate_steps(layer, batch, passes, device, dtype, size=None, variants=True):
-    """The candidates' steps; with variants, also the built-in fed channels_last and (on a GPU,
-    where cuDNN's backward is not deterministic by default) the built-in made deterministic."""
+    """The candidates' steps; with variants, also ours and the built-in fed channels_last and (on
+    a GPU, where cuDNN's backward is not deterministic by default) the built-in made
+    deterministic."""
     x, w = make_operands(layer, batch, device, dtype, size, requires_grad=passes != "forward")
     steps = {
         "torch_convbp": conv_step(torch_convbp.conv2d, x, w, layer, passes),
@@ -159,7 +160,9 @@ def candidate_steps(layer, batch, passes, device, dtype, size=None, variants=Tru
         "gemm": gemm_step(layer, batch, passes, device, dtype, size),
     }
     if variants:
-        steps["builtin_channels_last"] = conv_step(F.conv2d, *channels_last_copies(x, w), layer, passes)
+        x_cl, w_cl = channels_last_copies(x, w)
+        steps["torch_convbp_channels_last"] = conv_step(torch_convbp.conv2d, x_cl, w_cl, layer, passes)
+        steps["builtin_channels_last"] = conv_step(F.conv2d, x_cl, w_cl, layer, passes)
         if device == "cuda":
             steps["builtin_deterministic"] = conv_step(F.conv2d, x, w, layer, passes,
                                                       lambda: cudnn_flags(deterministic=True))
@@ -251,8 +254,11 @@ def run_layers(args, layers, progress):
         row["square_gemm_gflops"] = peak_work / peak / 1e9
         row["of_peak"] = row["torch_convbp_gflops"] / row["square_gemm_gflops"]
         for other in seconds:
-            if other != "torch_convbp":
+            if not other.startswith("torch_convbp"):
                 row[f"vs_{other}"] = seconds["torch_convbp"] / seconds[other]
+        if "torch_convbp_channels_last" in seconds:  # both fed channels_last
+            row["channels_last_vs_builtin_channels_last"] = (
+                seconds["torch_convbp_channels_last"] / seconds["builtin_channels_last"])
         if args.device == "cuda":
             row.update({f"{name}_peak_mib": peak_memory_mib(step) for name, step in steps.items() if name != "gemm"})
         rows.append(row)
@@ -329,7 +335,8 @@ def builtin_name(device):
 def column_names(device):
     """The table's heading for each candidate, in the order they are printed."""
     builtin = builtin_name(device)
-    return {"torch_convbp": "torch_convbp", "builtin": builtin, "builtin_channels_last": f"{builtin} channels_last",
+    return {"torch_convbp": "torch_convbp", "builtin": builtin, "torch_convbp_channels_last": "torch_convbp channels_last",
+            "builtin_channels_last": f"{builtin} channels_last",
             "builtin_deterministic": f"{builtin} deterministic", "aten_im2col": "ATen im2col", "gemm": "bare GEMMs"}
 
 
@@ -337,7 +344,7 @@ def print_layers(result, file=None):
     file = file or sys.stdout
     a, rows, ceiling = result["args"], result["rows"], result["ceilings"]
     names = {k: v for k, v in column_names(a["device"]).items() if f"{k}_ms" in rows[0]}
-    others = [k for k in names if k != "torch_convbp"]
+    others = [k for k in names if not k.startswith("torch_convbp")]
     memory = [k for k in names if f"{k}_peak_mib" in rows[0]]
     print(f"\n{result['machine']}, torch {result['torch']}, {result['date']}: {a['device']} {a['dtype']}, batch {a['batch']}, "
           f"{a['passes']} pass(es){', TF32 allowed' if a.get('tf32') else ''}. Square {ceiling['square_gemm_size']}^3 GEMM: "
@@ -345,14 +352,19 @@ def print_layers(result, file=None):
           f"torch_convbp's time over the other's (below 1: torch_convbp is faster); 'of peak' is torch_convbp's GFLOP/s "
           f"over the square GEMM's, timed in the same rounds as the layer.", file=file)
     heading = [f"{names[k]} ms" for k in names] + ["GFLOP/s", "of peak"] + [f"vs {names[k]}" for k in others]
+    channels_last = "channels_last_vs_builtin_channels_last" in rows[0]
+    heading += [f"channels_last: vs {names['builtin_channels_last']}"] if channels_last else []
     heading += [f"{names[k]} peak MiB" for k in memory]
     print("| layer | " + " | ".join(heading) + " |", file=file)
     print("|---|" + "---:|" * len(heading), file=file)
     for r in rows:
         cells = [f"{r[f'{k}_ms']:.2f}" for k in names] + [f"{r['torch_convbp_gflops']:.0f}", f"{r['of_peak']:.0%}"]
-        cells += [f"{r[f'vs_{k}']:.2f}" for k in others] + [f"{r[f'{k}_peak_mib']:.0f}" for k in memory]
+        cells += [f"{r[f'vs_{k}']:.2f}" for k in others]
+        cells += [f"{r['channels_last_vs_builtin_channels_last']:.2f}"] if channels_last else []
+        cells += [f"{r[f'{k}_peak_mib']:.0f}" for k in memory]
         print(f"| {r['layer']} | " + " | ".join(cells) + " |", file=file)
     means = [f"**{geomean(r[f'vs_{k}'] for r in rows):.2f}**" for k in others]
+    means += [f"**{geomean(r['channels_last_vs_builtin_channels_last'] for r in rows):.2f}**"] if channels_last else []
     print("| **geometric mean** | " + " | ".join([""] * (len(names) + 2) + means + [""] * len(memory)) + " |", file=file)
 
 

@@ -26,11 +26,13 @@ def test_layer_table(passes, capsys):
     result = bench_conv.main(["--device", "cpu", "--suite", "all", "--layers", "512 @7", "--batch", "1",
                               "--rounds", "1", "--passes", passes, "--quiet"])
     (row,) = result["rows"]
-    for candidate in (*bench_conv.CANDIDATES, "builtin_channels_last"):
+    for candidate in (*bench_conv.CANDIDATES, "builtin_channels_last", "torch_convbp_channels_last"):
         assert row[f"{candidate}_ms"] > 0
     assert "builtin_deterministic_ms" not in row  # a GPU-only variant
     assert row["vs_builtin"] == pytest.approx(row["torch_convbp_ms"] / row["builtin_ms"])
     assert row["vs_builtin_channels_last"] == pytest.approx(row["torch_convbp_ms"] / row["builtin_channels_last_ms"])
+    assert row["channels_last_vs_builtin_channels_last"] == pytest.approx(
+        row["torch_convbp_channels_last_ms"] / row["builtin_channels_last_ms"])
     assert result["ceilings"]["square_gemm_gflops"] > 0
     assert all(row["square_gemm_gflops"] > 0 and row["of_peak"] > 0 for row in result["rows"])
     assert "| resnet18 3x3 512 @7 |" in capsys.readouterr().out
@@ -42,7 +44,8 @@ def test_gpu_rows_have_the_deterministic_variant_and_peak_memory():
                               "--quiet"])
     (row,) = result["rows"]
     assert row["builtin_deterministic_ms"] > 0
-    for candidate in ("torch_convbp", "builtin", "builtin_channels_last", "builtin_deterministic", "aten_im2col"):
+    for candidate in ("torch_convbp", "torch_convbp_channels_last", "builtin", "builtin_channels_last",
+                      "builtin_deterministic", "aten_im2col"):
         assert row[f"{candidate}_peak_mib"] > 0  # at least the output and the gradients
 
 
