@@ -12,7 +12,8 @@
 // buffers fit the workspace limit; the device is reached only through the im2col and col2im
 // operators (cpu/ and cuda/), and the GEMMs go through ATen (MKL, cuBLAS).
 // Two special cases skip parts of this: a 1x1 convolution's input is its own column matrix (no
-// im2col), and a depthwise one (one input channel per group, whose GEMMs would be a few rows
+// im2col; and of channels_last operands, computed in NHWC with no copy: pointwise_nhwc.h), and a
+// depthwise one (one input channel per group, whose GEMMs would be a few rows
 // thin) goes to direct device kernels (no im2col, no GEMM, no workspace).
 // The GEMMs run in gemm_dtype(): the operands' dtype, or float32 for float16 and bfloat16 on a CPU
 // that would emulate half-precision GEMMs; the column matrices and staging are then float32.
@@ -30,6 +31,7 @@
 #include "conv2d.h"
 #include "gemm.h"
 #include "plan.h"
+#include "pointwise_nhwc.h"
 
 namespace torch_convbp {
 namespace {
@@ -193,13 +195,18 @@ Tensor conv2d_forward(const Tensor& input, const Tensor& weight,
               ": expected bias of size [", s.out_channels, "] (one per output channel), got ",
               bias->sizes());
 
-  const Tensor x = input.contiguous();
-  Tensor output = at::empty({s.batch, s.out_channels, s.out_height, s.out_width}, x.options());
-  if (s.is_depthwise()) {
-    call_depthwise_kernel(DepthwiseOp::forward, x, weight.contiguous(), s, output);
+  Tensor output;
+  if (takes_pointwise_nhwc(s, {&input})) {
+    output = pointwise_nhwc_forward(input, weight, s);
   } else {
-    const auto compute = gemm_dtype(x.scalar_type(), x.device());
-    forward_by_chunks(x, weight_matrices(weight, s).to(compute), s, output);
+    const Tensor x = input.contiguous();
+    output = at::empty({s.batch, s.out_channels, s.out_height, s.out_width}, x.options());
+    if (s.is_depthwise()) {
+      call_depthwise_kernel(DepthwiseOp::forward, x, weight.contiguous(), s, output);
+    } else {
+      const auto compute = gemm_dtype(x.scalar_type(), x.device());
+      forward_by_chunks(x, weight_matrices(weight, s).to(compute), s, output);
+    }
   }
   if (bias) output.add_(bias->view({1, s.out_channels, 1, 1}));
   return output;
@@ -213,6 +220,9 @@ Tensor conv2d_weight_grad(const Tensor& input, const Tensor& grad_output,
   const ConvShape s =
       check_conv2d(op, input.sizes(), weight_size, stride, padding, dilation, groups);
   check_grad_output(op, grad_output, s);
+  if (takes_pointwise_nhwc(s, {&input, &grad_output})) {
+    return pointwise_nhwc_weight_grad(input, grad_output, weight_size, s);
+  }
 
   const Tensor x = input.contiguous();
   const Tensor dy = grad_output.contiguous();
@@ -258,6 +268,9 @@ Tensor conv2d_input_grad(const Tensor& grad_output, const Tensor& weight,
   const ConvShape s =
       check_conv2d(op, input_size, weight.sizes(), stride, padding, dilation, groups);
   check_grad_output(op, grad_output, s);
+  if (takes_pointwise_nhwc(s, {&grad_output})) {
+    return pointwise_nhwc_input_grad(grad_output, weight, s);
+  }
 
   const Tensor dy = grad_output.contiguous();
   if (s.is_depthwise()) {

@@ -4,6 +4,7 @@ Each mirrors the checks of csrc/checks.cpp (same conditions, same messages) and 
 tensor of the right size, so that a traced program fails where the real one would.
 """
 import torch
+from torch._prims_common import suggest_memory_format
 from torch.library import register_fake
 
 _FLOAT_DTYPES = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
@@ -79,6 +80,27 @@ def _check_grad_output(op, grad_output, expected):
     )
 
 
+def _takes_pointwise_nhwc(weight_size, stride, padding, groups, *operands):
+    """Mirrors takes_pointwise_nhwc (csrc/pointwise_nhwc.h): a 1x1, stride-1, unpadded, ungrouped
+    call whose operands are all channels_last (by their strides), dense, not empty, and in a
+    dtype the GEMMs run in. Such a call gives a channels_last output and grad-input."""
+    from . import _C
+
+    if list(weight_size[2:]) != [1, 1] or list(stride) != [1, 1] or list(padding) != [0, 0] or groups != 1:
+        return False
+    return all(
+        t.numel() > 0
+        and suggest_memory_format(t) == torch.channels_last
+        and t.is_contiguous(memory_format=torch.channels_last)
+        and _C.gemm_dtype(t.dtype, t.device) == t.dtype
+        for t in operands
+    )
+
+
+def _empty(like, size, channels_last):
+    return like.new_empty(size).contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+
+
 @register_fake("torch_convbp::conv2d")
 def _conv2d_fake(input, weight, bias, stride, padding, dilation, groups):
     op = "torch_convbp.conv2d"
@@ -93,7 +115,8 @@ def _conv2d_fake(input, weight, bias, stride, padding, dilation, groups):
             bias.dim() == 1 and bias.shape[0] == c_out,
             lambda: f"{op}: expected bias of size [{c_out}] (one per output channel), got {list(bias.shape)}",
         )
-    return input.new_empty((input.shape[0], c_out, oh, ow))
+    nhwc = _takes_pointwise_nhwc(weight.shape, stride, padding, groups, input)
+    return _empty(input, (input.shape[0], c_out, oh, ow), nhwc)
 
 
 @register_fake("torch_convbp::conv2d_input_grad")
@@ -102,7 +125,7 @@ def _conv2d_input_grad_fake(grad_output, weight, input_size, stride, padding, di
     check_operands(op, grad_output=grad_output, weight=weight)
     oh, ow = conv2d_output_size(op, input_size, weight.shape, stride, padding, dilation, groups)
     _check_grad_output(op, grad_output, (input_size[0], weight.shape[0], oh, ow))
-    return grad_output.new_empty(input_size)
+    return _empty(grad_output, input_size, _takes_pointwise_nhwc(weight.shape, stride, padding, groups, grad_output))
 
 
 @register_fake("torch_convbp::conv2d_weight_grad")

@@ -1,0 +1,83 @@
+// The pointwise convolution of channels_last operands, as three GEMMs over the whole batch.
+//
+// A dense channels_last [N, C, H, W] tensor is, in memory, the row-major matrix [P, C] of its
+// P = N*H*W pixels, and a 1x1 weight [Cout, C, 1, 1] is the matrix W [Cout, C]. So
+//   forward       Y  [P, Cout] = X    [P, C]    @ W^T [C, Cout]
+//   grad-input    dX [P, C]    = dY   [P, Cout] @ W   [Cout, C]
+//   grad-weight   dW [Cout, C] = dY^T [Cout, P] @ X   [P, C]
+// with every operand a view: no im2col, no staging, no layout copy, no workspace. Each GEMM is
+// cut into blocks fixed by the sizes (gemm.h), so the bits do not depend on the thread count.
+#include "pointwise_nhwc.h"
+
+#include <ATen/ATen.h>
+
+#include "gemm.h"
+
+namespace torch_convbp {
+namespace {
+
+bool is_dense_channels_last(const Tensor& t) {
+  return t.dim() == 4 && t.suggest_memory_format() == at::MemoryFormat::ChannelsLast &&
+         t.is_contiguous(at::MemoryFormat::ChannelsLast);
+}
+
+// A dense channels_last [N, C, H, W] tensor as its pixel matrix [1, N*H*W, C] (the leading 1 is
+// the group dimension of gemm.h's [G, M, N] operands). A view: the permuted tensor is contiguous.
+Tensor pixel_matrix(const Tensor& t) {
+  return t.permute({0, 2, 3, 1}).view({1, t.size(0) * t.size(2) * t.size(3), t.size(1)});
+}
+
+// The weight [Cout, C, 1, 1] as the matrix [1, Cout, C] (a view in either memory format: a 1x1
+// kernel's two formats have the same memory order).
+Tensor weight_matrix(const Tensor& weight, const ConvShape& s) {
+  return weight.contiguous().view({1, s.out_channels, s.in_channels});
+}
+
+Tensor empty_channels_last(IntArrayRef size, const Tensor& like) {
+  return at::empty(size, like.options().memory_format(at::MemoryFormat::ChannelsLast));
+}
+
+int64_t blocks_for(const Tensor& result) {
+  return gemm_blocks(/*units=*/1, result.sizes(), result.device());
+}
+
+}  // namespace
+
+bool takes_pointwise_nhwc(const ConvShape& s, std::initializer_list<const Tensor*> operands) {
+  if (!s.is_pointwise() || s.groups != 1) return false;
+  for (const Tensor* t : operands) {
+    if (t->numel() == 0 || !is_dense_channels_last(*t) ||
+        gemm_dtype(t->scalar_type(), t->device()) != t->scalar_type()) {
+      return false;
+    }
+  }
+  return true;
+}
+
+Tensor pointwise_nhwc_forward(const Tensor& input, const Tensor& weight, const ConvShape& s) {
+  Tensor output = empty_channels_last({s.batch, s.out_channels, s.height, s.width}, input);
+  const Tensor y = pixel_matrix(output);
+  // [1, P, Cout] = [1, P, C] @ [1, C, Cout]
+  gemm_out(y, pixel_matrix(input), weight_matrix(weight, s).transpose(1, 2), blocks_for(y));
+  return output;
+}
+
+Tensor pointwise_nhwc_input_grad(const Tensor& grad_output, const Tensor& weight,
+                                 const ConvShape& s) {
+  Tensor grad_input = empty_channels_last({s.batch, s.in_channels, s.height, s.width}, grad_output);
+  const Tensor dx = pixel_matrix(grad_input);
+  // [1, P, C] = [1, P, Cout] @ [1, Cout, C]
+  gemm_out(dx, pixel_matrix(grad_output), weight_matrix(weight, s), blocks_for(dx));
+  return grad_input;
+}
+
+Tensor pointwise_nhwc_weight_grad(const Tensor& input, const Tensor& grad_output,
+                                  IntArrayRef weight_size, const ConvShape& s) {
+  Tensor grad_weight = at::empty(weight_size, input.options());
+  const Tensor dw = grad_weight.view({1, s.out_channels, s.in_channels});
+  // [1, Cout, C] = [1, Cout, P] @ [1, P, C]
+  gemm_out(dw, pixel_matrix(grad_output).transpose(1, 2), pixel_matrix(input), blocks_for(dw));
+  return grad_weight;
+}
+
+}  // namespace torch_convbp
