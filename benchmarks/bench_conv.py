@@ -404,17 +404,27 @@ def plot(result, path):
     for i, (label, key, color) in enumerate(series):  # bars from 1 to the ratio
         ax.barh([j + (i - 1) * height for j in range(len(rows))], [r[key] - 1 for r in rows], height, left=1,
                 label=label, color=color)
-    ax.axvline(1.0, color="black", linewidth=1)
     ax.set_xscale("log", base=2)
     ratios = [r[key] for r in rows for _, key, _ in series]
     ax.set_xlim(min(0.25, min(ratios) / 1.2), max(4.0, max(ratios) * 1.2))
     ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
-    ax.set_yticks(range(len(rows)), names)
+    finish_ratio_plot(fig, ax, path, range(len(rows)), names,
+                      "torch_convbp time / other time (log scale; left of 1: torch_convbp is faster)",
+                      f"torch_convbp, {a['passes']} pass(es), {a['dtype']}, batch {a['batch']}\n"
+                      f"{result['machine']}, {result['date']}", legend_loc="lower right")
+
+
+def finish_ratio_plot(fig, ax, path, yticks, labels, xlabel, title, legend_loc="best"):
+    """What every ratio plot of the benchmarks shares (bench_models.py too): horizontal bars
+    against a line at 1, labelled rows from the top, and the PNG."""
+    import matplotlib.pyplot as plt
+
+    ax.axvline(1.0, color="black", linewidth=1)
+    ax.set_yticks(yticks, labels)
     ax.invert_yaxis()
-    ax.set_xlabel("torch_convbp time / other time (log scale; left of 1: torch_convbp is faster)")
-    ax.set_title(f"torch_convbp, {a['passes']} pass(es), {a['dtype']}, batch {a['batch']}\n{result['machine']}, {result['date']}",
-                 fontsize=10)
-    ax.legend(loc="lower right", fontsize=8)
+    ax.set_xlabel(xlabel)
+    ax.set_title(title, fontsize=10)
+    ax.legend(loc=legend_loc, fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

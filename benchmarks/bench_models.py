@@ -93,16 +93,10 @@ def plot(result, path):
     for i, fmt in enumerate(formats):
         ax.barh([j + i * height for j in range(len(models))],
                 [ratio.get((m, fmt), float("nan")) for m in models], height, label=fmt)
-    ax.axvline(1.0, color="black", linewidth=1)
-    ax.set_yticks([j + height * (len(formats) - 1) / 2 for j in range(len(models))], models)
-    ax.invert_yaxis()
-    ax.set_xlabel("converted model's step time / stock model's (left of 1: torch_convbp is faster)")
-    ax.set_title(f"Training step, batch {a['batch']}, {a['size']}x{a['size']}, {a['device']}\n"
-                 f"{result['machine']}, {result['date']}", fontsize=10)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    bench_conv.finish_ratio_plot(
+        fig, ax, path, [j + height * (len(formats) - 1) / 2 for j in range(len(models))], models,
+        "converted model's step time / stock model's (left of 1: torch_convbp is faster)",
+        f"Training step, batch {a['batch']}, {a['size']}x{a['size']}, {a['device']}\n{result['machine']}, {result['date']}")
 
 
 def parse(argv=None):

@@ -37,7 +37,7 @@ Tensor empty_channels_last(IntArrayRef size, const Tensor& like) {
   return at::empty(size, like.options().memory_format(at::MemoryFormat::ChannelsLast));
 }
 
-int64_t blocks_for(const Tensor& result) {
+int64_t gemm_blocks_for(const Tensor& result) {
   return gemm_blocks(/*units=*/1, result.sizes(), result.device());
 }
 
@@ -58,7 +58,7 @@ Tensor pointwise_nhwc_forward(const Tensor& input, const Tensor& weight, const C
   Tensor output = empty_channels_last({s.batch, s.out_channels, s.height, s.width}, input);
   const Tensor y = pixel_matrix(output);
   // [1, P, Cout] = [1, P, C] @ [1, C, Cout]
-  gemm_out(y, pixel_matrix(input), weight_matrix(weight, s).transpose(1, 2), blocks_for(y));
+  gemm_out(y, pixel_matrix(input), weight_matrix(weight, s).transpose(1, 2), gemm_blocks_for(y));
   return output;
 }
 
@@ -67,7 +67,7 @@ Tensor pointwise_nhwc_input_grad(const Tensor& grad_output, const Tensor& weight
   Tensor grad_input = empty_channels_last({s.batch, s.in_channels, s.height, s.width}, grad_output);
   const Tensor dx = pixel_matrix(grad_input);
   // [1, P, C] = [1, P, Cout] @ [1, Cout, C]
-  gemm_out(dx, pixel_matrix(grad_output), weight_matrix(weight, s), blocks_for(dx));
+  gemm_out(dx, pixel_matrix(grad_output), weight_matrix(weight, s), gemm_blocks_for(dx));
   return grad_input;
 }
 
@@ -76,7 +76,7 @@ Tensor pointwise_nhwc_weight_grad(const Tensor& input, const Tensor& grad_output
   Tensor grad_weight = at::empty(weight_size, input.options());
   const Tensor dw = grad_weight.view({1, s.out_channels, s.in_channels});
   // [1, Cout, C] = [1, Cout, P] @ [1, P, C]
-  gemm_out(dw, pixel_matrix(grad_output).transpose(1, 2), pixel_matrix(input), blocks_for(dw));
+  gemm_out(dw, pixel_matrix(grad_output).transpose(1, 2), pixel_matrix(input), gemm_blocks_for(dw));
   return grad_weight;
 }
 

@@ -7,6 +7,8 @@ import torch
 from torch._prims_common import suggest_memory_format
 from torch.library import register_fake
 
+from . import _C
+
 _FLOAT_DTYPES = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
 
 
@@ -84,8 +86,6 @@ def _takes_pointwise_nhwc(weight_size, stride, padding, groups, *operands):
     """Mirrors takes_pointwise_nhwc (csrc/pointwise_nhwc.h): a 1x1, stride-1, unpadded, ungrouped
     call whose operands are all channels_last (by their strides), dense, not empty, and in a
     dtype the GEMMs run in. Such a call gives a channels_last output and grad-input."""
-    from . import _C
-
     if list(weight_size[2:]) != [1, 1] or list(stride) != [1, 1] or list(padding) != [0, 0] or groups != 1:
         return False
     return all(
@@ -98,7 +98,8 @@ def _takes_pointwise_nhwc(weight_size, stride, padding, groups, *operands):
 
 
 def _empty(like, size, channels_last):
-    return like.new_empty(size).contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+    memory_format = torch.channels_last if channels_last else torch.contiguous_format
+    return torch.empty(size, dtype=like.dtype, device=like.device, memory_format=memory_format)
 
 
 @register_fake("torch_convbp::conv2d")

@@ -46,7 +46,7 @@ void im2col_cuda(const at::Tensor& images, IntArrayRef kernel_size, IntArrayRef 
   const ColumnGeometry g = check_columns("torch_convbp.im2col", images, columns, kernel_size,
                                          stride, padding, dilation, row_start, rows);
   if (columns.numel() == 0) return;
-  const int64_t total = g.images * g.channels * g.rows * g.out_width;  // one thread per patch
+  const int64_t total = im2col_threads(g);
   const c10::cuda::CUDAGuard guard(images.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   dispatch_column_types(images, columns, [&](auto image_type, auto column_type) {
@@ -70,7 +70,7 @@ void col2im_cuda(const at::Tensor& columns, IntArrayRef kernel_size, IntArrayRef
                                          stride, padding, dilation, row_start, rows);
   const InputRows reached = input_rows_reached(g);
   if (reached.count == 0 || images.numel() == 0) return;
-  const int64_t total = g.images * g.channels * reached.count * g.width;  // one thread per pixel
+  const int64_t total = col2im_threads(g, reached.count);
   const c10::cuda::CUDAGuard guard(images.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   dispatch_column_types(images, columns, [&](auto image_type, auto column_type) {

@@ -22,6 +22,15 @@ struct ColumnDims {
         out_width(g.out_width), row_start(g.row_start), rows(g.rows) {}
 };
 
+// How many threads each kernel's grid-stride loop covers: im2col one per patch (output pixel of
+// one channel of one image), col2im one per input pixel of the `reached_rows` rows a band reaches.
+inline int64_t im2col_threads(const ColumnGeometry& g) {
+  return g.images * g.channels * g.rows * g.out_width;
+}
+inline int64_t col2im_threads(const ColumnGeometry& g, int64_t reached_rows) {
+  return g.images * g.channels * reached_rows * g.width;
+}
+
 // im2col for one thread: the patch of input pixel positions that output pixel (oh, ow) of
 // channel c of one image sees, copied into the kh*kw column-matrix rows (c, ki, kj) of that
 // pixel, 0 in the padding. The index decomposition (the divisions) is paid once per kh*kw

@@ -57,7 +57,7 @@ void im2col(const at::Tensor& images, IntArrayRef kernel_size, IntArrayRef strid
     with_index_bits(index_bits, [&](auto tag) {
       using index_t = decltype(tag);
       const ColumnDims<index_t> dims(g);
-      run_grid<index_t>(g.images * g.channels * g.rows * g.out_width, [&](index_t i) {
+      run_grid<index_t>(im2col_threads(g), [&](index_t i) {
         im2col_patch(src, dst, dims, i);
       });
     });
@@ -71,7 +71,7 @@ void col2im(const at::Tensor& columns, IntArrayRef kernel_size, IntArrayRef stri
                                          padding, dilation, row_start, rows);
   const InputRows reached = input_rows_reached(g);
   if (reached.count == 0) return;
-  const int64_t total = g.images * g.channels * reached.count * g.width;
+  const int64_t total = col2im_threads(g, reached.count);
   dispatch_column_types(images, columns, [&](auto image_type, auto column_type) {
     using image_t = typename decltype(image_type)::type;
     using column_t = typename decltype(column_type)::type;
