@@ -150,9 +150,9 @@ ColumnGeometry check_columns(const char* op, const Tensor& images, const Tensor&
                         s.dilation_h, s.dilation_w, s.out_width, row_start,  rows};
 }
 
-ConvShape check_depthwise(const char* op, const Tensor& input, const Tensor& weight,
-                          const Tensor& output, IntArrayRef stride, IntArrayRef padding,
-                          IntArrayRef dilation) {
+DepthwiseCall check_depthwise(const char* op, const Tensor& input, const Tensor& weight,
+                              const Tensor& output, IntArrayRef stride, IntArrayRef padding,
+                              IntArrayRef dilation) {
   check_operands(op, {{"input", &input}, {"weight", &weight}, {"output", &output}});
   TORCH_CHECK(input.dim() == 4, op, ": expected a 4-D input [N, C, H, W], got size ",
               sizes_str(input.sizes()));
@@ -161,9 +161,14 @@ ConvShape check_depthwise(const char* op, const Tensor& input, const Tensor& wei
   const std::vector<int64_t> expected{s.batch, s.out_channels, s.out_height, s.out_width};
   TORCH_CHECK(output.sizes() == IntArrayRef(expected), op, ": expected output of size ",
               IntArrayRef(expected), ", got ", output.sizes());
-  TORCH_CHECK(input.is_contiguous() && weight.is_contiguous() && output.is_contiguous(), op,
-              ": expected contiguous input, weight and output");
-  return s;
+  TORCH_CHECK(weight.is_contiguous(), op, ": expected a contiguous weight");
+  // NCHW where both are contiguous (also when both layouts are one, as for 1x1 images).
+  if (input.is_contiguous() && output.is_contiguous()) return {s, /*channels_last=*/false};
+  const auto nhwc = at::MemoryFormat::ChannelsLast;
+  TORCH_CHECK(input.is_contiguous(nhwc) && output.is_contiguous(nhwc), op,
+              ": expected input and output both contiguous or both channels_last (dense), got "
+              "strides ", input.strides(), " and ", output.strides());
+  return {s, /*channels_last=*/true};
 }
 
 }  // namespace torch_convbp

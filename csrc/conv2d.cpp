@@ -14,7 +14,8 @@
 // Two special cases skip parts of this: a 1x1 convolution's input is its own column matrix (no
 // im2col; and of channels_last operands, computed in NHWC with no copy: pointwise_nhwc.h), and a
 // depthwise one (one input channel per group, whose GEMMs would be a few rows
-// thin) goes to direct device kernels (no im2col, no GEMM, no workspace).
+// thin) goes to direct device kernels (no im2col, no GEMM, no workspace), which compute in NCHW
+// or, for channels_last operands, in NHWC (layout.h).
 // The GEMMs run in gemm_dtype(): the operands' dtype, or float32 for float16 and bfloat16 on a CPU
 // that would emulate half-precision GEMMs; the column matrices and staging are then float32.
 // How the work is cut (chunks, lanes, partial sums, the workspace) is in plan.h, and how each GEMM
@@ -30,6 +31,7 @@
 
 #include "conv2d.h"
 #include "gemm.h"
+#include "layout.h"
 #include "plan.h"
 #include "pointwise_nhwc.h"
 
@@ -198,15 +200,16 @@ Tensor conv2d_forward(const Tensor& input, const Tensor& weight,
   Tensor output;
   if (takes_pointwise_nhwc(s, {&input})) {
     output = pointwise_nhwc_forward(input, weight, s);
+  } else if (s.is_depthwise()) {
+    const bool nhwc = computes_in_nhwc({&input});
+    output = empty_in_layout({s.batch, s.out_channels, s.out_height, s.out_width}, input, nhwc);
+    call_depthwise_kernel(DepthwiseOp::forward, in_layout(input, nhwc), weight.contiguous(), s,
+                          output);
   } else {
     const Tensor x = input.contiguous();
     output = at::empty({s.batch, s.out_channels, s.out_height, s.out_width}, x.options());
-    if (s.is_depthwise()) {
-      call_depthwise_kernel(DepthwiseOp::forward, x, weight.contiguous(), s, output);
-    } else {
-      const auto compute = gemm_dtype(x.scalar_type(), x.device());
-      forward_by_chunks(x, weight_matrices(weight, s).to(compute), s, output);
-    }
+    const auto compute = gemm_dtype(x.scalar_type(), x.device());
+    forward_by_chunks(x, weight_matrices(weight, s).to(compute), s, output);
   }
   if (bias) output.add_(bias->view({1, s.out_channels, 1, 1}));
   return output;
@@ -223,14 +226,16 @@ Tensor conv2d_weight_grad(const Tensor& input, const Tensor& grad_output,
   if (takes_pointwise_nhwc(s, {&input, &grad_output})) {
     return pointwise_nhwc_weight_grad(input, grad_output, weight_size, s);
   }
+  if (s.is_depthwise()) {
+    const bool nhwc = computes_in_nhwc({&input, &grad_output});
+    Tensor grad_weight = at::empty(weight_size, input.options());
+    call_depthwise_kernel(DepthwiseOp::weight_grad, in_layout(input, nhwc),
+                          in_layout(grad_output, nhwc), s, grad_weight);
+    return grad_weight;
+  }
 
   const Tensor x = input.contiguous();
   const Tensor dy = grad_output.contiguous();
-  if (s.is_depthwise()) {
-    Tensor grad_weight = at::empty(weight_size, x.options());
-    call_depthwise_kernel(DepthwiseOp::weight_grad, x, dy, s, grad_weight);
-    return grad_weight;
-  }
   if (s.batch == 0) return at::zeros(weight_size, x.options());
   // The chunks are dealt in contiguous runs to a fixed number of partial sums (a unit each),
   // which sum their chunks in order, in float32 for float16 and bfloat16; the partial sums are
@@ -271,13 +276,15 @@ Tensor conv2d_input_grad(const Tensor& grad_output, const Tensor& weight,
   if (takes_pointwise_nhwc(s, {&grad_output})) {
     return pointwise_nhwc_input_grad(grad_output, weight, s);
   }
-
-  const Tensor dy = grad_output.contiguous();
   if (s.is_depthwise()) {
-    Tensor grad_input = at::empty(input_size, dy.options());
-    call_depthwise_kernel(DepthwiseOp::input_grad, dy, weight.contiguous(), s, grad_input);
+    const bool nhwc = computes_in_nhwc({&grad_output});
+    Tensor grad_input = empty_in_layout(input_size, grad_output, nhwc);
+    call_depthwise_kernel(DepthwiseOp::input_grad, in_layout(grad_output, nhwc),
+                          weight.contiguous(), s, grad_input);
     return grad_input;
   }
+
+  const Tensor dy = grad_output.contiguous();
   const auto compute = gemm_dtype(dy.scalar_type(), dy.device());
   if (auto transposed = input_grad_convolution(s)) {
     Tensor grad_input = at::empty(input_size, dy.options());

@@ -76,11 +76,16 @@ ColumnGeometry check_columns(const char* op, const Tensor& images, const Tensor&
                              IntArrayRef dilation, int64_t row_start, int64_t rows);
 
 // Checks the arguments of the depthwise operators: input [N, C, H, W], weight [C*m, 1, kh, kw]
-// and output [N, C*m, OH, OW] (for the gradient operators: their gradients), contiguous, of one
-// dtype and device. Returns the convolution's shape, with groups = C.
-ConvShape check_depthwise(const char* op, const Tensor& input, const Tensor& weight,
-                          const Tensor& output, IntArrayRef stride, IntArrayRef padding,
-                          IntArrayRef dilation);
+// and output [N, C*m, OH, OW] (for the gradient operators: their gradients), of one dtype and
+// device, the weight contiguous, the input and output both contiguous or both dense
+// channels_last. Returns the convolution's shape, with groups = C, and the layout.
+struct DepthwiseCall {
+  ConvShape shape;
+  bool channels_last;  // the input and output are NHWC in memory
+};
+DepthwiseCall check_depthwise(const char* op, const Tensor& input, const Tensor& weight,
+                              const Tensor& output, IntArrayRef stride, IntArrayRef padding,
+                              IntArrayRef dilation);
 
 // The three convolution operators (registered for every device in ops.cpp).
 Tensor conv2d_forward(const Tensor& input, const Tensor& weight,

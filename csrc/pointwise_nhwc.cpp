@@ -12,14 +12,10 @@
 #include <ATen/ATen.h>
 
 #include "gemm.h"
+#include "layout.h"
 
 namespace torch_convbp {
 namespace {
-
-bool is_dense_channels_last(const Tensor& t) {
-  return t.dim() == 4 && t.suggest_memory_format() == at::MemoryFormat::ChannelsLast &&
-         t.is_contiguous(at::MemoryFormat::ChannelsLast);
-}
 
 // A dense channels_last [N, C, H, W] tensor as its pixel matrix [1, N*H*W, C] (the leading 1 is
 // the group dimension of gemm.h's [G, M, N] operands). A view: the permuted tensor is contiguous.
@@ -33,10 +29,6 @@ Tensor weight_matrix(const Tensor& weight, const ConvShape& s) {
   return weight.contiguous().view({1, s.out_channels, s.in_channels});
 }
 
-Tensor empty_channels_last(IntArrayRef size, const Tensor& like) {
-  return at::empty(size, like.options().memory_format(at::MemoryFormat::ChannelsLast));
-}
-
 int64_t gemm_blocks_for(const Tensor& result) {
   return gemm_blocks(/*units=*/1, result.sizes(), result.device());
 }
@@ -44,18 +36,15 @@ int64_t gemm_blocks_for(const Tensor& result) {
 }  // namespace
 
 bool takes_pointwise_nhwc(const ConvShape& s, std::initializer_list<const Tensor*> operands) {
-  if (!s.is_pointwise() || s.groups != 1) return false;
+  if (!s.is_pointwise() || s.groups != 1 || !computes_in_nhwc(operands)) return false;
   for (const Tensor* t : operands) {
-    if (t->numel() == 0 || !is_dense_channels_last(*t) ||
-        gemm_dtype(t->scalar_type(), t->device()) != t->scalar_type()) {
-      return false;
-    }
+    if (gemm_dtype(t->scalar_type(), t->device()) != t->scalar_type()) return false;
   }
   return true;
 }
 
 Tensor pointwise_nhwc_forward(const Tensor& input, const Tensor& weight, const ConvShape& s) {
-  Tensor output = empty_channels_last({s.batch, s.out_channels, s.height, s.width}, input);
+  Tensor output = empty_in_layout({s.batch, s.out_channels, s.height, s.width}, input, /*nhwc=*/true);
   const Tensor y = pixel_matrix(output);
   // [1, P, Cout] = [1, P, C] @ [1, C, Cout]
   gemm_out(y, pixel_matrix(input), weight_matrix(weight, s).transpose(1, 2), gemm_blocks_for(y));
@@ -64,7 +53,8 @@ Tensor pointwise_nhwc_forward(const Tensor& input, const Tensor& weight, const C
 
 Tensor pointwise_nhwc_input_grad(const Tensor& grad_output, const Tensor& weight,
                                  const ConvShape& s) {
-  Tensor grad_input = empty_channels_last({s.batch, s.in_channels, s.height, s.width}, grad_output);
+  Tensor grad_input = empty_in_layout({s.batch, s.in_channels, s.height, s.width}, grad_output,
+                                      /*nhwc=*/true);
   const Tensor dx = pixel_matrix(grad_input);
   // [1, P, C] = [1, P, Cout] @ [1, Cout, C]
   gemm_out(dx, pixel_matrix(grad_output), weight_matrix(weight, s), gemm_blocks_for(dx));

@@ -1,6 +1,6 @@
 // A pointwise convolution (1x1, stride 1, unpadded, one group) of channels_last operands,
-// computed in NHWC with no copy at all (pointwise_nhwc.cpp). The first piece of native
-// channels_last: every other call computes in NCHW (docs/design.md, "Memory formats").
+// computed in NHWC with no copy at all (pointwise_nhwc.cpp). One of the native channels_last
+// routes, with the depthwise kernels (docs/design.md, "Memory formats").
 #pragma once
 
 #include <initializer_list>
@@ -9,10 +9,10 @@
 
 namespace torch_convbp {
 
-// Whether this route takes a call: the shape is pointwise with one group, every given operand is
-// channels_last (by its strides, as suggest_memory_format decides) and dense in it, none is
-// empty, and the GEMMs run in the operands' own dtype (not in float32 for float16/bfloat16 on
-// a CPU without instructions for them). The fake kernels mirror it (torch_convbp/_meta.py).
+// Whether this route takes a call: the shape is pointwise with one group, the operands compute
+// in NHWC (computes_in_nhwc, layout.h), and the GEMMs run in the operands' own dtype (not in
+// float32 for float16/bfloat16 on a CPU without instructions for them). The fake kernels mirror
+// it (torch_convbp/_meta.py).
 bool takes_pointwise_nhwc(const ConvShape& s, std::initializer_list<const Tensor*> operands);
 
 // The three operators on this route. The output and grad-input are channels_last; the weight

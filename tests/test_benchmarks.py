@@ -56,7 +56,7 @@ def test_memory_scaling_json_and_plot(tmp_path):
     except ImportError:
         matplotlib = None
     out_json, out_png = tmp_path / "r.json", tmp_path / "r.png"
-    bench_conv.main(["--device", "cpu", "--suite", "all", "--layers", "dw 3x3", "--batch", "1", "--rounds", "1",
+    bench_conv.main(["--device", "cpu", "--suite", "all", "--layers", "dw 3x3 128", "--batch", "1", "--rounds", "1",
                      "--memory", "--memory-batches", "1", "2", "--scaling", "--scaling-layer", "512 @7",
                      "--scaling-batches", "1", "2", "--scaling-sizes", "7", "--json", str(out_json),
                      "--quiet"] + (["--plot", str(out_png)] if matplotlib else []))

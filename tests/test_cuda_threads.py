@@ -111,17 +111,21 @@ DEPTHWISE_CASES = [
 
 @pytest.mark.parametrize("index_bits", [32, 64])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("layout", [torch.contiguous_format, torch.channels_last], ids=["nchw", "nhwc"])
 @pytest.mark.parametrize("name, shape, multiplier, kernel, stride, padding, dilation", DEPTHWISE_CASES, ids=[c[0] for c in DEPTHWISE_CASES])
-def test_depthwise_threads_match_the_cpu_bitwise(harness, name, shape, multiplier, kernel, stride, padding, dilation, dtype, index_bits):
+def test_depthwise_threads_match_the_cpu_bitwise(harness, name, shape, multiplier, kernel, stride, padding, dilation, layout, dtype, index_bits):
+    """In both layouts of the activations: the CUDA threads index NHWC memory through the same
+    functions, and the CPU has separate NHWC kernels (cpu/depthwise_nhwc_cpu.cpp)."""
     n, c, h, w = shape
-    x = randn(*shape, dtype=dtype, seed=0)
+    x = randn(*shape, dtype=dtype, seed=0).contiguous(memory_format=layout)
     weight = randn(c * multiplier, 1, *kernel, dtype=dtype, seed=1)
     args = (stride, padding, dilation)
     out_shape = torch.nn.functional.conv2d(x.double(), weight.double(), None, *args, c).shape
-    dy = randn(*out_shape, dtype=dtype, seed=2)
+    dy = randn(*out_shape, dtype=dtype, seed=2).contiguous(memory_format=layout)
+    empty = lambda size: torch.empty(size, dtype=dtype, memory_format=layout)
     for op, a, b, result in (
-        ("depthwise_conv2d", x, weight, torch.empty(out_shape, dtype=dtype)),
-        ("depthwise_input_grad", dy, weight, torch.empty(shape, dtype=dtype)),
+        ("depthwise_conv2d", x, weight, empty(out_shape)),
+        ("depthwise_input_grad", dy, weight, empty(shape)),
         ("depthwise_weight_grad", x, dy, torch.empty_like(weight)),
     ):
         expected, actual = result.fill_(float("nan")), result.clone()

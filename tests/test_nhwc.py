@@ -1,6 +1,10 @@
-"""Native channels_last, first piece: a pointwise (1x1, stride 1, unpadded), ungrouped call whose
-operands are channels_last is computed in NHWC, as GEMMs on the tensors' own memory, and returns
-channels_last (csrc/pointwise_nhwc.h). Every other call computes in NCHW, as before."""
+"""Native channels_last. Calls whose operands are channels_last compute in NHWC, with no layout
+copy, and return channels_last, where the shape has an NHWC route:
+- a pointwise (1x1, stride 1, unpadded), ungrouped call: GEMMs on the tensors' own memory
+  (csrc/pointwise_nhwc.h);
+- a depthwise call (one input channel per group): the depthwise kernels in NHWC, which give
+  bitwise the NCHW kernels' results (csrc/cpu/depthwise_nhwc_cpu.cpp, cuda/depthwise_thread.h).
+Every other call computes in NCHW, as before (docs/design.md, "Memory formats")."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -31,6 +35,10 @@ ROUTES = [
     ("strided", {}, 2, 0, 1, False),
     ("padded", {}, 1, 1, 1, False),
     ("3x3", dict(k=3), 1, 1, 1, False),
+    ("depthwise 3x3", dict(k=3, cout=6), 1, 1, 6, True),
+    ("depthwise multiplier 2, strided", dict(k=3, cout=12), 2, 1, 6, True),
+    ("depthwise contiguous", dict(k=3, cout=6, layout=torch.contiguous_format), 1, 1, 6, False),
+    ("depthwise empty batch", dict(n=0, k=3, cout=6), 1, 1, 6, False),
 ]
 
 
@@ -108,3 +116,75 @@ def test_low_precision_against_float64(dtype, device):
     tol = {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 2e-3}[dtype]
     torch.testing.assert_close(y.double(), y64, rtol=tol, atol=tol)
     assert y.dtype == dtype and y.is_contiguous(memory_format=CL)
+
+
+# (name, input [N, C, H, W], multiplier, kernel, stride, padding, dilation)
+DEPTHWISE = [
+    ("3x3", (2, 8, 9, 7), 1, (3, 3), (1, 1), (1, 1), (1, 1)),
+    ("asymmetric, multiplier 2", (2, 3, 9, 8), 2, (3, 2), (2, 1), (0, 2), (2, 1)),
+    ("5x5 stride 2", (3, 16, 12, 11), 1, (5, 5), (2, 2), (2, 2), (1, 1)),
+    ("more positions than lanes", (1, 24, 5, 70), 1, (3, 3), (1, 1), (1, 1), (1, 1)),
+    ("batch of one, 1x1 kernel", (1, 40, 4, 4), 1, (1, 1), (1, 1), (0, 0), (1, 1)),
+]
+
+
+def depthwise_operands(shape, multiplier, kernel, stride, padding, dilation, dtype, device):
+    n, c, h, w = shape
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(*shape, generator=g, dtype=torch.float64).to(dtype=dtype, device=device)
+    weight = torch.randn(c * multiplier, 1, *kernel, generator=g, dtype=torch.float64).to(dtype=dtype, device=device)
+    out_shape = F.conv2d(x.double(), weight.double(), None, stride, padding, dilation, c).shape
+    dy = torch.randn(*out_shape, generator=g, dtype=torch.float64).to(dtype=dtype, device=device)
+    return x, weight, dy
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("name, shape, multiplier, kernel, stride, padding, dilation", DEPTHWISE, ids=[d[0] for d in DEPTHWISE])
+def test_depthwise_in_nhwc_gives_the_nchw_bits(name, shape, multiplier, kernel, stride, padding, dilation, dtype, device):
+    """The NHWC depthwise kernels sum every entry in the NCHW kernels' order: the three operators
+    give bitwise the same values in both formats, and channels_last results."""
+    x, weight, dy = depthwise_operands(shape, multiplier, kernel, stride, padding, dilation, dtype, device)
+    args = (list(stride), list(padding), list(dilation), shape[1])
+    nchw = (ops.conv2d(x, weight, None, *args), ops.conv2d_input_grad(dy, weight, list(shape), *args),
+            ops.conv2d_weight_grad(x, dy, list(weight.shape), *args))
+    x_cl, dy_cl = x.contiguous(memory_format=CL), dy.contiguous(memory_format=CL)
+    nhwc = (ops.conv2d(x_cl, weight, None, *args), ops.conv2d_input_grad(dy_cl, weight, list(shape), *args),
+            ops.conv2d_weight_grad(x_cl, dy_cl, list(weight.shape), *args))
+    for a, e in zip(nhwc, nchw):
+        assert torch.equal(a, e)
+    assert nhwc[0].is_contiguous(memory_format=CL) and nhwc[1].is_contiguous(memory_format=CL)
+    if shape[2] * shape[3] > 1:  # not also contiguous
+        assert not nhwc[0].is_contiguous() and not nhwc[1].is_contiguous()
+
+
+@pytest.mark.parametrize("name, shape, multiplier, kernel, stride, padding, dilation", DEPTHWISE[:3], ids=[d[0] for d in DEPTHWISE[:3]])
+def test_depthwise_values_and_gradients_of_any_order(name, shape, multiplier, kernel, stride, padding, dilation, device):
+    x, weight, dy = depthwise_operands(shape, multiplier, kernel, stride, padding, dilation, torch.float64, device)
+    x, dy = x.contiguous(memory_format=CL).requires_grad_(), dy.contiguous(memory_format=CL)
+    weight.requires_grad_()
+    b = torch.randn(weight.shape[0], dtype=x.dtype, device=device, requires_grad=True)
+    args = (stride, padding, dilation, shape[1])
+    y = torch_convbp.conv2d(x, weight, b, *args)
+    assert y.is_contiguous(memory_format=CL)
+    ours = (y, *torch.autograd.grad(y, (x, weight, b), dy))
+    y_ref = F.conv2d(x, weight, b, *args)
+    ref = (y_ref, *torch.autograd.grad(y_ref, (x, weight, b), dy))
+    y_own = shift_and_add_conv2d(x, weight, b, stride, (padding[0], padding[0], padding[1], padding[1]), dilation, shape[1])
+    own = (y_own, *torch.autograd.grad(y_own, (x, weight, b), dy))
+    for a, r, o in zip(ours, ref, own):
+        torch.testing.assert_close(a, r, rtol=1e-10, atol=1e-10)
+        torch.testing.assert_close(a, o, rtol=1e-10, atol=1e-10)
+    assert ours[1].is_contiguous(memory_format=CL)
+    small = (x[:1, :, :5, :6].detach().clone().requires_grad_(), weight)
+    fn = lambda x, w: torch_convbp.conv2d(x, w, None, *args)
+    assert torch.autograd.gradcheck(fn, small)
+    assert torch.autograd.gradgradcheck(fn, small)
+
+
+def test_the_depthwise_kernels_refuse_mixed_layouts(device):
+    x, weight, dy = depthwise_operands((2, 4, 5, 5), 1, (3, 3), (1, 1), (1, 1), (1, 1), torch.float32, device)
+    out = torch.empty_like(dy)
+    with pytest.raises(RuntimeError, match="both contiguous or both channels_last"):
+        ops.depthwise_conv2d(x.contiguous(memory_format=CL), weight, [1, 1], [1, 1], [1, 1], out)
+    with pytest.raises(RuntimeError, match="expected a contiguous weight"):
+        ops.depthwise_conv2d(x, weight.transpose(2, 3), [1, 1], [1, 1], [1, 1], out)

@@ -118,11 +118,13 @@ def test_column_dtype_must_match_or_widen_half_images(images, columns):
 DEPTHWISE_CASES = [c for c in CASES if c.groups > 1 and c.groups == c.in_channels and c.batch > 0]
 
 
+@pytest.mark.parametrize("layout", [torch.contiguous_format, torch.channels_last], ids=["nchw", "nhwc"])
 @pytest.mark.parametrize("case", DEPTHWISE_CASES, ids=str)
-def test_depthwise_kernels_opcheck_and_adjoint(case, device):
+def test_depthwise_kernels_opcheck_and_adjoint(case, layout, device):
     """The direct depthwise kernels are each other's adjoints: <conv(x, w), g> equals
-    <x, input_grad(g, w)> and <w, weight_grad(x, g)>; they hold no workspace."""
+    <x, input_grad(g, w)> and <w, weight_grad(x, g)>; they hold no workspace. In both layouts."""
     x, w, _ = case.tensors(device=device)
+    x = x.contiguous(memory_format=layout)
     stride, padding, dilation, _ = explicit_args(case)
     geometry = (stride, padding, dilation)
     torch_convbp.workspace_peak(reset=True)
@@ -145,8 +147,10 @@ def test_depthwise_kernels_refuse_bad_arguments():
     geometry = ((1, 1), (0, 0), (1, 1))
     with pytest.raises(RuntimeError, match=r"expected output of size \[2, 4, 4, 4\], got \[2, 4, 5, 5\]"):
         ops.depthwise_conv2d(x, w, *geometry, torch.empty(2, 4, 5, 5))
-    with pytest.raises(RuntimeError, match="expected contiguous input, weight and output"):
+    with pytest.raises(RuntimeError, match="expected input and output both contiguous or both channels_last"):
         ops.depthwise_conv2d(x.transpose(2, 3), w, *geometry, torch.empty_like(g))
+    with pytest.raises(RuntimeError, match="expected a contiguous weight"):
+        ops.depthwise_conv2d(x, w.transpose(2, 3), *geometry, torch.empty_like(g))
     with pytest.raises(RuntimeError, match="must have the same dtype"):
         ops.depthwise_weight_grad(x, g.double(), *geometry, torch.empty_like(w))
 

@@ -82,19 +82,30 @@ def _check_grad_output(op, grad_output, expected):
     )
 
 
-def _takes_pointwise_nhwc(weight_size, stride, padding, groups, *operands):
-    """Mirrors takes_pointwise_nhwc (csrc/pointwise_nhwc.h): a 1x1, stride-1, unpadded, ungrouped
-    call whose operands are all channels_last (by their strides), dense, not empty, and in a
-    dtype the GEMMs run in. Such a call gives a channels_last output and grad-input."""
-    if list(weight_size[2:]) != [1, 1] or list(stride) != [1, 1] or list(padding) != [0, 0] or groups != 1:
-        return False
+def _computes_in_nhwc(*operands):
+    """Mirrors computes_in_nhwc (csrc/layout.h): every operand is channels_last by its strides,
+    dense in it, and not empty."""
     return all(
-        t.numel() > 0
+        t.dim() == 4
+        and t.numel() > 0
         and suggest_memory_format(t) == torch.channels_last
         and t.is_contiguous(memory_format=torch.channels_last)
-        and _C.gemm_dtype(t.dtype, t.device) == t.dtype
         for t in operands
     )
+
+
+def _returns_channels_last(weight_size, stride, padding, groups, *operands):
+    """Whether the forward (operands: the input) or the grad-input (the output gradient) returns
+    channels_last: the operands compute in NHWC and the call has an NHWC route, the pointwise one
+    (csrc/pointwise_nhwc.h: 1x1, stride 1, unpadded, ungrouped, GEMMs in the operands' dtype) or
+    the depthwise kernels (one input channel per group)."""
+    if not _computes_in_nhwc(*operands):
+        return False
+    in_channels = weight_size[1] * groups
+    if groups > 1 and groups == in_channels:
+        return True
+    pointwise = list(weight_size[2:]) == [1, 1] and list(stride) == [1, 1] and list(padding) == [0, 0]
+    return pointwise and groups == 1 and all(_C.gemm_dtype(t.dtype, t.device) == t.dtype for t in operands)
 
 
 def _empty(like, size, channels_last):
@@ -116,7 +127,7 @@ def _conv2d_fake(input, weight, bias, stride, padding, dilation, groups):
             bias.dim() == 1 and bias.shape[0] == c_out,
             lambda: f"{op}: expected bias of size [{c_out}] (one per output channel), got {list(bias.shape)}",
         )
-    nhwc = _takes_pointwise_nhwc(weight.shape, stride, padding, groups, input)
+    nhwc = _returns_channels_last(weight.shape, stride, padding, groups, input)
     return _empty(input, (input.shape[0], c_out, oh, ow), nhwc)
 
 
@@ -126,7 +137,7 @@ def _conv2d_input_grad_fake(grad_output, weight, input_size, stride, padding, di
     check_operands(op, grad_output=grad_output, weight=weight)
     oh, ow = conv2d_output_size(op, input_size, weight.shape, stride, padding, dilation, groups)
     _check_grad_output(op, grad_output, (input_size[0], weight.shape[0], oh, ow))
-    return _empty(grad_output, input_size, _takes_pointwise_nhwc(weight.shape, stride, padding, groups, grad_output))
+    return _empty(grad_output, input_size, _returns_channels_last(weight.shape, stride, padding, groups, grad_output))
 
 
 @register_fake("torch_convbp::conv2d_weight_grad")
@@ -191,9 +202,13 @@ def _check_depthwise(op, input, weight, output, stride, padding, dilation):
     torch._check(
         list(output.shape) == expected, lambda: f"{op}: expected output of size {expected}, got {list(output.shape)}"
     )
+    torch._check(weight.is_contiguous(), lambda: f"{op}: expected a contiguous weight")
+    both_nchw = input.is_contiguous() and output.is_contiguous()
     torch._check(
-        input.is_contiguous() and weight.is_contiguous() and output.is_contiguous(),
-        lambda: f"{op}: expected contiguous input, weight and output",
+        both_nchw
+        or (input.is_contiguous(memory_format=torch.channels_last) and output.is_contiguous(memory_format=torch.channels_last)),
+        lambda: f"{op}: expected input and output both contiguous or both channels_last (dense), got strides "
+        f"{list(input.stride())} and {list(output.stride())}",
     )
 
 

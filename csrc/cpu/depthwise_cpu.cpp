@@ -20,46 +20,10 @@
 
 #include "../conv2d.h"
 #include "../summation.h"
-#include "cpu_kernels.h"
+#include "depthwise_cpu.h"
 
 namespace torch_convbp {
 namespace {
-
-// Enough multiply-adds per parallel task to be worth a thread.
-constexpr int64_t kGrainWork = 32768;
-int64_t grain_for(int64_t work_per_item) {
-  return std::max<int64_t>(1, kGrainWork / std::max<int64_t>(work_per_item, 1));
-}
-
-// The input row that output row oh reads at kernel row ki, or -1 in the padding.
-int64_t input_row(const ConvShape& s, int64_t oh, int64_t ki) {
-  const int64_t ih = oh * s.stride_h - s.pad_h + ki * s.dilation_h;
-  return ih >= 0 && ih < s.height ? ih : -1;
-}
-
-// The output columns of a row that kernel column kj reads inside the image, and the offset:
-// output column ow reads input column ow * stride_w + offset.
-struct Tap {
-  int64_t offset;
-  Span columns;
-};
-Tap tap_columns(const ConvShape& s, int64_t kj) {
-  const int64_t offset = kj * s.dilation_w - s.pad_w;
-  return {offset, valid_columns(offset, s.stride_w, s.width, s.out_width)};
-}
-
-// Calls f(ow, iw) for each output column ow of the tap, with iw = ow * stride + offset its input
-// column. The unit stride is spelt out, so that the compiler vectorizes the (inlined) body.
-template <typename F>
-inline void for_each_column(int64_t stride, const Tap& tap, F&& f) {
-  if (stride == 1) {
-    for (int64_t ow = tap.columns.begin; ow < tap.columns.end; ++ow) f(ow, ow + tap.offset);
-  } else {
-    for (int64_t ow = tap.columns.begin; ow < tap.columns.end; ++ow) {
-      f(ow, ow * stride + tap.offset);
-    }
-  }
-}
 
 // One output plane: out = sum over the taps of w[tap] * (x shifted by the tap), where x is the
 // input plane it reads and acc an out_plane-sized scratch buffer.
@@ -90,7 +54,7 @@ TORCH_CONVBP_VECTOR_CLONES void forward_plane(const scalar_t* x, const scalar_t*
 // to that channel's output gradient dy.
 template <typename scalar_t, typename acc_t>
 TORCH_CONVBP_VECTOR_CLONES void add_input_grad_plane(const scalar_t* dy, const scalar_t* w,
-                                                     acc_t* acc, const ConvShape& s) {
+                                                    acc_t* acc, const ConvShape& s) {
   for (int64_t ki = 0; ki < s.kernel_h; ++ki) {
     for (int64_t kj = 0; kj < s.kernel_w; ++kj) {
       const acc_t weight = static_cast<acc_t>(w[ki * s.kernel_w + kj]);
@@ -114,8 +78,8 @@ TORCH_CONVBP_VECTOR_CLONES void add_input_grad_plane(const scalar_t* dy, const s
 // around, so that each piece is a unit-stride run of lanes (a vectorizable loop).
 template <typename scalar_t, typename acc_t>
 TORCH_CONVBP_VECTOR_CLONES void add_weight_grad_lanes(const scalar_t* x, const scalar_t* dy,
-                                                      int64_t first_position, acc_t* lanes,
-                                                      const ConvShape& s) {
+                                                     int64_t first_position, acc_t* lanes,
+                                                     const ConvShape& s) {
   for (int64_t oh = 0; oh < s.out_height; ++oh) {
     const scalar_t* dy_row = dy + oh * s.out_width;
     const int64_t row_position = first_position + oh * s.out_width;
@@ -215,8 +179,10 @@ void weight_grad_kernel(const scalar_t* input, const scalar_t* grad_output, scal
 
 void depthwise_conv2d_cpu(const Tensor& input, const Tensor& weight, IntArrayRef stride,
                           IntArrayRef padding, IntArrayRef dilation, const Tensor& output) {
-  const ConvShape s = check_depthwise("torch_convbp.depthwise_conv2d", input, weight, output,
-                                      stride, padding, dilation);
+  const DepthwiseCall call = check_depthwise("torch_convbp.depthwise_conv2d", input, weight,
+                                              output, stride, padding, dilation);
+  const ConvShape& s = call.shape;
+  if (call.channels_last) return depthwise_nhwc_forward(input, weight, s, output);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "depthwise_conv2d", [&] {
     forward_kernel(input.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(),
                    output.mutable_data_ptr<scalar_t>(), s);
@@ -225,8 +191,10 @@ void depthwise_conv2d_cpu(const Tensor& input, const Tensor& weight, IntArrayRef
 
 void depthwise_input_grad_cpu(const Tensor& grad_output, const Tensor& weight, IntArrayRef stride,
                               IntArrayRef padding, IntArrayRef dilation, const Tensor& grad_input) {
-  const ConvShape s = check_depthwise("torch_convbp.depthwise_input_grad", grad_input, weight,
-                                      grad_output, stride, padding, dilation);
+  const DepthwiseCall call = check_depthwise("torch_convbp.depthwise_input_grad", grad_input, weight,
+                                              grad_output, stride, padding, dilation);
+  const ConvShape& s = call.shape;
+  if (call.channels_last) return depthwise_nhwc_input_grad(grad_output, weight, s, grad_input);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad_output.scalar_type(), "depthwise_input_grad", [&] {
     input_grad_kernel(grad_output.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(),
                       grad_input.mutable_data_ptr<scalar_t>(), s);
@@ -235,8 +203,10 @@ void depthwise_input_grad_cpu(const Tensor& grad_output, const Tensor& weight, I
 
 void depthwise_weight_grad_cpu(const Tensor& input, const Tensor& grad_output, IntArrayRef stride,
                                IntArrayRef padding, IntArrayRef dilation, const Tensor& grad_weight) {
-  const ConvShape s = check_depthwise("torch_convbp.depthwise_weight_grad", input, grad_weight,
-                                      grad_output, stride, padding, dilation);
+  const DepthwiseCall call = check_depthwise("torch_convbp.depthwise_weight_grad", input, grad_weight,
+                                              grad_output, stride, padding, dilation);
+  const ConvShape& s = call.shape;
+  if (call.channels_last) return depthwise_nhwc_weight_grad(input, grad_output, s, grad_weight);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "depthwise_weight_grad", [&] {
     weight_grad_kernel(input.const_data_ptr<scalar_t>(), grad_output.const_data_ptr<scalar_t>(),
                        grad_weight.mutable_data_ptr<scalar_t>(), s);

@@ -9,7 +9,8 @@
 //              forward took from it; no atomics.
 // weight grad: one block per weight entry (o, ki, kj); thread t sums the positions j with
 //              j % 256 == t, then a fixed tree sums the threads. No atomics.
-// So every result is bitwise the same on every run, and the same as the CPU's. Index arithmetic
+// So every result is bitwise the same on every run, and the same as the CPU's, in either layout
+// of the activations (NCHW, or NHWC for channels_last; depthwise_thread.h). Index arithmetic
 // is 32-bit where every index fits, 64-bit otherwise.
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
@@ -70,8 +71,9 @@ __global__ void weight_grad_kernel(const scalar_t* __restrict__ input,
 
 void depthwise_conv2d_cuda(const Tensor& input, const Tensor& weight, IntArrayRef stride,
                            IntArrayRef padding, IntArrayRef dilation, const Tensor& output) {
-  const ConvShape s = check_depthwise("torch_convbp.depthwise_conv2d", input, weight, output,
-                                      stride, padding, dilation);
+  const DepthwiseCall call = check_depthwise("torch_convbp.depthwise_conv2d", input, weight,
+                                              output, stride, padding, dilation);
+  const ConvShape& s = call.shape;
   const int64_t total = output.numel();
   if (total == 0) return;
   const c10::cuda::CUDAGuard guard(input.device());
@@ -81,7 +83,7 @@ void depthwise_conv2d_cuda(const Tensor& input, const Tensor& weight, IntArrayRe
       using index_t = decltype(tag);
       forward_kernel<scalar_t, index_t><<<blocks_for(total), kThreads, 0, stream>>>(
           input.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(),
-          output.mutable_data_ptr<scalar_t>(), DepthwiseDims<index_t>(s), static_cast<index_t>(total));
+          output.mutable_data_ptr<scalar_t>(), DepthwiseDims<index_t>(s, call.channels_last), static_cast<index_t>(total));
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     });
   });
@@ -90,8 +92,9 @@ void depthwise_conv2d_cuda(const Tensor& input, const Tensor& weight, IntArrayRe
 void depthwise_input_grad_cuda(const Tensor& grad_output, const Tensor& weight,
                                IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
                                const Tensor& grad_input) {
-  const ConvShape s = check_depthwise("torch_convbp.depthwise_input_grad", grad_input, weight,
-                                      grad_output, stride, padding, dilation);
+  const DepthwiseCall call = check_depthwise("torch_convbp.depthwise_input_grad", grad_input, weight,
+                                              grad_output, stride, padding, dilation);
+  const ConvShape& s = call.shape;
   const int64_t total = grad_input.numel();
   if (total == 0) return;
   const c10::cuda::CUDAGuard guard(grad_output.device());
@@ -101,7 +104,7 @@ void depthwise_input_grad_cuda(const Tensor& grad_output, const Tensor& weight,
       using index_t = decltype(tag);
       input_grad_kernel<scalar_t, index_t><<<blocks_for(total), kThreads, 0, stream>>>(
           grad_output.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(),
-          grad_input.mutable_data_ptr<scalar_t>(), DepthwiseDims<index_t>(s), static_cast<index_t>(total));
+          grad_input.mutable_data_ptr<scalar_t>(), DepthwiseDims<index_t>(s, call.channels_last), static_cast<index_t>(total));
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     });
   });
@@ -110,8 +113,9 @@ void depthwise_input_grad_cuda(const Tensor& grad_output, const Tensor& weight,
 void depthwise_weight_grad_cuda(const Tensor& input, const Tensor& grad_output,
                                 IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
                                 const Tensor& grad_weight) {
-  const ConvShape s = check_depthwise("torch_convbp.depthwise_weight_grad", input, grad_weight,
-                                      grad_output, stride, padding, dilation);
+  const DepthwiseCall call = check_depthwise("torch_convbp.depthwise_weight_grad", input, grad_weight,
+                                              grad_output, stride, padding, dilation);
+  const ConvShape& s = call.shape;
   if (grad_weight.numel() == 0) return;
   const c10::cuda::CUDAGuard guard(input.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
@@ -121,7 +125,7 @@ void depthwise_weight_grad_cuda(const Tensor& input, const Tensor& grad_output,
       using index_t = decltype(tag);
       weight_grad_kernel<scalar_t, index_t><<<blocks, kThreads, 0, stream>>>(
           input.const_data_ptr<scalar_t>(), grad_output.const_data_ptr<scalar_t>(),
-          grad_weight.mutable_data_ptr<scalar_t>(), DepthwiseDims<index_t>(s));
+          grad_weight.mutable_data_ptr<scalar_t>(), DepthwiseDims<index_t>(s, call.channels_last));
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     });
   });

@@ -5,6 +5,10 @@
 //
 // One input channel per group, channel multiplier m = Cout / C: output channel o reads input
 // channel o / m. Sums are taken in opmath (float for float16 and bfloat16).
+//
+// The activations (input, output and their gradients) are either all NCHW (contiguous) or all
+// NHWC (dense channels_last); the weight [Cout, 1, kh, kw] is contiguous. The layout changes only
+// where an element lies, never the order of a sum, so both layouts give the same bits.
 #pragma once
 
 #include <ATen/OpMathType.h>
@@ -15,30 +19,61 @@
 
 namespace torch_convbp {
 
-// ConvShape in the kernel's index type.
+// ConvShape in the kernel's index type, and the activations' layout.
 template <typename index_t>
 struct DepthwiseDims {
   index_t batch, channels, height, width, out_channels, multiplier, kernel_h, kernel_w, stride_h,
       stride_w, pad_h, pad_w, dilation_h, dilation_w, out_height, out_width;
-  explicit DepthwiseDims(const ConvShape& s)
+  bool channels_last;
+  DepthwiseDims(const ConvShape& s, bool channels_last)
       : batch(s.batch), channels(s.in_channels), height(s.height), width(s.width),
         out_channels(s.out_channels), multiplier(s.out_channels / s.in_channels),
         kernel_h(s.kernel_h), kernel_w(s.kernel_w), stride_h(s.stride_h), stride_w(s.stride_w),
         pad_h(s.pad_h), pad_w(s.pad_w), dilation_h(s.dilation_h), dilation_w(s.dilation_w),
-        out_height(s.out_height), out_width(s.out_width) {}
+        out_height(s.out_height), out_width(s.out_width), channels_last(channels_last) {}
 };
 
-// Output element i: the sum over the taps, in (ki, kj) order, of weight times input.
+// One channel of one image of an activation [N, C, H, W]: element (h, w) lies at
+// base + h * row_stride + w * column_stride.
+template <typename index_t>
+struct Plane {
+  index_t base, row_stride, column_stride;
+  C10_HOST_DEVICE index_t at(index_t h, index_t w) const {
+    return base + h * row_stride + w * column_stride;
+  }
+};
+template <typename index_t>
+C10_HOST_DEVICE inline Plane<index_t> plane_of(bool channels_last, index_t n, index_t c,
+                                               index_t channels, index_t height, index_t width) {
+  if (channels_last) return {n * height * width * channels + c, width * channels, channels};
+  return {(n * channels + c) * height * width, width, 1};
+}
+
+// The element (n, c, h, w) at memory offset i of an activation [N, C, H, W].
+template <typename index_t>
+struct Element {
+  index_t n, c, h, w;
+};
+template <typename index_t>
+C10_HOST_DEVICE inline Element<index_t> element_at(bool channels_last, index_t i, index_t channels,
+                                                   index_t height, index_t width) {
+  if (channels_last) {  // i = ((n * height + h) * width + w) * channels + c
+    const index_t pixel = i / channels;
+    return {pixel / (height * width), i % channels, pixel / width % height, pixel % width};
+  }
+  // i = ((n * channels + c) * height + h) * width + w
+  const index_t plane = i / (height * width);
+  return {plane / channels, plane % channels, i / width % height, i % width};
+}
+
+// The output element at offset i: the sum over the taps, in (ki, kj) order, of weight times input.
 template <typename scalar_t, typename index_t>
 C10_HOST_DEVICE inline scalar_t depthwise_output(const scalar_t* input, const scalar_t* weight,
                                                  const DepthwiseDims<index_t>& s, index_t i) {
   using acc_t = at::opmath_type<scalar_t>;
-  // i = ((n * out_channels + o) * out_height + oh) * out_width + ow
-  const index_t ow = i % s.out_width;
-  const index_t oh = i / s.out_width % s.out_height;
-  const index_t plane = i / (s.out_width * s.out_height);
-  const index_t o = plane % s.out_channels, n = plane / s.out_channels;
-  const scalar_t* x = input + (n * s.channels + o / s.multiplier) * s.height * s.width;
+  const auto e = element_at(s.channels_last, i, s.out_channels, s.out_height, s.out_width);
+  const index_t o = e.c, oh = e.h, ow = e.w;
+  const auto x = plane_of(s.channels_last, e.n, o / s.multiplier, s.channels, s.height, s.width);
   const scalar_t* w = weight + o * s.kernel_h * s.kernel_w;
   acc_t sum = 0;
   for (index_t ki = 0; ki < s.kernel_h; ++ki) {
@@ -48,29 +83,26 @@ C10_HOST_DEVICE inline scalar_t depthwise_output(const scalar_t* input, const sc
       const index_t iw = ow * s.stride_w - s.pad_w + kj * s.dilation_w;
       if (iw < 0 || iw >= s.width) continue;
       sum = multiply_add(static_cast<acc_t>(w[ki * s.kernel_w + kj]),
-                         static_cast<acc_t>(x[ih * s.width + iw]), sum);
+                         static_cast<acc_t>(input[x.at(ih, iw)]), sum);
     }
   }
   return static_cast<scalar_t>(sum);
 }
 
-// Input-gradient element i, as a gather: the sum, in (o, ki, kj) order, of what the forward
-// took from this input element times the output gradient there. No atomics.
+// The input-gradient element at offset i, as a gather: the sum, in (o, ki, kj) order, of what
+// the forward took from this input element times the output gradient there. No atomics.
 template <typename scalar_t, typename index_t>
 C10_HOST_DEVICE inline scalar_t depthwise_input_grad_element(const scalar_t* grad_output,
                                                              const scalar_t* weight,
                                                              const DepthwiseDims<index_t>& s,
                                                              index_t i) {
   using acc_t = at::opmath_type<scalar_t>;
-  const index_t out_plane = s.out_height * s.out_width;
-  // i = ((n * channels + c) * height + ih) * width + iw
-  const index_t iw = i % s.width;
-  const index_t ih = i / s.width % s.height;
-  const index_t plane = i / (s.width * s.height);
-  const index_t c = plane % s.channels, n = plane / s.channels;
+  const auto e = element_at(s.channels_last, i, s.channels, s.height, s.width);
+  const index_t c = e.c, ih = e.h, iw = e.w;
   acc_t sum = 0;
   for (index_t o = c * s.multiplier; o < (c + 1) * s.multiplier; ++o) {
-    const scalar_t* dy = grad_output + (n * s.out_channels + o) * out_plane;
+    const auto dy =
+        plane_of(s.channels_last, e.n, o, s.out_channels, s.out_height, s.out_width);
     const scalar_t* w = weight + o * s.kernel_h * s.kernel_w;
     for (index_t ki = 0; ki < s.kernel_h; ++ki) {
       const index_t oh_scaled = ih + s.pad_h - ki * s.dilation_h;  // = oh * stride_h
@@ -83,7 +115,7 @@ C10_HOST_DEVICE inline scalar_t depthwise_input_grad_element(const scalar_t* gra
         const index_t ow = ow_scaled / s.stride_w;
         if (ow >= s.out_width) continue;
         sum = multiply_add(static_cast<acc_t>(w[ki * s.kernel_w + kj]),
-                           static_cast<acc_t>(dy[oh * s.out_width + ow]), sum);
+                           static_cast<acc_t>(grad_output[dy.at(oh, ow)]), sum);
       }
     }
   }
@@ -109,9 +141,10 @@ C10_HOST_DEVICE inline at::opmath_type<scalar_t> depthwise_weight_grad_lane(
     const index_t ih = oh * s.stride_h - s.pad_h + ki * s.dilation_h;
     const index_t iw = ow * s.stride_w - s.pad_w + kj * s.dilation_w;
     if (ih < 0 || ih >= s.height || iw < 0 || iw >= s.width) continue;
-    sum = multiply_add(
-        static_cast<acc_t>(grad_output[(n * s.out_channels + o) * out_plane + oh * s.out_width + ow]),
-        static_cast<acc_t>(input[((n * s.channels + c) * s.height + ih) * s.width + iw]), sum);
+    const auto dy = plane_of(s.channels_last, n, o, s.out_channels, s.out_height, s.out_width);
+    const auto x = plane_of(s.channels_last, n, c, s.channels, s.height, s.width);
+    sum = multiply_add(static_cast<acc_t>(grad_output[dy.at(oh, ow)]),
+                       static_cast<acc_t>(input[x.at(ih, iw)]), sum);
   }
   return sum;
 }

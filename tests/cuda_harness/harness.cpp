@@ -91,12 +91,13 @@ void col2im(const at::Tensor& columns, IntArrayRef kernel_size, IntArrayRef stri
 void depthwise_conv2d(const at::Tensor& input, const at::Tensor& weight, IntArrayRef stride,
                       IntArrayRef padding, IntArrayRef dilation, int64_t index_bits,
                       const at::Tensor& output) {
-  const ConvShape s =
-      check_depthwise("harness.depthwise_conv2d", input, weight, output, stride, padding, dilation);
+  const DepthwiseCall call = check_depthwise("harness.depthwise_conv2d", input, weight,
+                                              output, stride, padding, dilation);
+  const ConvShape& s = call.shape;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "harness", [&] {
     with_index_bits(index_bits, [&](auto tag) {
       using index_t = decltype(tag);
-      const DepthwiseDims<index_t> dims(s);
+      const DepthwiseDims<index_t> dims(s, call.channels_last);
       const scalar_t* x = input.const_data_ptr<scalar_t>();
       const scalar_t* w = weight.const_data_ptr<scalar_t>();
       scalar_t* y = output.mutable_data_ptr<scalar_t>();
@@ -108,12 +109,13 @@ void depthwise_conv2d(const at::Tensor& input, const at::Tensor& weight, IntArra
 void depthwise_input_grad(const at::Tensor& grad_output, const at::Tensor& weight,
                           IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
                           int64_t index_bits, const at::Tensor& grad_input) {
-  const ConvShape s = check_depthwise("harness.depthwise_input_grad", grad_input, weight,
-                                      grad_output, stride, padding, dilation);
+  const DepthwiseCall call = check_depthwise("harness.depthwise_input_grad", grad_input, weight,
+                                              grad_output, stride, padding, dilation);
+  const ConvShape& s = call.shape;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, weight.scalar_type(), "harness", [&] {
     with_index_bits(index_bits, [&](auto tag) {
       using index_t = decltype(tag);
-      const DepthwiseDims<index_t> dims(s);
+      const DepthwiseDims<index_t> dims(s, call.channels_last);
       const scalar_t* dy = grad_output.const_data_ptr<scalar_t>();
       const scalar_t* w = weight.const_data_ptr<scalar_t>();
       scalar_t* dx = grad_input.mutable_data_ptr<scalar_t>();
@@ -129,15 +131,16 @@ void depthwise_input_grad(const at::Tensor& grad_output, const at::Tensor& weigh
 void depthwise_weight_grad(const at::Tensor& input, const at::Tensor& grad_output,
                            IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
                            int64_t index_bits, const at::Tensor& grad_weight) {
-  const ConvShape s = check_depthwise("harness.depthwise_weight_grad", input, grad_weight,
-                                      grad_output, stride, padding, dilation);
+  const DepthwiseCall call = check_depthwise("harness.depthwise_weight_grad", input, grad_weight,
+                                              grad_output, stride, padding, dilation);
+  const ConvShape& s = call.shape;
   const int64_t entries = grad_weight.numel();
   const int blocks = blocks_per_item(entries);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "harness", [&] {
     using acc_t = at::opmath_type<scalar_t>;
     with_index_bits(index_bits, [&](auto tag) {
       using index_t = decltype(tag);
-      const DepthwiseDims<index_t> dims(s);
+      const DepthwiseDims<index_t> dims(s, call.channels_last);
       const scalar_t* x = input.const_data_ptr<scalar_t>();
       const scalar_t* dy = grad_output.const_data_ptr<scalar_t>();
       scalar_t* dw = grad_weight.mutable_data_ptr<scalar_t>();
