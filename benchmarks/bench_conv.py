@@ -399,10 +399,14 @@ def plot(result, path):
     series = [(f"vs {builtin_name(a['device'])}", "vs_builtin", "#1f77b4"),
               ("vs ATen im2col", "vs_aten_im2col", "#ff7f0e"),
               ("vs bare GEMMs", "vs_gemm", "#7f7f7f")]
-    fig, ax = plt.subplots(figsize=(9, 0.45 * len(rows) + 1.6))
-    height = 0.27
+    if "channels_last_vs_builtin_channels_last" in rows[0]:  # both fed channels_last
+        series.append((f"channels_last: vs {builtin_name(a['device'])} channels_last",
+                       "channels_last_vs_builtin_channels_last", "#2ca02c"))
+    fig, ax = plt.subplots(figsize=(9, 0.15 * len(series) * len(rows) + 1.6))
+    height = 0.8 / len(series)
     for i, (label, key, color) in enumerate(series):  # bars from 1 to the ratio
-        ax.barh([j + (i - 1) * height for j in range(len(rows))], [r[key] - 1 for r in rows], height, left=1,
+        offset = (i - (len(series) - 1) / 2) * height
+        ax.barh([j + offset for j in range(len(rows))], [r[key] - 1 for r in rows], height, left=1,
                 label=label, color=color)
     ax.set_xscale("log", base=2)
     ratios = [r[key] for r in rows for _, key, _ in series]
@@ -411,12 +415,13 @@ def plot(result, path):
     finish_ratio_plot(fig, ax, path, range(len(rows)), names,
                       "torch_convbp time / other time (log scale; left of 1: torch_convbp is faster)",
                       f"torch_convbp, {a['passes']} pass(es), {a['dtype']}, batch {a['batch']}\n"
-                      f"{result['machine']}, {result['date']}", legend_loc="lower right")
+                      f"{result['machine']}, {result['date']}")
 
 
-def finish_ratio_plot(fig, ax, path, yticks, labels, xlabel, title, legend_loc="best"):
+def finish_ratio_plot(fig, ax, path, yticks, labels, xlabel, title):
     """What every ratio plot of the benchmarks shares (bench_models.py too): horizontal bars
-    against a line at 1, labelled rows from the top, and the PNG."""
+    against a line at 1, labelled rows from the top, the legend beside the bars (never over
+    them), and the PNG."""
     import matplotlib.pyplot as plt
 
     ax.axvline(1.0, color="black", linewidth=1)
@@ -424,9 +429,9 @@ def finish_ratio_plot(fig, ax, path, yticks, labels, xlabel, title, legend_loc="
     ax.invert_yaxis()
     ax.set_xlabel(xlabel)
     ax.set_title(title, fontsize=10)
-    ax.legend(loc=legend_loc, fontsize=8)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
 
 
