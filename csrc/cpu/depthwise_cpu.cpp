@@ -8,7 +8,8 @@
 // kSumLanes partial sums over the positions, then a fixed tree. Every product is one fused
 // multiply-add. So the results are the same whatever the thread count, and bitwise the same as
 // the CUDA kernels' (checked by the CPU harness of tests/cuda_harness/). Sums are taken in opmath
-// (float for float16 and bfloat16).
+// (float for float16 and bfloat16). These kernels read NCHW; a call whose activations are
+// channels_last goes to depthwise_nhwc_cpu.cpp, which keeps the same orders.
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>

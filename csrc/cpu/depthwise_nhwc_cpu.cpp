@@ -60,8 +60,9 @@ inline void sum_terms(const Terms& terms, const acc_t* w, const scalar_t* operan
                       int64_t step, Channel operand_channel, scalar_t* result) {
   const size_t count = terms.weight_offset.size();
   for (int64_t first = 0; first < channels; first += kChannelBlock) {
+    const int64_t block = std::min(kChannelBlock, channels - first);
     acc_t sum[kChannelBlock] = {};
-    if (first + kChannelBlock <= channels && step == 1) {  // the vectorized case
+    if (block == kChannelBlock && step == 1) {  // the vectorized case
       for (size_t i = 0; i < count; ++i) {
         const acc_t* wt = w + terms.weight_offset[i] + first;
         const scalar_t* op = operand + terms.operand_offset[i];
@@ -70,7 +71,6 @@ inline void sum_terms(const Terms& terms, const acc_t* w, const scalar_t* operan
         }
       }
     } else {
-      const int64_t block = std::min(kChannelBlock, channels - first);
       for (size_t i = 0; i < count; ++i) {
         const acc_t* wt = w + terms.weight_offset[i];
         const scalar_t* op = operand + terms.operand_offset[i];
@@ -81,7 +81,6 @@ inline void sum_terms(const Terms& terms, const acc_t* w, const scalar_t* operan
         }
       }
     }
-    const int64_t block = std::min(kChannelBlock, channels - first);
     for (int64_t b = 0; b < block; ++b) result[first + b] = static_cast<scalar_t>(sum[b]);
   }
 }
