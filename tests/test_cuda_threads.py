@@ -106,6 +106,7 @@ DEPTHWISE_CASES = [
     ("rows-wider-than-the-lanes", (1, 1, 3, 600), 3, (3, 3), (1, 1), (1, 1), (1, 1)),
     ("fewer-positions-than-lanes", (1, 4, 2, 3), 1, (2, 2), (1, 1), (0, 0), (1, 1)),
     ("batch-zero", (0, 2, 5, 5), 1, (3, 3), (1, 1), (1, 1), (1, 1)),
+    ("several-lane-slices", (1, 210, 3, 3), 1, (9, 9), (1, 1), (4, 4), (1, 1)),  # NHWC weight grad: 2 slices
 ]
 
 

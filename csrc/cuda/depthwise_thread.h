@@ -149,4 +149,32 @@ C10_HOST_DEVICE inline at::opmath_type<scalar_t> depthwise_weight_grad_lane(
   return sum;
 }
 
+// The NHWC weight gradient runs the lanes above as threads of their own, then sums each entry's
+// lanes in a second kernel, so that a warp's threads take adjacent output channels of one tap
+// and lane: their loads are adjacent in NHWC memory (coalesced), where one block per entry would
+// read with a stride of Cout between threads. The lanes' partial sums wait in a scratch buffer,
+// [entries of a slice, kSumLanes], the output channels taken in slices of this many entries at
+// most (16 MiB of float32 lanes).
+constexpr int64_t kLaneScratchEntries = 16384;
+
+// The output channels of one slice: whole channels (all their taps), at least one.
+C10_HOST_DEVICE inline int64_t lane_slice_channels(int64_t taps) {
+  return kLaneScratchEntries / taps > 0 ? kLaneScratchEntries / taps : 1;
+}
+
+// Thread t of a slice of `channels` output channels from `first_channel` on: consecutive threads
+// take consecutive channels, then taps, then lanes. Its entry (o, tap), its lane, and where its
+// partial sum goes in the slice's scratch [channels * taps, kSumLanes].
+template <typename index_t>
+struct SliceLane {
+  index_t entry, lane, scratch;
+};
+template <typename index_t>
+C10_HOST_DEVICE inline SliceLane<index_t> slice_lane(index_t t, index_t first_channel,
+                                                     index_t channels, index_t taps) {
+  const index_t o = t % channels, rest = t / channels;
+  const index_t tap = rest % taps, lane = rest / taps;
+  return {(first_channel + o) * taps + tap, lane, (o * taps + tap) * kSumLanes + lane};
+}
+
 }  // namespace torch_convbp

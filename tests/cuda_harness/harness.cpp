@@ -126,8 +126,39 @@ void depthwise_input_grad(const at::Tensor& grad_output, const at::Tensor& weigh
   });
 }
 
-// The CUDA kernel's blocks, one weight entry at a time; a block's kSumLanes threads are run one
-// after another, and the tree's levels in order, as __syncthreads() separates them on the GPU.
+// The tree sum of one entry's kSumLanes partial sums, level by level, as __syncthreads()
+// separates the levels on the GPU.
+template <typename acc_t>
+acc_t tree_sum(acc_t* partial) {
+  for (int half = kSumLanes / 2; half > 0; half /= 2) {
+    for (int lane = 0; lane < kSumLanes; ++lane) tree_sum_step(partial, half, lane);
+  }
+  return partial[0];
+}
+
+// The NHWC weight gradient's two kernels, slice by slice: every thread of the lanes kernel's
+// grid (slice_lane says which lane it computes and where it leaves it), then the tree sums.
+template <typename scalar_t, typename index_t>
+void nhwc_weight_grad(const scalar_t* x, const scalar_t* dy, const DepthwiseDims<index_t>& dims,
+                      scalar_t* dw) {
+  using acc_t = at::opmath_type<scalar_t>;
+  const int64_t taps = dims.kernel_h * dims.kernel_w;
+  const int64_t slice = std::min<int64_t>(lane_slice_channels(taps), dims.out_channels);
+  std::vector<acc_t> scratch(slice * taps * kSumLanes);
+  for (int64_t first = 0; first < dims.out_channels; first += slice) {
+    const int64_t channels = std::min<int64_t>(slice, dims.out_channels - first);
+    run_grid<index_t>(channels * taps * kSumLanes, [&](index_t t) {
+      const auto l = slice_lane(t, index_t(first), index_t(channels), index_t(taps));
+      scratch[l.scratch] = depthwise_weight_grad_lane(x, dy, dims, l.entry, l.lane);
+    });
+    for (int64_t row = 0; row < channels * taps; ++row) {
+      dw[first * taps + row] = static_cast<scalar_t>(tree_sum(scratch.data() + row * kSumLanes));
+    }
+  }
+}
+
+// The CUDA kernel's blocks, one weight entry at a time (NCHW); a block's kSumLanes threads are
+// run one after another, then the tree.
 void depthwise_weight_grad(const at::Tensor& input, const at::Tensor& grad_output,
                            IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
                            int64_t index_bits, const at::Tensor& grad_weight) {
@@ -144,16 +175,14 @@ void depthwise_weight_grad(const at::Tensor& input, const at::Tensor& grad_outpu
       const scalar_t* x = input.const_data_ptr<scalar_t>();
       const scalar_t* dy = grad_output.const_data_ptr<scalar_t>();
       scalar_t* dw = grad_weight.mutable_data_ptr<scalar_t>();
+      if (call.channels_last) return nhwc_weight_grad(x, dy, dims, dw);
       std::vector<acc_t> partial(kSumLanes);
       for (int block = 0; block < blocks; ++block) {
         for (index_t entry = block; entry < entries; entry += blocks) {
           for (int lane = 0; lane < kSumLanes; ++lane) {
             partial[lane] = depthwise_weight_grad_lane(x, dy, dims, entry, index_t(lane));
           }
-          for (int half = kSumLanes / 2; half > 0; half /= 2) {
-            for (int lane = 0; lane < kSumLanes; ++lane) tree_sum_step(partial.data(), half, lane);
-          }
-          dw[entry] = static_cast<scalar_t>(partial[0]);
+          dw[entry] = static_cast<scalar_t>(tree_sum(partial.data()));
         }
       }
     });
