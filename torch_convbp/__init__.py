@@ -34,7 +34,7 @@ def _check_built_with(built: "str | None", running: str) -> None:
 
 _check_built_with(_C.built_with_torch, torch.__version__)
 
-from . import _autograd, _meta  # noqa: E402, F401  (registers autograd and the fake kernels)
+from . import _meta  # noqa: E402, F401  (registers the fake kernels; autograd is in C++, csrc/autograd.cpp)
 from ._args import CUDA_KERNELS
 from ._onnx import onnx_translation_table
 from .functional import conv1d, conv2d, conv_transpose1d, conv_transpose2d

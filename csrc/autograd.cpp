@@ -1,0 +1,196 @@
+// The autograd of the three operators, each differentiated with the others.
+//
+// With y = conv2d(x, W) and <a, b> the sum of a*b, the two gradient operators are the adjoints
+//     <conv2d(x, W), g> = <x, conv2d_input_grad(g, W)> = <W, conv2d_weight_grad(x, g)>,
+// so each is linear in both of its tensors, and its gradients are again among the three:
+//     conv2d(x, W) + b, incoming g:        dx = conv2d_input_grad(g, W), dW = conv2d_weight_grad(x, g),
+//                                          db = the sum of g over batch and pixels
+//     conv2d_input_grad(g, W), incoming v: dg = conv2d(v, W),             dW = conv2d_weight_grad(v, g)
+//     conv2d_weight_grad(x, g), incoming u: dx = conv2d_input_grad(g, u),  dg = conv2d(x, u)
+// The backward functions call the operators through the dispatcher, so each call records its own
+// autograd node when a higher order is asked for: gradients of any order need nothing else.
+// Only the gradients asked for are computed.
+//
+// These are kernels at the Autograd key, in C++, rather than torch.library.register_autograd in
+// Python: a Python autograd wrapper costs about 70 us of host time per call (benchmarks/NOTES.md
+// section 16), which a GPU layer waits for.
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/autograd.h>
+#include <torch/library.h>
+
+namespace torch_convbp {
+namespace {
+
+using at::IntArrayRef;
+using at::Tensor;
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// ---- The operators, called through the dispatcher ----------------------------------------------
+
+Tensor call_conv2d(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias,
+                   IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation, int64_t groups) {
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("torch_convbp::conv2d", "")
+          .typed<Tensor(const Tensor&, const Tensor&, const std::optional<Tensor>&, IntArrayRef,
+                        IntArrayRef, IntArrayRef, int64_t)>();
+  return op.call(input, weight, bias, stride, padding, dilation, groups);
+}
+
+// The sizes are SymInt, so that a traced graph (torch.compile, torch.export) keeps them symbolic.
+Tensor call_input_grad(const Tensor& grad_output, const Tensor& weight, c10::SymIntArrayRef input_size,
+                       IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation, int64_t groups) {
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("torch_convbp::conv2d_input_grad", "")
+          .typed<Tensor(const Tensor&, const Tensor&, c10::SymIntArrayRef, IntArrayRef,
+                        IntArrayRef, IntArrayRef, int64_t)>();
+  return op.call(grad_output, weight, input_size, stride, padding, dilation, groups);
+}
+
+Tensor call_weight_grad(const Tensor& input, const Tensor& grad_output, c10::SymIntArrayRef weight_size,
+                        IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation, int64_t groups) {
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("torch_convbp::conv2d_weight_grad", "")
+          .typed<Tensor(const Tensor&, const Tensor&, c10::SymIntArrayRef, IntArrayRef,
+                        IntArrayRef, IntArrayRef, int64_t)>();
+  return op.call(input, grad_output, weight_size, stride, padding, dilation, groups);
+}
+
+// ---- What every node saves ------------------------------------------------------------------------
+
+// The convolution's arguments, which every operator takes last and its gradients reuse.
+struct ConvArgs {
+  std::vector<int64_t> stride, padding, dilation;
+  int64_t groups;
+};
+
+void save_args(AutogradContext* ctx, IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
+               int64_t groups) {
+  ctx->saved_data["stride"] = stride.vec();
+  ctx->saved_data["padding"] = padding.vec();
+  ctx->saved_data["dilation"] = dilation.vec();
+  ctx->saved_data["groups"] = groups;
+}
+
+ConvArgs saved_args(AutogradContext* ctx) {
+  return {ctx->saved_data["stride"].toIntVector(), ctx->saved_data["padding"].toIntVector(),
+          ctx->saved_data["dilation"].toIntVector(), ctx->saved_data["groups"].toInt()};
+}
+
+// The backward of an operator with two tensor inputs and four convolution arguments: no gradient
+// for the arguments.
+variable_list two_gradients(Tensor first, Tensor second) {
+  return {std::move(first), std::move(second), Tensor(), Tensor(), Tensor(), Tensor(), Tensor()};
+}
+
+// ---- The three nodes --------------------------------------------------------------------------
+
+struct Conv2dNode : torch::autograd::Function<Conv2dNode> {
+  static Tensor forward(AutogradContext* ctx, const Tensor& input, const Tensor& weight,
+                        const std::optional<Tensor>& bias, IntArrayRef stride, IntArrayRef padding,
+                        IntArrayRef dilation, int64_t groups) {
+    ctx->save_for_backward({input, weight});
+    save_args(ctx, stride, padding, dilation, groups);
+    ctx->saved_data["has_bias"] = bias.has_value() && bias->defined();
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    return call_conv2d(input, weight, bias, stride, padding, dilation, groups);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const Tensor &input = saved[0], &weight = saved[1], &grad = grads[0];
+    const auto [stride, padding, dilation, groups] = saved_args(ctx);
+    Tensor grad_input, grad_weight, grad_bias;
+    if (ctx->needs_input_grad(0)) {
+      grad_input = call_input_grad(grad, weight, input.sym_sizes(), stride, padding, dilation, groups);
+    }
+    if (ctx->needs_input_grad(1)) {
+      grad_weight = call_weight_grad(input, grad, weight.sym_sizes(), stride, padding, dilation, groups);
+    }
+    // The bias is an edge only when it was given.
+    if (ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2)) {
+      grad_bias = grad.sum({0, 2, 3});
+    }
+    return {grad_input, grad_weight, grad_bias, Tensor(), Tensor(), Tensor(), Tensor()};
+  }
+};
+
+struct InputGradNode : torch::autograd::Function<InputGradNode> {
+  static Tensor forward(AutogradContext* ctx, const Tensor& grad_output, const Tensor& weight,
+                        c10::SymIntArrayRef input_size, IntArrayRef stride, IntArrayRef padding,
+                        IntArrayRef dilation, int64_t groups) {
+    ctx->save_for_backward({grad_output, weight});
+    save_args(ctx, stride, padding, dilation, groups);
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    return call_input_grad(grad_output, weight, input_size, stride, padding, dilation, groups);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const Tensor &grad_output = saved[0], &weight = saved[1], &v = grads[0];
+    const auto [stride, padding, dilation, groups] = saved_args(ctx);
+    Tensor d_grad_output, d_weight;
+    if (ctx->needs_input_grad(0)) {
+      d_grad_output = call_conv2d(v, weight, std::nullopt, stride, padding, dilation, groups);
+    }
+    if (ctx->needs_input_grad(1)) {
+      d_weight = call_weight_grad(v, grad_output, weight.sym_sizes(), stride, padding, dilation, groups);
+    }
+    return two_gradients(d_grad_output, d_weight);
+  }
+};
+
+struct WeightGradNode : torch::autograd::Function<WeightGradNode> {
+  static Tensor forward(AutogradContext* ctx, const Tensor& input, const Tensor& grad_output,
+                        c10::SymIntArrayRef weight_size, IntArrayRef stride, IntArrayRef padding,
+                        IntArrayRef dilation, int64_t groups) {
+    ctx->save_for_backward({input, grad_output});
+    save_args(ctx, stride, padding, dilation, groups);
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    return call_weight_grad(input, grad_output, weight_size, stride, padding, dilation, groups);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const Tensor &input = saved[0], &grad_output = saved[1], &u = grads[0];
+    const auto [stride, padding, dilation, groups] = saved_args(ctx);
+    Tensor d_input, d_grad_output;
+    if (ctx->needs_input_grad(0)) {
+      d_input = call_input_grad(grad_output, u, input.sym_sizes(), stride, padding, dilation, groups);
+    }
+    if (ctx->needs_input_grad(1)) {
+      d_grad_output = call_conv2d(input, u, std::nullopt, stride, padding, dilation, groups);
+    }
+    return two_gradients(d_input, d_grad_output);
+  }
+};
+
+// ---- The kernels at the Autograd key ------------------------------------------------------------
+
+Tensor conv2d_autograd(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias,
+                       IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation, int64_t groups) {
+  return Conv2dNode::apply(input, weight, bias, stride, padding, dilation, groups);
+}
+
+Tensor input_grad_autograd(const Tensor& grad_output, const Tensor& weight, c10::SymIntArrayRef input_size,
+                           IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation, int64_t groups) {
+  return InputGradNode::apply(grad_output, weight, input_size, stride, padding, dilation, groups);
+}
+
+Tensor weight_grad_autograd(const Tensor& input, const Tensor& grad_output, c10::SymIntArrayRef weight_size,
+                            IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation, int64_t groups) {
+  return WeightGradNode::apply(input, grad_output, weight_size, stride, padding, dilation, groups);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(torch_convbp, Autograd, m) {
+  m.impl("conv2d", &conv2d_autograd);
+  m.impl("conv2d_input_grad", &input_grad_autograd);
+  m.impl("conv2d_weight_grad", &weight_grad_autograd);
+}
+
+}  // namespace torch_convbp
