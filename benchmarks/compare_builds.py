@@ -1,6 +1,7 @@
 """Before/after: torch_convbp's time per layer in two builds of it, side by side.
 
     python benchmarks/compare_builds.py --before /path/to/old/checkout [--after .] [--suite all]
+                                        [--device cuda] [--layers 1x1] [--channels-last]
 
 Each build is a checkout with the extension built in place (`python setup.py build_ext --inplace`,
 or an editable install). Two builds of one extension cannot live in one process (they register the
@@ -28,19 +29,23 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 FIXED_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(4 << 30), "MALLOC_TRIM_THRESHOLD_": str(100 << 30)}
 
 
-def time_layers(suite, layers, dtype, batch, rounds, out_path):
-    """In a child process: torch_convbp's median fwd+bwd seconds for every layer of the suite."""
+def time_layers(args, out_path):
+    """In a child process: torch_convbp's median fwd+bwd seconds for every layer of the suite
+    (on CUDA in float32 with TF32 off, as bench_conv.py's float32 table)."""
     import torch
     import torch_convbp
 
     sys.path.insert(0, HERE)
     import bench_conv
 
+    torch.backends.cuda.matmul.allow_tf32 = False
     times = {"module": torch_convbp.__file__, "layers": {}}
-    for layer in bench_conv.load_layers(suite, layers):
-        x, w = bench_conv.make_operands(layer, batch, "cpu", getattr(torch, dtype))
+    for layer in bench_conv.load_layers(args.suite, args.layers):
+        x, w = bench_conv.make_operands(layer, args.batch, args.device, getattr(torch, args.dtype))
+        if args.channels_last:
+            x, w = (t.detach().to(memory_format=torch.channels_last).requires_grad_() for t in (x, w))
         step = bench_conv.conv_step(torch_convbp.conv2d, x, w, layer, "both")
-        times["layers"][layer["name"]] = bench_conv.time_interleaved({"ours": step}, rounds)["ours"]
+        times["layers"][layer["name"]] = bench_conv.time_interleaved({"ours": step}, args.rounds)["ours"]
     with open(out_path, "w") as f:
         json.dump(times, f)
 
@@ -49,7 +54,9 @@ def run_build(checkout, args, out_path):
     env = dict(os.environ, PYTHONPATH=os.path.abspath(checkout), **FIXED_MALLOC)
     command = [sys.executable, os.path.abspath(__file__), "--child", out_path,
                "--suite", args.suite, "--layers", args.layers, "--dtype", args.dtype,
-               "--batch", str(args.batch), "--rounds", str(args.rounds)]
+               "--batch", str(args.batch), "--rounds", str(args.rounds), "--device", args.device]
+    if args.channels_last:
+        command.append("--channels-last")
     subprocess.run(command, env=env, check=True, cwd=tempfile.gettempdir())
     with open(out_path) as f:
         result = json.load(f)
@@ -69,11 +76,13 @@ def main(argv=None):
     parser.add_argument("--dtype", default="float32", choices=["float32", "float64", "bfloat16", "float16"])
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--channels-last", action="store_true", help="operands in channels_last")
     parser.add_argument("--pairs", type=int, default=3, help="before/after process pairs")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        time_layers(args.suite, args.layers, args.dtype, args.batch, args.rounds, args.child)
+        time_layers(args, args.child)
         return
     runs = {"before": [], "after": []}
     with tempfile.TemporaryDirectory() as scratch:

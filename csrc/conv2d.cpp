@@ -107,9 +107,30 @@ void check_grad_output(const char* op, const Tensor& grad_output, const ConvShap
               IntArrayRef(expected), " (the convolution's output), got ", grad_output.sizes());
 }
 
+// A pointwise convolution with one group, computed in the GEMMs' dtype: every image is its own
+// column matrix, so the whole batch is one batched GEMM, with the weight broadcast over the images
+// (a batch stride of 0). No im2col, no staging copies, no workspace, where chunks of several images
+// would be copied into a column matrix and their outputs copied back (benchmarks/NOTES.md §16).
+// The blocks (gemm.h) are of whole images, each one GEMM, so the bits do not depend on the thread
+// count either.
+bool takes_pointwise_by_images(const Tensor& x, const Tensor& w, const ConvShape& s) {
+  return s.is_pointwise() && s.groups == 1 && x.scalar_type() == w.scalar_type();
+}
+
+// [N, Cout, H*W] = [N (broadcast), Cout, Cin] @ [N, Cin, H*W]
+void forward_pointwise_by_images(const Tensor& x, const Tensor& w, const ConvShape& s,
+                                 const Tensor& output) {
+  if (s.batch == 0) return;
+  const Tensor y = output.view({s.batch, s.out_channels, s.height * s.width});
+  gemm_out(y, w.expand({s.batch, s.out_channels, s.in_channels}),
+           x.view({s.batch, s.in_channels, s.height * s.width}),
+           gemm_blocks(/*units=*/1, y.sizes(), x.device()));
+}
+
 // output = W @ im2col(x), chunk by chunk, for the G weight matrices w [G, Cout/G, Cin/G*kh*kw]
 // (in the GEMMs' dtype). Every chunk writes its own part of the output: each is a unit.
 void forward_by_chunks(const Tensor& x, const Tensor& w, const ConvShape& s, const Tensor& output) {
+  if (takes_pointwise_by_images(x, w, s)) return forward_pointwise_by_images(x, w, s, output);
   const auto workspace = w.options();
   const Plan plan = plan_chunks(s, workspace);
   const int64_t blocks = gemm_blocks(

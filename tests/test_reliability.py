@@ -216,3 +216,20 @@ def test_column_matrix_past_2_to_the_31_elements_is_chunked():
     gw_ref = torch.ops.aten.convolution_backward(g, x, w, None, (1, 1), (1, 1), (1, 1), False, (0, 0), 1, (False, True, False))[1]
     # Sums of 4 million float32 products: compare relative to the gradient's scale.
     torch.testing.assert_close(gw, gw_ref, rtol=0, atol=1e-4 * gw_ref.abs().max().item())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_pointwise_forward_and_input_grad_need_no_workspace(device, dtype):
+    """A 1x1, stride-1 call with one group is one batched GEMM over the images, each image its own
+    column matrix: the forward and the grad-input allocate no column matrix and no staging."""
+    x = torch.randn(6, 8, 9, 7, device=device, dtype=dtype, requires_grad=True)
+    w = torch.randn(12, 8, 1, 1, device=device, dtype=dtype, requires_grad=True)
+    torch_convbp.workspace_peak(reset=True)
+    y = torch_convbp.conv2d(x, w)
+    (gx,) = torch.autograd.grad(y, x, torch.ones_like(y))
+    assert torch_convbp.workspace_peak() == 0
+    x_ref = x.detach().requires_grad_()
+    y_ref = F.conv2d(x_ref, w)
+    (gx_ref,) = torch.autograd.grad(y_ref, x_ref, torch.ones_like(y_ref))
+    torch.testing.assert_close(y, y_ref)
+    torch.testing.assert_close(gx, gx_ref)
