@@ -30,8 +30,8 @@ FIXED_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(4 << 30), "MALLOC_TRIM_THRESHOLD_"
 
 
 def time_layers(args, out_path):
-    """In a child process: torch_convbp's median fwd+bwd seconds for every layer of the suite
-    (on CUDA in float32 with TF32 off, as bench_conv.py's float32 table)."""
+    """In a child process: torch_convbp's median fwd+bwd seconds for every layer of the suite.
+    On CUDA, TF32 stays off, as in bench_conv.py's float32 table."""
     import torch
     import torch_convbp
 
