@@ -115,14 +115,19 @@ ConvShape check_conv2d(const char* op, IntArrayRef input_size, IntArrayRef weigh
   return s;
 }
 
-ColumnGeometry check_columns(const char* op, const Tensor& images, const Tensor& columns,
-                             IntArrayRef kernel_size, IntArrayRef stride, IntArrayRef padding,
-                             IntArrayRef dilation, int64_t row_start, int64_t rows) {
+ColumnGeometry check_columns(const char* op, Layout layout, const Tensor& images,
+                             const Tensor& columns, IntArrayRef kernel_size, IntArrayRef stride,
+                             IntArrayRef padding, IntArrayRef dilation, int64_t row_start,
+                             int64_t rows) {
   check_operands(op, {{"images", &images}});  // a floating dtype, dense
   TORCH_CHECK(columns.layout() == at::kStrided, op,
               ": columns must be a dense (strided) tensor, got layout ", columns.layout());
-  TORCH_CHECK(images.dim() == 4 && images.is_contiguous(), op,
-              ": expected contiguous images [N, C, H, W], got size ", sizes_str(images.sizes()));
+  const bool nhwc = layout == Layout::nhwc;
+  TORCH_CHECK(images.dim() == 4 && images.is_contiguous(nhwc ? at::MemoryFormat::ChannelsLast
+                                                             : at::MemoryFormat::Contiguous),
+              op, nhwc ? ": expected dense channels_last images [N, C, H, W], got size "
+                       : ": expected contiguous images [N, C, H, W], got size ",
+              sizes_str(images.sizes()), " and strides ", images.strides());
   TORCH_CHECK(columns.is_contiguous(), op, ": expected a contiguous column matrix");
   const auto image_dtype = images.scalar_type(), column_dtype = columns.scalar_type();
   const bool half_images = image_dtype == at::kHalf || image_dtype == at::kBFloat16;
@@ -141,13 +146,27 @@ ColumnGeometry check_columns(const char* op, const Tensor& images, const Tensor&
   TORCH_CHECK(row_start >= 0 && rows >= 0 && row_start + rows <= s.out_height, op,
               ": output rows [", row_start, ", ", row_start + rows,
               ") are outside the output height ", s.out_height);
-  const int64_t expected = s.column_rows() * s.batch * rows * s.out_width;
-  TORCH_CHECK(columns.numel() == expected, op, ": expected a column matrix of ", expected,
-              " elements ([", s.column_rows(), ", ", s.batch * rows * s.out_width, "]), got ",
-              columns.numel());
-  return ColumnGeometry{s.batch,      channels,     s.height,   s.width,     s.kernel_h,
-                        s.kernel_w,   s.stride_h,   s.stride_w, s.pad_h,     s.pad_w,
-                        s.dilation_h, s.dilation_w, s.out_width, row_start,  rows};
+  const int64_t pixels = s.batch * rows * s.out_width;
+  int64_t groups = 1;
+  if (nhwc) {
+    groups = columns.dim() == 3 ? columns.size(0) : 0;
+    TORCH_CHECK(groups > 0 && channels % groups == 0, op,
+                ": expected a column matrix [groups, pixels, kh*kw*channels/groups] whose groups "
+                "divide the images' ",
+                channels, " channels, got size ", sizes_str(columns.sizes()));
+    const std::vector<int64_t> expected{groups, pixels, s.column_rows() / groups};
+    TORCH_CHECK(columns.sizes() == IntArrayRef(expected), op, ": expected a column matrix of size ",
+                sizes_str(expected), " ([groups, pixels, kh*kw*channels/groups]), got ",
+                sizes_str(columns.sizes()));
+  } else {
+    const int64_t expected = s.column_rows() * pixels;
+    TORCH_CHECK(columns.numel() == expected, op, ": expected a column matrix of ", expected,
+                " elements ([", s.column_rows(), ", ", pixels, "]), got ", columns.numel());
+  }
+  return ColumnGeometry{s.batch,      channels,     s.height,    s.width,   s.kernel_h,
+                        s.kernel_w,   s.stride_h,   s.stride_w,  s.pad_h,   s.pad_w,
+                        s.dilation_h, s.dilation_w, s.out_width, row_start, rows,
+                        groups};
 }
 
 DepthwiseCall check_depthwise(const char* op, const Tensor& input, const Tensor& weight,

@@ -11,11 +11,13 @@
 // The G groups are the batch dimension of one bmm. The batch is processed in chunks whose
 // buffers fit the workspace limit; the device is reached only through the im2col and col2im
 // operators (cpu/ and cuda/), and the GEMMs go through ATen (MKL, cuBLAS).
+// Each operator computes in one memory layout, NCHW or NHWC, chosen from its operands' strides
+// (layout.h). The GEMMs above are written once for both: matrices.h sees each layout's tensors as
+// these matrices (in NHWC, transposed views), and each layout has its own im2col and col2im.
 // Two special cases skip parts of this: a 1x1 convolution's input is its own column matrix (no
-// im2col; and of channels_last operands, computed in NHWC with no copy: pointwise_nhwc.h), and a
+// im2col; and with one group, in NHWC one GEMM over the batch: pointwise_nhwc.h), and a
 // depthwise one (one input channel per group, whose GEMMs would be a few rows
-// thin) goes to direct device kernels (no im2col, no GEMM, no workspace), which compute in NCHW
-// or, for channels_last operands, in NHWC (layout.h).
+// thin) goes to direct device kernels (no im2col, no GEMM, no workspace), in either layout.
 // The GEMMs run in gemm_dtype(): the operands' dtype, or float32 for float16 and bfloat16 on a CPU
 // that would emulate half-precision GEMMs; the column matrices and staging are then float32.
 // How the work is cut (chunks, lanes, partial sums, the workspace) is in plan.h, and how each GEMM
@@ -32,6 +34,7 @@
 #include "conv2d.h"
 #include "gemm.h"
 #include "layout.h"
+#include "matrices.h"
 #include "plan.h"
 #include "pointwise_nhwc.h"
 
@@ -53,15 +56,26 @@ c10::TypedOperatorHandle<Signature> kernel_handle(const char* name) {
   return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Signature>();
 }
 
-enum class ColumnOp { im2col, col2im };
+// im2col(images -> columns) of a chunk, or col2im(columns -> images), in `layout`: the
+// operators of that layout, given the column matrix in the form they take.
+void im2col(Layout layout, const Tensor& images, const ConvShape& s, const Chunk& c,
+            const Tensor& column_matrix) {
+  static const auto nchw = kernel_handle<ColumnKernel>("torch_convbp::im2col");
+  static const auto nhwc = kernel_handle<ColumnKernel>("torch_convbp::im2col_nhwc");
+  (layout == Layout::nhwc ? nhwc : nchw)
+      .call(images, {s.kernel_h, s.kernel_w}, {s.stride_h, s.stride_w}, {s.pad_h, s.pad_w},
+            {s.dilation_h, s.dilation_w}, c.row, c.rows,
+            column_kernel_operand(column_matrix, layout));
+}
 
-void call_column_kernel(ColumnOp which, const Tensor& source, const ConvShape& s, const Chunk& c,
-                        const Tensor& target) {
-  static const auto im2col = kernel_handle<ColumnKernel>("torch_convbp::im2col");
-  static const auto col2im = kernel_handle<ColumnKernel>("torch_convbp::col2im");
-  (which == ColumnOp::im2col ? im2col : col2im)
-      .call(source, {s.kernel_h, s.kernel_w}, {s.stride_h, s.stride_w}, {s.pad_h, s.pad_w},
-            {s.dilation_h, s.dilation_w}, c.row, c.rows, target);
+void col2im(Layout layout, const Tensor& column_matrix, const ConvShape& s, const Chunk& c,
+            const Tensor& images) {
+  static const auto nchw = kernel_handle<ColumnKernel>("torch_convbp::col2im");
+  static const auto nhwc = kernel_handle<ColumnKernel>("torch_convbp::col2im_nhwc");
+  (layout == Layout::nhwc ? nhwc : nchw)
+      .call(column_kernel_operand(column_matrix, layout), {s.kernel_h, s.kernel_w},
+            {s.stride_h, s.stride_w}, {s.pad_h, s.pad_w}, {s.dilation_h, s.dilation_w}, c.row,
+            c.rows, images);
 }
 
 // The depthwise kernels share one signature too: (operand, operand, geometry, result), and
@@ -87,18 +101,14 @@ void call_depthwise_kernel(DepthwiseOp which, const Tensor& a, const Tensor& b, 
 
 // The [G, Cin/G*kh*kw, P] column matrix of a chunk of x. A 1x1, stride-1, unpadded
 // convolution's input is its own column matrix: a view, no im2col, when memory allows.
-Tensor columns_of(const Tensor& x, const ConvShape& s, const Chunk& c, Workspace& ws) {
+Tensor columns_of(const Tensor& x, const ConvShape& s, const Chunk& c, Layout layout,
+                  Workspace& ws) {
   if (s.is_pointwise()) {
-    if (auto view = group_matrix_view(chunk_of(x, c), s.groups, ws.dtype())) return *view;
+    if (auto view = group_matrix_view(chunk_of(x, c), s.groups, ws.dtype(), layout)) return *view;
   }
   Tensor columns = ws.columns(c.images * c.rows * s.out_width);
-  call_column_kernel(ColumnOp::im2col, x.narrow(0, c.image, c.images), s, c, columns);
+  im2col(layout, x.narrow(0, c.image, c.images), s, c, columns);
   return columns;
-}
-
-// The weight [Cout, Cin/G, kh, kw] as G matrices [Cout/G, Cin/G*kh*kw].
-Tensor weight_matrices(const Tensor& weight, const ConvShape& s) {
-  return weight.contiguous().view({s.groups, s.out_channels / s.groups, -1});
 }
 
 void check_grad_output(const char* op, const Tensor& grad_output, const ConvShape& s) {
@@ -113,8 +123,10 @@ void check_grad_output(const char* op, const Tensor& grad_output, const ConvShap
 // would be copied into a column matrix and their outputs copied back (benchmarks/NOTES.md §16).
 // The blocks (gemm.h) are of whole images, each one GEMM, so the bits do not depend on the thread
 // count either.
-bool takes_pointwise_by_images(const Tensor& x, const Tensor& w, const ConvShape& s) {
-  return s.is_pointwise() && s.groups == 1 && x.scalar_type() == w.scalar_type();
+bool takes_pointwise_by_images(const Tensor& x, const Tensor& w, const ConvShape& s,
+                               Layout layout) {
+  return layout == Layout::nchw && s.is_pointwise() && s.groups == 1 &&
+         x.scalar_type() == w.scalar_type();
 }
 
 // [N, Cout, H*W] = [N (broadcast), Cout, Cin] @ [N, Cin, H*W]
@@ -128,25 +140,29 @@ void forward_pointwise_by_images(const Tensor& x, const Tensor& w, const ConvSha
 }
 
 // output = W @ im2col(x), chunk by chunk, for the G weight matrices w [G, Cout/G, Cin/G*kh*kw]
-// (in the GEMMs' dtype). Every chunk writes its own part of the output: each is a unit.
-void forward_by_chunks(const Tensor& x, const Tensor& w, const ConvShape& s, const Tensor& output) {
-  if (takes_pointwise_by_images(x, w, s)) return forward_pointwise_by_images(x, w, s, output);
+// (in the GEMMs' dtype, and K in the layout's order); x and output in `layout`. Every chunk
+// writes its own part of the output: each is a unit.
+void forward_by_chunks(const Tensor& x, const Tensor& w, const ConvShape& s, Layout layout,
+                       const Tensor& output) {
+  if (takes_pointwise_by_images(x, w, s, layout)) {
+    return forward_pointwise_by_images(x, w, s, output);
+  }
   const auto workspace = w.options();
   const Plan plan = plan_chunks(s, workspace);
   const int64_t blocks = gemm_blocks(
       plan.chunks(), {s.groups, s.out_channels / s.groups, plan.images * plan.rows * s.out_width},
       x.device());
-  run_units(s, plan, plan.chunks(), workspace, [&](int64_t index, Workspace& ws) {
+  run_units(s, plan, plan.chunks(), workspace, layout, [&](int64_t index, Workspace& ws) {
     const Chunk c = plan.chunk(s, index);
-    const Tensor columns = columns_of(x, s, c, ws);  // [G, Cin/G*kh*kw, P]
-    const Tensor out = chunk_of(output, c);          // [n, Cout, h, OW]
-    if (auto out_view = group_matrix_view(out, s.groups, ws.dtype())) {
+    const Tensor columns = columns_of(x, s, c, layout, ws);  // [G, Cin/G*kh*kw, P]
+    const Tensor out = chunk_of(output, c);                  // [n, Cout, h, OW]
+    if (auto out_view = group_matrix_view(out, s.groups, ws.dtype(), layout)) {
       // [G, Cout/G, P] = [G, Cout/G, Cin/G*kh*kw] @ columns
       gemm_out(*out_view, w, columns, blocks);
     } else {
-      const Tensor staged = ws.staging(s.out_channels, c.images * c.rows * s.out_width);
-      gemm_out(staged, w, columns, blocks);
-      out.transpose(0, 1).copy_(staged.view({s.out_channels, c.images, c.rows, s.out_width}));
+      const Tensor staged = ws.staging(out.sizes());
+      gemm_out(*group_matrix_view(staged, s.groups, ws.dtype(), layout), w, columns, blocks);
+      out.copy_(staged);
     }
   });
 }
@@ -218,19 +234,19 @@ Tensor conv2d_forward(const Tensor& input, const Tensor& weight,
               ": expected bias of size [", s.out_channels, "] (one per output channel), got ",
               bias->sizes());
 
+  const Layout layout = compute_layout({&input});
   Tensor output;
   if (takes_pointwise_nhwc(s, {&input})) {
     output = pointwise_nhwc_forward(input, weight, s);
-  } else if (s.is_depthwise()) {
-    const bool nhwc = computes_in_nhwc({&input});
-    output = empty_in_layout({s.batch, s.out_channels, s.out_height, s.out_width}, input, nhwc);
-    call_depthwise_kernel(DepthwiseOp::forward, in_layout(input, nhwc), weight.contiguous(), s,
-                          output);
   } else {
-    const Tensor x = input.contiguous();
-    output = at::empty({s.batch, s.out_channels, s.out_height, s.out_width}, x.options());
-    const auto compute = gemm_dtype(x.scalar_type(), x.device());
-    forward_by_chunks(x, weight_matrices(weight, s).to(compute), s, output);
+    const Tensor x = in_layout(input, layout);
+    output = empty_in_layout({s.batch, s.out_channels, s.out_height, s.out_width}, x, layout);
+    if (s.is_depthwise()) {
+      call_depthwise_kernel(DepthwiseOp::forward, x, weight.contiguous(), s, output);
+    } else {
+      const auto compute = gemm_dtype(x.scalar_type(), x.device());
+      forward_by_chunks(x, weight_matrices(weight, s, layout).to(compute), s, layout, output);
+    }
   }
   if (bias) output.add_(bias->view({1, s.out_channels, 1, 1}));
   return output;
@@ -247,16 +263,14 @@ Tensor conv2d_weight_grad(const Tensor& input, const Tensor& grad_output,
   if (takes_pointwise_nhwc(s, {&input, &grad_output})) {
     return pointwise_nhwc_weight_grad(input, grad_output, weight_size, s);
   }
+  const Layout layout = compute_layout({&input, &grad_output});
+  const Tensor x = in_layout(input, layout);
+  const Tensor dy = in_layout(grad_output, layout);
   if (s.is_depthwise()) {
-    const bool nhwc = computes_in_nhwc({&input, &grad_output});
-    Tensor grad_weight = at::empty(weight_size, input.options());
-    call_depthwise_kernel(DepthwiseOp::weight_grad, in_layout(input, nhwc),
-                          in_layout(grad_output, nhwc), s, grad_weight);
+    Tensor grad_weight = at::empty(weight_size, x.options());
+    call_depthwise_kernel(DepthwiseOp::weight_grad, x, dy, s, grad_weight);
     return grad_weight;
   }
-
-  const Tensor x = input.contiguous();
-  const Tensor dy = grad_output.contiguous();
   if (s.batch == 0) return at::zeros(weight_size, x.options());
   // The chunks are dealt in contiguous runs to a fixed number of partial sums (a unit each),
   // which sum their chunks in order, in float32 for float16 and bfloat16; the partial sums are
@@ -268,14 +282,14 @@ Tensor conv2d_weight_grad(const Tensor& input, const Tensor& grad_output,
   const int64_t blocks = gemm_blocks(
       sums, {s.groups, s.out_channels / s.groups, s.column_rows() / s.groups}, x.device());
   std::vector<Tensor> partial(sums);
-  run_units(s, plan, sums, workspace, [&](int64_t sum, Workspace& ws) {
+  run_units(s, plan, sums, workspace, layout, [&](int64_t sum, Workspace& ws) {
     partial[sum] = at::empty({s.groups, s.out_channels / s.groups, s.column_rows() / s.groups},
                              x.options().dtype(acc_dtype));
     const int64_t first = sum * plan.chunks() / sums, end = (sum + 1) * plan.chunks() / sums;
     for (int64_t index = first; index < end; ++index) {
       const Chunk c = plan.chunk(s, index);
-      const Tensor columns = columns_of(x, s, c, ws);         // [G, Cin/G*kh*kw, P]
-      const Tensor dy_g = ws.group_matrix(chunk_of(dy, c));  // [G, Cout/G, P]
+      const Tensor columns = columns_of(x, s, c, layout, ws);  // [G, Cin/G*kh*kw, P]
+      const Tensor dy_g = ws.group_matrix(chunk_of(dy, c));    // [G, Cout/G, P]
       // [G, Cout/G, Cin/G*kh*kw] (+)= [G, Cout/G, P] @ [G, P, Cin/G*kh*kw] (a GEMM flag, no copy)
       const Tensor columns_t = columns.transpose(1, 2);
       index == first ? gemm_out(partial[sum], dy_g, columns_t, blocks)
@@ -283,7 +297,7 @@ Tensor conv2d_weight_grad(const Tensor& input, const Tensor& grad_output,
     }
   });
   for (int64_t sum = 1; sum < sums; ++sum) partial[0].add_(partial[sum]);
-  return partial[0].view(weight_size).to(x.scalar_type());
+  return weight_of_matrices(partial[0], weight_size, x.scalar_type(), layout);
 }
 
 Tensor conv2d_input_grad(const Tensor& grad_output, const Tensor& weight,
@@ -297,26 +311,25 @@ Tensor conv2d_input_grad(const Tensor& grad_output, const Tensor& weight,
   if (takes_pointwise_nhwc(s, {&grad_output})) {
     return pointwise_nhwc_input_grad(grad_output, weight, s);
   }
+  const Layout layout = compute_layout({&grad_output});
+  const Tensor dy = in_layout(grad_output, layout);
   if (s.is_depthwise()) {
-    const bool nhwc = computes_in_nhwc({&grad_output});
-    Tensor grad_input = empty_in_layout(input_size, grad_output, nhwc);
-    call_depthwise_kernel(DepthwiseOp::input_grad, in_layout(grad_output, nhwc),
-                          weight.contiguous(), s, grad_input);
+    Tensor grad_input = empty_in_layout(input_size, dy, layout);
+    call_depthwise_kernel(DepthwiseOp::input_grad, dy, weight.contiguous(), s, grad_input);
     return grad_input;
   }
 
-  const Tensor dy = grad_output.contiguous();
   const auto compute = gemm_dtype(dy.scalar_type(), dy.device());
   if (auto transposed = input_grad_convolution(s)) {
-    Tensor grad_input = at::empty(input_size, dy.options());
+    Tensor grad_input = empty_in_layout(input_size, dy, layout);
     const Tensor w_flipped = flipped_transposed_weight(weight, s);  // [Cin, Cout/G, kh, kw]
-    forward_by_chunks(dy, weight_matrices(w_flipped, *transposed).to(compute), *transposed,
-                      grad_input);
+    forward_by_chunks(dy, weight_matrices(w_flipped, *transposed, layout).to(compute),
+                      *transposed, layout, grad_input);
     return grad_input;
   }
   // [G, Cin/G*kh*kw, Cout/G], in the GEMMs' dtype
-  const Tensor w_t = weight_matrices(weight, s).to(compute).transpose(1, 2);
-  Tensor grad_input = at::zeros(input_size, dy.options());
+  const Tensor w_t = weight_matrices(weight, s, layout).to(compute).transpose(1, 2);
+  Tensor grad_input = empty_in_layout(input_size, dy, layout).zero_();
   const auto workspace = w_t.options();
   const Plan plan = plan_chunks(s, workspace);
   // The row bands of one image overlap in dx (col2im adds into it), so a unit is an image
@@ -324,15 +337,14 @@ Tensor conv2d_input_grad(const Tensor& grad_output, const Tensor& weight,
   const int64_t blocks = gemm_blocks(
       plan.image_chunks,
       {s.groups, s.column_rows() / s.groups, plan.images * plan.rows * s.out_width}, dy.device());
-  run_units(s, plan, plan.image_chunks, workspace, [&](int64_t image_chunk, Workspace& ws) {
+  run_units(s, plan, plan.image_chunks, workspace, layout, [&](int64_t image_chunk, Workspace& ws) {
     for (int64_t band = 0; band < plan.bands; ++band) {
       const Chunk c = plan.chunk(s, image_chunk * plan.bands + band);
       const Tensor dy_g = ws.group_matrix(chunk_of(dy, c));  // [G, Cout/G, P]
       // [G, Cin/G*kh*kw, P] = [G, Cin/G*kh*kw, Cout/G] @ [G, Cout/G, P], then summed into dx.
       const Tensor grad_columns = ws.columns(c.images * c.rows * s.out_width);
       gemm_out(grad_columns, w_t, dy_g, blocks);
-      call_column_kernel(ColumnOp::col2im, grad_columns, s, c,
-                         grad_input.narrow(0, c.image, c.images));
+      col2im(layout, grad_columns, s, c, grad_input.narrow(0, c.image, c.images));
     }
   });
   return grad_input;

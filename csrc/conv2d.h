@@ -46,15 +46,22 @@ ConvShape check_conv2d(const char* op, IntArrayRef input_size, IntArrayRef weigh
 void check_operands(const char* op,
                     std::initializer_list<std::pair<const char*, const Tensor*>> operands);
 
+// The memory layout an operator computes in (layout.h chooses it from the operands' strides).
+enum class Layout { nchw, nhwc };
+
 // What an im2col or col2im kernel needs to map a column entry to an input pixel, for one chunk:
-// `images` whole images and, of each, the output rows [row_start, row_start + rows).
-// The column matrix is [channels*kernel_h*kernel_w, images*rows*out_width], row-major: row
-// (c, ki, kj), column (image, output row, output column).
+// `images` whole images and, of each, the output rows [row_start, row_start + rows), P pixels
+// in all. The column matrix is, row-major,
+//   NCHW: [channels*kernel_h*kernel_w, P]: row (c, ki, kj), column (image, output row, output
+//         column), the same for any number of groups;
+//   NHWC: [groups, P, kernel_h*kernel_w*channels/groups]: one row per group and output pixel,
+//         its entries (ki, kj, c), the memory order of a channels_last weight's rows.
 // A plain aggregate, so that it can be passed by value to a CUDA kernel.
 struct ColumnGeometry {
   int64_t images, channels, height, width;
   int64_t kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w;
   int64_t out_width, row_start, rows;
+  int64_t groups;  // 1 in NCHW, whose column matrix does not depend on them
 };
 
 // The input rows [first, first + count) that output rows [row_start, row_start + rows) read: the
@@ -69,11 +76,15 @@ inline InputRows input_rows_reached(const ColumnGeometry& g) {
   return {first, g.rows == 0 || last < first ? 0 : last - first + 1};
 }
 
-// Checks the arguments of the im2col / col2im operators (images [n, C, H, W] contiguous,
-// columns contiguous and of the right size, same dtype and device) and returns their geometry.
-ColumnGeometry check_columns(const char* op, const Tensor& images, const Tensor& columns,
-                             IntArrayRef kernel_size, IntArrayRef stride, IntArrayRef padding,
-                             IntArrayRef dilation, int64_t row_start, int64_t rows);
+// Checks the arguments of the im2col / col2im operators of one layout and returns their
+// geometry: images [n, C, H, W] contiguous (NCHW) or dense channels_last (NHWC); columns
+// contiguous, of the images' dtype (or float32 for half-precision images) and device, and of the
+// layout's size: any shape of C*kh*kw*P elements in NCHW, exactly [G, P, kh*kw*C/G] in NHWC
+// (G, the groups, divides C).
+ColumnGeometry check_columns(const char* op, Layout layout, const Tensor& images,
+                             const Tensor& columns, IntArrayRef kernel_size, IntArrayRef stride,
+                             IntArrayRef padding, IntArrayRef dilation, int64_t row_start,
+                             int64_t rows);
 
 // Checks the arguments of the depthwise operators: input [N, C, H, W], weight [C*m, 1, kh, kw]
 // and output [N, C*m, OH, OW] (for the gradient operators: their gradients), of one dtype and

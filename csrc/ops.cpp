@@ -30,6 +30,14 @@ TORCH_LIBRARY(torch_convbp, m) {
   m.def(
       "col2im(Tensor columns, int[2] kernel_size, int[2] stride, int[2] padding, "
       "int[2] dilation, int row_start, int rows, Tensor(a!) images) -> ()");
+  // The same two for channels_last images, with the NHWC column matrix [G, P, kh*kw*C/G]
+  // (conv2d.h): the groups are the columns' first dimension.
+  m.def(
+      "im2col_nhwc(Tensor images, int[2] kernel_size, int[2] stride, int[2] padding, "
+      "int[2] dilation, int row_start, int rows, Tensor(a!) columns) -> ()");
+  m.def(
+      "col2im_nhwc(Tensor columns, int[2] kernel_size, int[2] stride, int[2] padding, "
+      "int[2] dilation, int row_start, int rows, Tensor(a!) images) -> ()");
   // The depthwise special case (one input channel per group), computed directly: each writes
   // its last argument whole.
   m.def(

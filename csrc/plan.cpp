@@ -1,11 +1,8 @@
 // The plan of a call (chunks, lanes, partial sums) and its workspace, with the workspace limit.
 #include "plan.h"
 
-#include <ATen/TensorUtils.h>
-
 #include <atomic>
 #include <cstdlib>
-#include <optional>
 
 namespace torch_convbp {
 namespace {
@@ -108,39 +105,21 @@ int64_t partial_sums(const Plan& plan, at::TensorOptions workspace) {
   return workspace.device().is_cpu() ? std::min(plan.chunks(), kMaxPartialSums) : 1;
 }
 
-std::optional<Tensor> group_matrix_view(const Tensor& chunk, int64_t groups,
-                                        at::ScalarType dtype) {
-  if (chunk.scalar_type() != dtype) return std::nullopt;
-  const Tensor by_channel = chunk.transpose(0, 1);  // [C, n, h, w]
-  const int64_t channels = by_channel.size(0);
-  const std::vector<int64_t> shape{groups, channels / groups, by_channel.numel() / channels};
-  if (!at::detail::computeStride(by_channel.sizes(), by_channel.strides(), shape)) {
-    return std::nullopt;
-  }
-  return by_channel.view(shape);
-}
-
 Workspace::~Workspace() { g_workspace_in_use -= held_bytes_; }
 
 Tensor Workspace::columns(int64_t pixels) {
-  return take(columns_, shape_.column_rows())
-      .narrow(0, 0, shape_.column_rows() * pixels)
-      .view({shape_.groups, shape_.column_rows() / shape_.groups, pixels});
+  return column_matrix(take(columns_, shape_.column_rows()), shape_, pixels, layout_);
 }
 
-Tensor Workspace::staging(int64_t channels, int64_t pixels) {
-  return take(staging_, channels)
-      .narrow(0, 0, channels * pixels)
-      .view({shape_.groups, channels / shape_.groups, pixels});
+Tensor Workspace::staging(IntArrayRef size) {
+  return staging_chunk(take(staging_, size[1]), size, layout_);
 }
 
 Tensor Workspace::group_matrix(const Tensor& chunk) {
-  if (auto view = group_matrix_view(chunk, shape_.groups, dtype())) return *view;
-  const int64_t channels = chunk.size(1);
-  Tensor staged = staging(channels, chunk.numel() / channels);
-  staged.view({channels, chunk.size(0), chunk.size(2), chunk.size(3)})
-      .copy_(chunk.transpose(0, 1));
-  return staged;
+  if (auto view = group_matrix_view(chunk, shape_.groups, dtype(), layout_)) return *view;
+  Tensor staged = staging(chunk.sizes());
+  staged.copy_(chunk);
+  return *group_matrix_view(staged, shape_.groups, dtype(), layout_);
 }
 
 Tensor& Workspace::take(Tensor& buffer, int64_t rows) {

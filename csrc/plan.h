@@ -13,6 +13,7 @@
 #include <algorithm>
 
 #include "conv2d.h"
+#include "matrices.h"
 
 namespace torch_convbp {
 
@@ -45,27 +46,22 @@ Plan plan_chunks(const ConvShape& s, at::TensorOptions workspace, bool pixels_co
 // to them in contiguous runs; each sums its chunks in order, and they are summed in order).
 int64_t partial_sums(const Plan& plan, at::TensorOptions workspace);
 
-// Sees a chunk [n, C, h, w] as the GEMM operand [G, C/G, n*h*w] (per group: channels by
-// pixels) without copying, when its memory allows it (one image at a time) and it has the
-// GEMMs' dtype.
-std::optional<Tensor> group_matrix_view(const Tensor& chunk, int64_t groups, at::ScalarType dtype);
-
 // One lane's scratch memory, allocated on first use and reused by every chunk the lane runs: the
-// column matrix and a staging area for GEMM operands that are not views. Counted against the
-// workspace limit's bookkeeping (workspace_peak).
+// column matrix and a staging area for GEMM operands that are not views, both laid out for the
+// call's layout (matrices.h). Counted against the workspace limit's bookkeeping (workspace_peak).
 class Workspace {
  public:
-  Workspace(const ConvShape& s, int64_t max_pixels, at::TensorOptions options)
-      : shape_(s), max_pixels_(max_pixels), options_(options) {}
+  Workspace(const ConvShape& s, int64_t max_pixels, at::TensorOptions options, Layout layout)
+      : shape_(s), max_pixels_(max_pixels), options_(options), layout_(layout) {}
   Workspace(const Workspace&) = delete;
   Workspace& operator=(const Workspace&) = delete;
   ~Workspace();
 
   at::ScalarType dtype() const { return options_.dtype().toScalarType(); }
-  // [G, Cin/G*kh*kw, pixels] column matrix.
+  // The [G, Cin/G*kh*kw, pixels] column matrix.
   Tensor columns(int64_t pixels);
-  // A [G, channels/G, pixels] staging matrix, for GEMM operands that are not views.
-  Tensor staging(int64_t channels, int64_t pixels);
+  // A staging chunk of `size` [n, C, h, w] (staging_chunk in matrices.h), in the GEMMs' dtype.
+  Tensor staging(IntArrayRef size);
   // `chunk` [n, C, h, w] as the GEMM operand [G, C/G, n*h*w]: a view, or a copy (converted to
   // the GEMMs' dtype) in staging.
   Tensor group_matrix(const Tensor& chunk);
@@ -75,6 +71,7 @@ class Workspace {
   const ConvShape& shape_;
   int64_t max_pixels_;
   at::TensorOptions options_;
+  Layout layout_;
   Tensor columns_, staging_;
   int64_t held_bytes_ = 0;
 };
@@ -86,12 +83,12 @@ class Workspace {
 // units run in order on the calling thread, and the GEMMs' blocks are what runs in parallel.
 template <class Body>
 void run_units(const ConvShape& s, const Plan& plan, int64_t units, at::TensorOptions workspace,
-               Body&& body) {
+               Layout layout, Body&& body) {
   const int64_t threads = workspace.device().is_cpu() ? at::get_num_threads() : 1;
   const int64_t lanes = std::max<int64_t>(1, std::min({threads, units, plan.lanes_that_fit}));
   const int64_t max_pixels = plan.images * plan.rows * s.out_width;
   auto run_lane = [&](int64_t lane) {
-    Workspace ws(s, max_pixels, workspace);
+    Workspace ws(s, max_pixels, workspace, layout);
     for (int64_t unit = lane; unit < units; unit += lanes) body(unit, ws);
   };
   if (lanes == 1) {

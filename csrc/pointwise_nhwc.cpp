@@ -44,7 +44,8 @@ bool takes_pointwise_nhwc(const ConvShape& s, std::initializer_list<const Tensor
 }
 
 Tensor pointwise_nhwc_forward(const Tensor& input, const Tensor& weight, const ConvShape& s) {
-  Tensor output = empty_in_layout({s.batch, s.out_channels, s.height, s.width}, input, /*nhwc=*/true);
+  Tensor output =
+      empty_in_layout({s.batch, s.out_channels, s.height, s.width}, input, Layout::nhwc);
   const Tensor y = pixel_matrix(output);
   // [1, P, Cout] = [1, P, C] @ [1, C, Cout]
   gemm_out(y, pixel_matrix(input), weight_matrix(weight, s).transpose(1, 2), gemm_blocks_for(y));
@@ -53,8 +54,8 @@ Tensor pointwise_nhwc_forward(const Tensor& input, const Tensor& weight, const C
 
 Tensor pointwise_nhwc_input_grad(const Tensor& grad_output, const Tensor& weight,
                                  const ConvShape& s) {
-  Tensor grad_input = empty_in_layout({s.batch, s.in_channels, s.height, s.width}, grad_output,
-                                      /*nhwc=*/true);
+  Tensor grad_input =
+      empty_in_layout({s.batch, s.in_channels, s.height, s.width}, grad_output, Layout::nhwc);
   const Tensor dx = pixel_matrix(grad_input);
   // [1, P, C] = [1, P, Cout] @ [1, Cout, C]
   gemm_out(dx, pixel_matrix(grad_output), weight_matrix(weight, s), gemm_blocks_for(dx));

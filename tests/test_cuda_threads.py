@@ -96,6 +96,40 @@ def test_im2col_and_col2im_threads_match_the_cpu_bitwise(
     assert_bitwise_equal(actual, expected)
 
 
+def nhwc_column_shape(images, kernel, rows, groups):
+    """The NHWC column matrix [G, P, kh*kw*C/G] (csrc/conv2d.h)."""
+    (column_rows, pixels) = rows
+    return (groups, pixels, column_rows // groups)
+
+
+@pytest.mark.parametrize("index_bits", [32, 64])
+@pytest.mark.parametrize("image_dtype, column_dtype", COLUMN_TYPES, ids=lambda t: str(t).replace("torch.", ""))
+@pytest.mark.parametrize("name, images, kernel, stride, padding, dilation, rows", COLUMN_CASES, ids=[c[0] for c in COLUMN_CASES])
+def test_nhwc_im2col_and_col2im_threads_match_the_cpu_bitwise(
+    harness, name, images, kernel, stride, padding, dilation, rows, image_dtype, column_dtype, index_bits
+):
+    """The NHWC kernels (one thread per channel of a pixel) against the CPU's NHWC kernels, with
+    several groups where the channels allow (2 for an even count, else one per channel)."""
+    channels = images[1]
+    groups = 2 if channels % 2 == 0 else channels
+    band, nchw_shape = column_geometry(images, kernel, stride, padding, dilation, rows)
+    column_shape = nhwc_column_shape(images, kernel, nchw_shape, groups)
+    geometry = (kernel, stride, padding, dilation, *band)
+    x = randn(*images, dtype=image_dtype, seed=0).contiguous(memory_format=torch.channels_last)
+
+    expected, actual = (torch.full(column_shape, float("nan"), dtype=column_dtype) for _ in range(2))
+    ops.im2col_nhwc(x, *geometry, expected)
+    harness.im2col_nhwc(x, *geometry, index_bits, actual)
+    assert_bitwise_equal(actual, expected)
+
+    columns = randn(*column_shape, dtype=column_dtype, seed=1)
+    start = randn(*images, dtype=image_dtype, seed=2).contiguous(memory_format=torch.channels_last)
+    expected, actual = start.clone(), start.clone()
+    ops.col2im_nhwc(columns, *geometry, expected)
+    harness.col2im_nhwc(columns, *geometry, index_bits, actual)
+    assert_bitwise_equal(actual, expected)
+
+
 # (name, input [N, C, H, W], multiplier, kernel, stride, padding, dilation)
 DEPTHWISE_CASES = [
     ("3x3", (2, 3, 9, 8), 1, (3, 3), (1, 1), (1, 1), (1, 1)),
@@ -140,6 +174,8 @@ def test_the_harness_refuses_what_the_kernels_refuse(harness):
     x = torch.randn(1, 2, 4, 4)
     with pytest.raises(RuntimeError, match="expected a column matrix of"):
         harness.im2col(x, (3, 3), (1, 1), (0, 0), (1, 1), 0, 2, 32, torch.empty(3))
+    with pytest.raises(RuntimeError, match="expected dense channels_last images"):
+        harness.im2col_nhwc(x, (3, 3), (1, 1), (0, 0), (1, 1), 0, 2, 32, torch.empty(1, 4, 18))
     with pytest.raises(RuntimeError, match="index_bits must be 32 or 64"):
         harness.im2col(x, (3, 3), (1, 1), (0, 0), (1, 1), 0, 2, 16, torch.empty(2 * 9, 4))
 

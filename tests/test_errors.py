@@ -7,6 +7,7 @@ import torch_convbp
 ops = torch.ops.torch_convbp
 x = torch.randn(2, 4, 6, 6)
 w = torch.randn(6, 2, 3, 3)
+x_cl = x.contiguous(memory_format=torch.channels_last)
 
 
 @pytest.mark.parametrize(
@@ -44,6 +45,10 @@ w = torch.randn(6, 2, 3, 3)
         (lambda: ops.conv2d(x, w, None, (1,), (0, 0), (1, 1), 2), RuntimeError, "stride"),
         (lambda: ops.im2col(x, (3, 3), (1, 1), (0, 0), (1, 1), 0, 4, torch.empty(5)), RuntimeError, "expected a column matrix of"),
         (lambda: ops.im2col(x, (3, 3), (1, 1), (0, 0), (1, 1), 2, 4, torch.empty(4 * 9 * 2 * 4 * 4)), RuntimeError, r"output rows \[2, 6\) are outside"),
+        (lambda: ops.im2col_nhwc(x, (3, 3), (1, 1), (0, 0), (1, 1), 0, 4, torch.empty(1, 32, 36)), RuntimeError, "expected dense channels_last images"),
+        (lambda: ops.im2col_nhwc(x_cl, (3, 3), (1, 1), (0, 0), (1, 1), 0, 4, torch.empty(32, 36)), RuntimeError, "whose groups divide the images' 4 channels"),
+        (lambda: ops.im2col_nhwc(x_cl, (3, 3), (1, 1), (0, 0), (1, 1), 0, 4, torch.empty(3, 32, 12)), RuntimeError, "whose groups divide the images' 4 channels"),
+        (lambda: ops.col2im_nhwc(torch.empty(2, 32, 9), (3, 3), (1, 1), (0, 0), (1, 1), 0, 4, x_cl), RuntimeError, r"expected a column matrix of size \[2, 32, 18\]"),
     ],
     ids=lambda v: v if isinstance(v, str) else "",
 )
@@ -77,3 +82,21 @@ def test_same_error_as_f_conv2d_for_every_invalid_case_still_raises_there():
     ):
         with pytest.raises((RuntimeError, ValueError)):
             call()
+
+
+@pytest.mark.parametrize(
+    "images, columns, match",
+    [
+        (x, torch.empty(1, 32, 36), "expected dense channels_last images"),
+        (x_cl, torch.empty(3, 32, 12), "whose groups divide the images' 4 channels"),
+        (x_cl, torch.empty(2, 32, 9), r"expected a column matrix of size \[2, 32, 18\]"),
+    ],
+    ids=["contiguous images", "groups", "size"],
+)
+@pytest.mark.parametrize("op", ["im2col_nhwc", "col2im_nhwc"])
+def test_nhwc_column_kernels_and_their_fakes_give_the_same_message(op, images, columns, match):
+    for device in ("cpu", "meta"):
+        meta_images = images.to(device).contiguous(memory_format=torch.channels_last if images is x_cl else torch.contiguous_format)
+        args = (columns.to(device), meta_images) if op.startswith("col2im") else (meta_images, columns.to(device))
+        with pytest.raises(RuntimeError, match=match):
+            getattr(ops, op)(args[0], (3, 3), (1, 1), (0, 0), (1, 1), 0, 4, args[1])

@@ -1,10 +1,13 @@
 """Native channels_last. Calls whose operands are channels_last compute in NHWC, with no layout
-copy, and return channels_last, where the shape has an NHWC route:
+copy, and return channels_last activations:
 - a pointwise (1x1, stride 1, unpadded), ungrouped call: GEMMs on the tensors' own memory
   (csrc/pointwise_nhwc.h);
 - a depthwise call (one input channel per group): the depthwise kernels in NHWC, which give
-  bitwise the NCHW kernels' results (csrc/cpu/depthwise_nhwc_cpu.cpp, cuda/depthwise_thread.h).
-Every other call computes in NCHW, as before (docs/design.md, "Memory formats")."""
+  bitwise the NCHW kernels' results (csrc/cpu/depthwise_nhwc_cpu.cpp, cuda/depthwise_thread.h);
+- every other call: the NHWC column matrix [G, P, kh*kw*C/G] (im2col_nhwc, col2im_nhwc) and the
+  same GEMMs as in NCHW, on transposed views (csrc/matrices.h).
+Calls whose operands are not all channels_last compute in NCHW (docs/design.md, "Memory
+formats")."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -38,17 +41,20 @@ def assert_formats(ours, builtin):
         assert y.is_contiguous(memory_format=CL)
 
 
-# (name, operands' keyword arguments, stride, padding, groups, whether the NHWC route takes it)
+# (name, operands' keyword arguments, stride, padding, groups, whether the call computes in NHWC)
 ROUTES = [
     ("pointwise channels_last", {}, 1, 0, 1, True),
     ("batch of one", dict(n=1), 1, 0, 1, True),
     ("one pixel per image", dict(h=1, w=1), 1, 0, 1, False),  # by its strides, not channels_last
     ("contiguous operands", dict(layout=torch.contiguous_format), 1, 0, 1, False),
     ("empty batch", dict(n=0), 1, 0, 1, False),
-    ("grouped", {}, 1, 0, 2, False),
-    ("strided", {}, 2, 0, 1, False),
-    ("padded", {}, 1, 1, 1, False),
-    ("3x3", dict(k=3), 1, 1, 1, False),
+    ("grouped pointwise", {}, 1, 0, 2, True),
+    ("strided pointwise", {}, 2, 0, 1, True),
+    ("padded pointwise", {}, 1, 1, 1, True),
+    ("3x3", dict(k=3), 1, 1, 1, True),
+    ("3x3 strided, grouped", dict(k=3, cout=6), 2, 1, 3, True),
+    ("3x3 contiguous", dict(k=3, layout=torch.contiguous_format), 1, 1, 1, False),
+    ("3x3 empty batch", dict(n=0, k=3), 1, 1, 1, False),
     ("depthwise 3x3", dict(k=3, cout=6), 1, 1, 6, True),
     ("depthwise multiplier 2, strided", dict(k=3, cout=12), 2, 1, 6, True),
     ("depthwise contiguous", dict(k=3, cout=6, layout=torch.contiguous_format), 1, 1, 6, False),
@@ -102,6 +108,82 @@ def test_gradients_of_any_order(device):
     fn = lambda x, w: torch_convbp.conv2d(x, w)
     assert torch.autograd.gradcheck(fn, (x, w))
     assert torch.autograd.gradgradcheck(fn, (x, w))
+
+
+# (name, input [N, C, H, W], out channels, kernel, stride, padding, dilation, groups): the layers
+# the NHWC column matrix serves, each with every operator's route (the stride-1 grad-input as a
+# convolution, the strided one through col2im_nhwc)
+DENSE = [
+    ("3x3 padded", (2, 8, 7, 6), 6, (3, 3), (1, 1), (1, 1), (1, 1), 1),
+    ("asymmetric everything", (2, 6, 9, 8), 4, (3, 2), (2, 1), (1, 0), (1, 2), 2),
+    ("grouped dilated", (2, 6, 8, 8), 9, (3, 3), (1, 1), (2, 2), (2, 2), 3),
+    ("padding past the reach", (1, 4, 5, 6), 6, (2, 3), (1, 1), (3, 3), (1, 1), 2),
+    ("strided pointwise", (2, 4, 6, 6), 8, (1, 1), (2, 2), (0, 0), (1, 1), 1),
+    ("grouped pointwise", (3, 8, 5, 7), 8, (1, 1), (1, 1), (0, 0), (1, 1), 4),
+    ("stride larger than the kernel", (2, 4, 10, 9), 4, (2, 2), (3, 3), (0, 0), (1, 1), 1),
+]
+
+
+def dense_operands(shape, cout, kernel, groups, dtype=torch.float64, device="cpu", seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(*shape, generator=g, dtype=torch.float64).to(dtype=dtype, device=device)
+    w = torch.randn(cout, shape[1] // groups, *kernel, generator=g, dtype=torch.float64).to(dtype=dtype, device=device)
+    return x.contiguous(memory_format=CL), w
+
+
+@pytest.mark.parametrize("workspace", ["whole images", "row bands"])
+@pytest.mark.parametrize("name, shape, cout, kernel, stride, padding, dilation, groups", DENSE, ids=[d[0] for d in DENSE])
+def test_dense_and_grouped_layers_in_nhwc(name, shape, cout, kernel, stride, padding, dilation, groups, workspace, device):
+    """The three operators against F.conv2d and our shift-and-add reference, in float64, with
+    channels_last results; also cut into row bands of one output row by a tiny workspace limit."""
+    x, w = dense_operands(shape, cout, kernel, groups, device=device)
+    b = torch.randn(cout, dtype=x.dtype, device=device)
+    args = (stride, padding, dilation, groups)
+    x.requires_grad_(), w.requires_grad_(), b.requires_grad_()
+    with torch_convbp.workspace_limit(1 if workspace == "row bands" else torch_convbp.get_workspace_limit()):
+        y = torch_convbp.conv2d(x, w, b, *args)
+        g = torch.randn_like(y).contiguous(memory_format=CL)
+        ours = (y, *torch.autograd.grad(y, (x, w, b), g))
+    y_ref = F.conv2d(x, w, b, *args)
+    ref = (y_ref, *torch.autograd.grad(y_ref, (x, w, b), g))
+    assert_formats(ours, ref)
+    pads = (padding[0], padding[0], padding[1], padding[1])
+    y_own = shift_and_add_conv2d(x, w, b, stride, pads, dilation, groups)
+    own = (y_own, *torch.autograd.grad(y_own, (x, w, b), g))
+    for a, r, o in zip(ours, ref, own):
+        torch.testing.assert_close(a, r, rtol=1e-10, atol=1e-10)
+        torch.testing.assert_close(a, o, rtol=1e-10, atol=1e-10)
+    assert ours[2].is_contiguous()  # the weight gradient, in the weight's usual format
+
+
+@pytest.mark.parametrize("name, shape, cout, kernel, stride, padding, dilation, groups", DENSE[:3], ids=[d[0] for d in DENSE[:3]])
+def test_dense_layers_in_nhwc_have_gradients_of_any_order(name, shape, cout, kernel, stride, padding, dilation, groups, device):
+    x, w = dense_operands((1, shape[1], 5, 5), cout, kernel, groups, device=device)
+    x.requires_grad_(), w.requires_grad_()
+    fn = lambda x, w: torch_convbp.conv2d(x, w, None, stride, padding, dilation, groups)
+    assert torch.autograd.gradcheck(fn, (x, w))
+    assert torch.autograd.gradgradcheck(fn, (x, w))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+def test_dense_layers_in_nhwc_in_low_precision(dtype, device):
+    """In half precision the NHWC columns are float32 on a CPU that computes the GEMMs in float32
+    (im2col_nhwc converts as it copies, the results pass through staging): right either way."""
+    x64, w64 = dense_operands((2, 16, 9, 7), 12, (3, 3), 2, device=device)
+    x, w = x64.to(dtype).contiguous(memory_format=CL), w64.to(dtype)
+    args = ((2, 1), (1, 1), (1, 1), 2)
+    x.requires_grad_(), w.requires_grad_()
+    y = torch_convbp.conv2d(x, w, None, *args)
+    g = torch.randn_like(y).contiguous(memory_format=CL)
+    ours = (y, *torch.autograd.grad(y, (x, w), g))
+    x64.requires_grad_(), w64.requires_grad_()
+    y64 = F.conv2d(x64, w64, None, *args)
+    ref = (y64, *torch.autograd.grad(y64, (x64, w64), g.double()))
+    tol = {torch.float32: 1e-5, torch.bfloat16: 3e-2, torch.float16: 3e-3}[dtype]
+    for a, r in zip(ours, ref):
+        assert a.dtype == dtype
+        torch.testing.assert_close(a.double(), r, rtol=tol, atol=tol * 10)
+    assert y.is_contiguous(memory_format=CL) and ours[1].is_contiguous(memory_format=CL)
 
 
 @pytest.mark.parametrize("grad_layout", [CL, torch.contiguous_format], ids=["channels_last", "contiguous"])

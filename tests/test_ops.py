@@ -55,6 +55,39 @@ def test_im2col_col2im_opcheck_and_adjoint(case, device):
         opcheck(ops.col2im.default, (c, case.kernel, *args[:3], row_start, rows, back))
 
 
+def nhwc_from_nchw_columns(cols, channels, kernel, groups):
+    """The NCHW column matrix [(c, ki, kj), P] reordered into the NHWC one [G, P, (ki, kj, c')]."""
+    kh, kw = kernel
+    per_group = cols.view(groups, channels // groups, kh, kw, -1)
+    return per_group.permute(0, 4, 2, 3, 1).reshape(groups, cols.shape[1], -1).contiguous()
+
+
+@pytest.mark.parametrize("case", SYMMETRIC_CASES, ids=str)
+def test_nhwc_columns_are_the_nchw_columns_reordered(case, device):
+    """im2col_nhwc copies what im2col copies, into the NHWC order; col2im_nhwc sums every pixel's
+    entries in col2im's order, so the same columns give the same bits. Both pass opcheck."""
+    x, w, _ = case.tensors(device=device)
+    args = explicit_args(case)
+    x_cl, channels, groups = x.contiguous(memory_format=torch.channels_last), x.shape[1], args[3]
+    out_h = ops.conv2d(x, w, None, *args).shape[2]
+    for row_start, rows in ((0, out_h), (out_h // 2, out_h - out_h // 2)):
+        cols = column_matrix(x, case.kernel, args, row_start, rows)
+        expected = nhwc_from_nchw_columns(cols, channels, case.kernel, groups)
+        nhwc = torch.full_like(expected, float("nan"))
+        ops.im2col_nhwc(x_cl, case.kernel, *args[:3], row_start, rows, nhwc)
+        assert torch.equal(nhwc, expected)
+
+        c = torch.randn_like(cols)
+        back = torch.randn_like(x)
+        back_nhwc = back.contiguous(memory_format=torch.channels_last)
+        c_nhwc = nhwc_from_nchw_columns(c, channels, case.kernel, groups)
+        ops.col2im(c, case.kernel, *args[:3], row_start, rows, back)
+        ops.col2im_nhwc(c_nhwc, case.kernel, *args[:3], row_start, rows, back_nhwc)
+        assert torch.equal(back_nhwc, back)
+        opcheck(ops.im2col_nhwc.default, (x_cl, case.kernel, *args[:3], row_start, rows, nhwc))
+        opcheck(ops.col2im_nhwc.default, (c_nhwc, case.kernel, *args[:3], row_start, rows, back_nhwc))
+
+
 @pytest.mark.parametrize(
     "stride, padding, dilation",
     [(1, 1, 1), (1, (2, 0), (1, 2)), (1, (3, 1), 1), (2, 1, 1), ((1, 2), 1, 1)],

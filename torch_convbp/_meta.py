@@ -7,7 +7,7 @@ import torch
 from torch._prims_common import suggest_memory_format
 from torch.library import register_fake
 
-from . import _C
+from . import _C  # noqa: F401  (the operators exist before their fakes are registered)
 
 _FLOAT_DTYPES = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
 
@@ -84,7 +84,8 @@ def _check_grad_output(op, grad_output, expected):
 
 def _computes_in_nhwc(*operands):
     """Mirrors computes_in_nhwc (csrc/layout.h): every operand is channels_last by its strides,
-    dense in it, and not empty."""
+    dense in it, and not empty. Then the operator computes in NHWC, and the forward and the
+    grad-input return channels_last."""
     return all(
         t.dim() == 4
         and t.numel() > 0
@@ -92,20 +93,6 @@ def _computes_in_nhwc(*operands):
         and t.is_contiguous(memory_format=torch.channels_last)
         for t in operands
     )
-
-
-def _returns_channels_last(weight_size, stride, padding, groups, *operands):
-    """Whether the forward (operands: the input) or the grad-input (the output gradient) returns
-    channels_last: the operands compute in NHWC and the call has an NHWC route, the pointwise one
-    (csrc/pointwise_nhwc.h: 1x1, stride 1, unpadded, ungrouped, GEMMs in the operands' dtype) or
-    the depthwise kernels (one input channel per group)."""
-    if not _computes_in_nhwc(*operands):
-        return False
-    in_channels = weight_size[1] * groups
-    if groups > 1 and groups == in_channels:
-        return True
-    pointwise = list(weight_size[2:]) == [1, 1] and list(stride) == [1, 1] and list(padding) == [0, 0]
-    return pointwise and groups == 1 and all(_C.gemm_dtype(t.dtype, t.device) == t.dtype for t in operands)
 
 
 def _empty(like, size, channels_last):
@@ -127,7 +114,7 @@ def _conv2d_fake(input, weight, bias, stride, padding, dilation, groups):
             bias.dim() == 1 and bias.shape[0] == c_out,
             lambda: f"{op}: expected bias of size [{c_out}] (one per output channel), got {list(bias.shape)}",
         )
-    nhwc = _returns_channels_last(weight.shape, stride, padding, groups, input)
+    nhwc = _computes_in_nhwc(input)
     return _empty(input, (input.shape[0], c_out, oh, ow), nhwc)
 
 
@@ -137,7 +124,7 @@ def _conv2d_input_grad_fake(grad_output, weight, input_size, stride, padding, di
     check_operands(op, grad_output=grad_output, weight=weight)
     oh, ow = conv2d_output_size(op, input_size, weight.shape, stride, padding, dilation, groups)
     _check_grad_output(op, grad_output, (input_size[0], weight.shape[0], oh, ow))
-    return _empty(grad_output, input_size, _returns_channels_last(weight.shape, stride, padding, groups, grad_output))
+    return _empty(grad_output, input_size, _computes_in_nhwc(grad_output))
 
 
 @register_fake("torch_convbp::conv2d_weight_grad")
@@ -149,15 +136,17 @@ def _conv2d_weight_grad_fake(input, grad_output, weight_size, stride, padding, d
     return input.new_empty(weight_size)
 
 
-def _check_columns(op, images, columns, kernel_size, stride, padding, dilation, row_start, rows):
+def _check_columns(op, nhwc, images, columns, kernel_size, stride, padding, dilation, row_start, rows):
     check_operands(op, images=images)
     torch._check(
         columns.layout == torch.strided,
         lambda: f"{op}: columns must be a dense (strided) tensor, got layout {columns.layout}",
     )
+    memory_format = torch.channels_last if nhwc else torch.contiguous_format
     torch._check(
-        images.dim() == 4 and images.is_contiguous(),
-        lambda: f"{op}: expected contiguous images [N, C, H, W], got size {list(images.shape)}",
+        images.dim() == 4 and images.is_contiguous(memory_format=memory_format),
+        lambda: f"{op}: expected {'dense channels_last' if nhwc else 'contiguous'} images [N, C, H, W], "
+        f"got size {list(images.shape)} and strides {list(images.stride())}",
     )
     torch._check(columns.is_contiguous(), lambda: f"{op}: expected a contiguous column matrix")
     # The GEMMs may run in float32 for float16 and bfloat16 images (gemm_dtype in conv2d.cpp).
@@ -171,27 +160,48 @@ def _check_columns(op, images, columns, kernel_size, stride, padding, dilation, 
         images.device == columns.device,
         lambda: f"{op}: images and columns must be on the same device, got {images.device} and {columns.device}",
     )
-    weight_size = (1, images.shape[1], *kernel_size)
+    channels = images.shape[1]
+    weight_size = (1, channels, *kernel_size)
     oh, ow = conv2d_output_size(op, images.shape, weight_size, stride, padding, dilation, 1)
     torch._check(
         0 <= row_start and 0 <= rows and row_start + rows <= oh,
         lambda: f"{op}: output rows [{row_start}, {row_start + rows}) are outside the output height {oh}",
     )
-    expected = images.shape[1] * kernel_size[0] * kernel_size[1] * images.shape[0] * rows * ow
-    torch._check(
-        columns.numel() == expected,
-        lambda: f"{op}: expected a column matrix of {expected} elements, got {columns.numel()}",
-    )
+    pixels = images.shape[0] * rows * ow
+    column_rows = channels * kernel_size[0] * kernel_size[1]
+    if nhwc:
+        groups = columns.shape[0] if columns.dim() == 3 else 0
+        torch._check(
+            groups > 0 and channels % groups == 0,
+            lambda: f"{op}: expected a column matrix [groups, pixels, kh*kw*channels/groups] whose groups divide "
+            f"the images' {channels} channels, got size {list(columns.shape)}",
+        )
+        expected = [groups, pixels, column_rows // groups]
+        torch._check(
+            list(columns.shape) == expected,
+            lambda: f"{op}: expected a column matrix of size {expected} ([groups, pixels, kh*kw*channels/groups]), "
+            f"got {list(columns.shape)}",
+        )
+    else:
+        torch._check(
+            columns.numel() == column_rows * pixels,
+            lambda: f"{op}: expected a column matrix of {column_rows * pixels} elements "
+            f"([{column_rows}, {pixels}]), got {columns.numel()}",
+        )
 
 
-@register_fake("torch_convbp::im2col")
-def _im2col_fake(images, kernel_size, stride, padding, dilation, row_start, rows, columns):
-    _check_columns("torch_convbp.im2col", images, columns, kernel_size, stride, padding, dilation, row_start, rows)
+def _register_column_fakes(name, nhwc):
+    """The fakes of im2col/col2im (and their _nhwc twins): checks only, they write in place."""
+    op = f"torch_convbp.{name}"
+
+    @register_fake(f"torch_convbp::{name}")
+    def _fake(source, kernel_size, stride, padding, dilation, row_start, rows, target):
+        images, columns = (source, target) if name.startswith("im2col") else (target, source)
+        _check_columns(op, nhwc, images, columns, kernel_size, stride, padding, dilation, row_start, rows)
 
 
-@register_fake("torch_convbp::col2im")
-def _col2im_fake(columns, kernel_size, stride, padding, dilation, row_start, rows, images):
-    _check_columns("torch_convbp.col2im", images, columns, kernel_size, stride, padding, dilation, row_start, rows)
+for _name in ("im2col", "col2im", "im2col_nhwc", "col2im_nhwc"):
+    _register_column_fakes(_name, nhwc=_name.endswith("_nhwc"))
 
 
 def _check_depthwise(op, input, weight, output, stride, padding, dilation):

@@ -1,4 +1,4 @@
-// The CPU im2col and col2im kernels: the only CPU-specific code of torch_convbp.
+// The CPU im2col and col2im kernels of both layouts (the column matrices: conv2d.h).
 //
 // Both are parallel over independent pieces of output (at::parallel_for), so they are race-free,
 // and every sum is taken in a fixed order, so they are deterministic whatever the thread count.
@@ -112,35 +112,135 @@ void col2im_kernel(const column_t* columns, image_t* images, const ColumnGeometr
   });
 }
 
-void im2col_cpu(const at::Tensor& images, IntArrayRef kernel_size, IntArrayRef stride,
-                IntArrayRef padding, IntArrayRef dilation, int64_t row_start, int64_t rows,
-                const at::Tensor& columns) {
-  const ColumnGeometry g = check_columns("torch_convbp.im2col", images, columns, kernel_size,
-                                         stride, padding, dilation, row_start, rows);
-  dispatch_column_types(images, columns, [&](auto image_type, auto column_type) {
-    using image_t = typename decltype(image_type)::type;
-    using column_t = typename decltype(column_type)::type;
-    im2col_kernel(images.const_data_ptr<image_t>(), columns.mutable_data_ptr<column_t>(), g);
+// The NHWC column matrix [G, P, kh*kw*C/G] (ColumnGeometry): row p of group g holds, for each
+// tap (ki, kj), the group's C/G channels of the input pixel that output pixel p sees there, 0 in
+// the padding. One task writes whole pixels: each input pixel's C channels are read as one run
+// and split among the G groups' rows.
+template <typename image_t, typename column_t>
+void im2col_nhwc_kernel(const image_t* images, column_t* columns, const ColumnGeometry& g) {
+  const int64_t group_channels = g.channels / g.groups;
+  const int64_t row_length = g.kernel_h * g.kernel_w * group_channels;
+  const int64_t pixels = g.images * g.rows * g.out_width;
+  const int64_t grain = std::max<int64_t>(1, kGrainElements / (row_length * g.groups));
+  at::parallel_for(0, pixels, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      const int64_t ow = p % g.out_width, rest = p / g.out_width;
+      const int64_t oh = rest % g.rows + g.row_start, image = rest / g.rows;
+      const image_t* image_pixels = images + image * g.height * g.width * g.channels;
+      column_t* row = columns + p * row_length;  // group 0's row; group k's is k*P rows on
+      for (int64_t ki = 0; ki < g.kernel_h; ++ki) {
+        const int64_t ih = oh * g.stride_h - g.pad_h + ki * g.dilation_h;
+        for (int64_t kj = 0; kj < g.kernel_w; ++kj, row += group_channels) {
+          const int64_t iw = ow * g.stride_w - g.pad_w + kj * g.dilation_w;
+          const bool inside = ih >= 0 && ih < g.height && iw >= 0 && iw < g.width;
+          for (int64_t group = 0; group < g.groups; ++group) {
+            column_t* dst = row + group * pixels * row_length;
+            if (inside) {
+              const int64_t first = (ih * g.width + iw) * g.channels + group * group_channels;
+              gather_strided(image_pixels + first, 1, group_channels, dst);
+            } else {
+              std::fill_n(dst, group_channels, column_t(0));
+            }
+          }
+        }
+      }
+    }
   });
 }
 
-void col2im_cpu(const at::Tensor& columns, IntArrayRef kernel_size, IntArrayRef stride,
+// sum[c] += src[c] for c < n, vectorized along the channels.
+template <typename acc_t, typename column_t>
+TORCH_CONVBP_VECTOR_CLONES void add_channels(const column_t* src, int64_t n, acc_t* sum) {
+  for (int64_t c = 0; c < n; ++c) sum[c] += static_cast<acc_t>(src[c]);
+}
+
+// The adjoint of im2col_nhwc, as a gather: each input pixel of the rows the band reaches adds to
+// its channels the column entries im2col copied from it, tap by tap in the order (ki, kj), into
+// a float32 (float64) sum per channel, then the sums into the pixel. Per channel that is the
+// NCHW kernels' order (col2im_kernel above, and both CUDA kernels), so the same columns give the
+// same bits in both layouts and on both devices. One task owns whole pixels: no two tasks write
+// one element.
+template <typename image_t, typename column_t>
+void col2im_nhwc_kernel(const column_t* columns, image_t* images, const ColumnGeometry& g) {
+  using acc_t = at::opmath_type<image_t>;
+  const InputRows reached = input_rows_reached(g);
+  if (reached.count == 0) return;
+  const int64_t group_channels = g.channels / g.groups;
+  const int64_t row_length = g.kernel_h * g.kernel_w * group_channels;
+  const int64_t pixels = g.images * g.rows * g.out_width;
+  const int64_t kernel_area = g.kernel_h * g.kernel_w;
+  const int64_t grain = std::max<int64_t>(1, kGrainElements / (kernel_area * g.channels));
+  at::parallel_for(0, g.images * reached.count * g.width, grain, [&](int64_t begin, int64_t end) {
+    std::vector<acc_t> sum(g.channels);
+    for (int64_t task = begin; task < end; ++task) {  // task = (image, ih - first, iw)
+      const int64_t iw = task % g.width, rest = task / g.width;
+      const int64_t ih = rest % reached.count + reached.first, image = rest / reached.count;
+      std::fill(sum.begin(), sum.end(), acc_t(0));
+      for (int64_t ki = 0; ki < g.kernel_h; ++ki) {
+        const int64_t oh_scaled = ih + g.pad_h - ki * g.dilation_h;  // = oh * stride_h
+        if (oh_scaled < 0 || oh_scaled % g.stride_h != 0) continue;
+        const int64_t band_row = oh_scaled / g.stride_h - g.row_start;
+        if (band_row < 0 || band_row >= g.rows) continue;
+        for (int64_t kj = 0; kj < g.kernel_w; ++kj) {
+          const int64_t ow_scaled = iw + g.pad_w - kj * g.dilation_w;
+          if (ow_scaled < 0 || ow_scaled % g.stride_w != 0) continue;
+          const int64_t ow = ow_scaled / g.stride_w;
+          if (ow >= g.out_width) continue;
+          const int64_t p = (image * g.rows + band_row) * g.out_width + ow;
+          const column_t* tap = columns + p * row_length + (ki * g.kernel_w + kj) * group_channels;
+          for (int64_t group = 0; group < g.groups; ++group) {
+            add_channels(tap + group * pixels * row_length, group_channels,
+                         sum.data() + group * group_channels);
+          }
+        }
+      }
+      image_t* dst = images + ((image * g.height + ih) * g.width + iw) * g.channels;
+      for (int64_t c = 0; c < g.channels; ++c) {
+        dst[c] = static_cast<image_t>(static_cast<acc_t>(dst[c]) + sum[c]);
+      }
+    }
+  });
+}
+
+template <Layout layout>
+void im2col_cpu(const at::Tensor& images, IntArrayRef kernel_size, IntArrayRef stride,
                 IntArrayRef padding, IntArrayRef dilation, int64_t row_start, int64_t rows,
-                const at::Tensor& images) {
-  const ColumnGeometry g = check_columns("torch_convbp.col2im", images, columns, kernel_size,
-                                         stride, padding, dilation, row_start, rows);
+                const at::Tensor& columns) {
+  const char* op = layout == Layout::nhwc ? "torch_convbp.im2col_nhwc" : "torch_convbp.im2col";
+  const ColumnGeometry g = check_columns(op, layout, images, columns, kernel_size, stride,
+                                         padding, dilation, row_start, rows);
   dispatch_column_types(images, columns, [&](auto image_type, auto column_type) {
     using image_t = typename decltype(image_type)::type;
     using column_t = typename decltype(column_type)::type;
-    col2im_kernel(columns.const_data_ptr<column_t>(), images.mutable_data_ptr<image_t>(), g);
+    const image_t* src = images.const_data_ptr<image_t>();
+    column_t* dst = columns.mutable_data_ptr<column_t>();
+    layout == Layout::nhwc ? im2col_nhwc_kernel(src, dst, g) : im2col_kernel(src, dst, g);
+  });
+}
+
+template <Layout layout>
+void col2im_cpu(const at::Tensor& columns, IntArrayRef kernel_size, IntArrayRef stride,
+                IntArrayRef padding, IntArrayRef dilation, int64_t row_start, int64_t rows,
+                const at::Tensor& images) {
+  const char* op = layout == Layout::nhwc ? "torch_convbp.col2im_nhwc" : "torch_convbp.col2im";
+  const ColumnGeometry g = check_columns(op, layout, images, columns, kernel_size, stride,
+                                         padding, dilation, row_start, rows);
+  dispatch_column_types(images, columns, [&](auto image_type, auto column_type) {
+    using image_t = typename decltype(image_type)::type;
+    using column_t = typename decltype(column_type)::type;
+    const column_t* src = columns.const_data_ptr<column_t>();
+    image_t* dst = images.mutable_data_ptr<image_t>();
+    layout == Layout::nhwc ? col2im_nhwc_kernel(src, dst, g) : col2im_kernel(src, dst, g);
   });
 }
 
 }  // namespace
 
 TORCH_LIBRARY_IMPL(torch_convbp, CPU, m) {
-  m.impl("im2col", &im2col_cpu);
-  m.impl("col2im", &col2im_cpu);
+  m.impl("im2col", &im2col_cpu<Layout::nchw>);
+  m.impl("col2im", &col2im_cpu<Layout::nchw>);
+  m.impl("im2col_nhwc", &im2col_cpu<Layout::nhwc>);
+  m.impl("col2im_nhwc", &col2im_cpu<Layout::nhwc>);
 }
 
 }  // namespace torch_convbp

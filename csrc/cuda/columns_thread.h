@@ -14,13 +14,34 @@ namespace torch_convbp {
 template <typename index_t>
 struct ColumnDims {
   index_t images, channels, height, width, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w,
-      dilation_h, dilation_w, out_width, row_start, rows;
+      dilation_h, dilation_w, out_width, row_start, rows, groups;
   explicit ColumnDims(const ColumnGeometry& g)
       : images(g.images), channels(g.channels), height(g.height), width(g.width),
         kernel_h(g.kernel_h), kernel_w(g.kernel_w), stride_h(g.stride_h), stride_w(g.stride_w),
         pad_h(g.pad_h), pad_w(g.pad_w), dilation_h(g.dilation_h), dilation_w(g.dilation_w),
-        out_width(g.out_width), row_start(g.row_start), rows(g.rows) {}
+        out_width(g.out_width), row_start(g.row_start), rows(g.rows), groups(g.groups) {}
 };
+
+// The output row of the band (oh - row_start) whose kernel row ki reads input row ih, or -1
+// where none does (ih is not on that tap's stride, or the row is outside the band).
+template <typename index_t>
+C10_HOST_DEVICE inline index_t band_row_reading(const ColumnDims<index_t>& g, index_t ih,
+                                                index_t ki) {
+  const index_t oh_scaled = ih + g.pad_h - ki * g.dilation_h;  // = oh * stride_h
+  if (oh_scaled < 0 || oh_scaled % g.stride_h != 0) return -1;
+  const index_t band_row = oh_scaled / g.stride_h - g.row_start;
+  return band_row >= 0 && band_row < g.rows ? band_row : -1;
+}
+
+// The output column whose kernel column kj reads input column iw, or -1 where none does.
+template <typename index_t>
+C10_HOST_DEVICE inline index_t out_column_reading(const ColumnDims<index_t>& g, index_t iw,
+                                                  index_t kj) {
+  const index_t ow_scaled = iw + g.pad_w - kj * g.dilation_w;  // = ow * stride_w
+  if (ow_scaled < 0 || ow_scaled % g.stride_w != 0) return -1;
+  const index_t ow = ow_scaled / g.stride_w;
+  return ow < g.out_width ? ow : -1;
+}
 
 // How many threads each kernel's grid-stride loop covers: im2col one per patch (output pixel of
 // one channel of one image), col2im one per input pixel of the `reached_rows` rows a band reaches.
@@ -83,21 +104,95 @@ C10_HOST_DEVICE inline void col2im_pixel(const column_t* columns, image_t* image
   const index_t c = plane % g.channels, image = plane / g.channels;
   acc_t sum = 0;
   for (index_t ki = 0; ki < g.kernel_h; ++ki) {
-    const index_t oh_scaled = ih + g.pad_h - ki * g.dilation_h;  // = oh * stride_h
-    if (oh_scaled < 0 || oh_scaled % g.stride_h != 0) continue;
-    const index_t oh = oh_scaled / g.stride_h - g.row_start;
-    if (oh < 0 || oh >= g.rows) continue;
+    const index_t oh = band_row_reading(g, ih, ki);
+    if (oh < 0) continue;
     for (index_t kj = 0; kj < g.kernel_w; ++kj) {
-      const index_t ow_scaled = iw + g.pad_w - kj * g.dilation_w;
-      if (ow_scaled < 0 || ow_scaled % g.stride_w != 0) continue;
-      const index_t ow = ow_scaled / g.stride_w;
-      if (ow >= g.out_width) continue;
+      const index_t ow = out_column_reading(g, iw, kj);
+      if (ow < 0) continue;
       const index_t row = (c * g.kernel_h + ki) * g.kernel_w + kj;
       sum += static_cast<acc_t>(columns[(row * g.images + image) * block + oh * g.out_width + ow]);
     }
   }
   const index_t pixel = (plane * g.height + ih) * g.width + iw;
   images[pixel] = static_cast<image_t>(static_cast<acc_t>(images[pixel]) + sum);
+}
+
+// The NHWC kernels: one thread per channel of a pixel, so that consecutive threads touch
+// consecutive channels, adjacent in memory on both sides (coalesced reads and writes).
+inline int64_t im2col_nhwc_threads(const ColumnGeometry& g) {
+  return g.images * g.rows * g.out_width * g.channels;
+}
+inline int64_t col2im_nhwc_threads(const ColumnGeometry& g, int64_t reached_rows) {
+  return g.images * reached_rows * g.width * g.channels;
+}
+
+// NHWC im2col for one thread: channel c of output pixel p, copied from each of the kh*kw input
+// pixels the kernel sees (0 in the padding) into its group's column-matrix row p, entries
+// (ki, kj, c mod C/G). i = p * channels + c, with p = (image * rows + oh - row_start) * out_width
+// + ow.
+template <typename image_t, typename column_t, typename index_t>
+C10_HOST_DEVICE inline void im2col_nhwc_channel(const image_t* images, column_t* columns,
+                                                const ColumnDims<index_t>& g, index_t i) {
+  const index_t c = i % g.channels;
+  const index_t p = i / g.channels;
+  const index_t ow = p % g.out_width;
+  const index_t rest = p / g.out_width;
+  const index_t band_row = rest % g.rows;
+  const index_t image = rest / g.rows;
+  const index_t group_channels = g.channels / g.groups;
+  const index_t pixels = g.images * g.rows * g.out_width;
+  const index_t row_length = g.kernel_h * g.kernel_w * group_channels;
+  column_t* row = columns + (c / group_channels * pixels + p) * row_length + c % group_channels;
+  const image_t* channel = images + image * g.height * g.width * g.channels + c;
+  const index_t ih0 = (band_row + g.row_start) * g.stride_h - g.pad_h;
+  const index_t iw0 = ow * g.stride_w - g.pad_w;
+  for (index_t ki = 0; ki < g.kernel_h; ++ki) {
+    const index_t ih = ih0 + ki * g.dilation_h;
+    const bool row_inside = ih >= 0 && ih < g.height;
+    for (index_t kj = 0; kj < g.kernel_w; ++kj) {
+      const index_t iw = iw0 + kj * g.dilation_w;
+      const bool inside = row_inside && iw >= 0 && iw < g.width;
+      row[(ki * g.kernel_w + kj) * group_channels] =
+          inside ? static_cast<column_t>(channel[(ih * g.width + iw) * g.channels]) : column_t(0);
+    }
+  }
+}
+
+// NHWC col2im as a gather: channel c of input pixel (image, ih, iw), of the rows the band
+// reaches, adds to itself the column entries im2col copied from it, in the order (ki, kj): the
+// NCHW kernels' order, so the same columns give the same bits in both layouts.
+// i = ((image * reached_rows + ih - first_ih) * width + iw) * channels + c.
+template <typename image_t, typename column_t, typename index_t>
+C10_HOST_DEVICE inline void col2im_nhwc_channel(const column_t* columns, image_t* images,
+                                                const ColumnDims<index_t>& g, index_t first_ih,
+                                                index_t reached_rows, index_t i) {
+  using acc_t = at::opmath_type<image_t>;
+  const index_t c = i % g.channels;
+  const index_t pixel = i / g.channels;
+  const index_t iw = pixel % g.width;
+  const index_t rest = pixel / g.width;
+  const index_t ih = rest % reached_rows + first_ih;
+  const index_t image = rest / reached_rows;
+  const index_t group_channels = g.channels / g.groups;
+  const index_t pixels = g.images * g.rows * g.out_width;
+  const index_t row_length = g.kernel_h * g.kernel_w * group_channels;
+  // Row p of this channel's group, at entry (0, 0, c mod C/G).
+  const column_t* group_rows = columns + c / group_channels * pixels * row_length +
+                               c % group_channels;
+  acc_t sum = 0;
+  for (index_t ki = 0; ki < g.kernel_h; ++ki) {
+    const index_t oh = band_row_reading(g, ih, ki);
+    if (oh < 0) continue;
+    for (index_t kj = 0; kj < g.kernel_w; ++kj) {
+      const index_t ow = out_column_reading(g, iw, kj);
+      if (ow < 0) continue;
+      const index_t p = (image * g.rows + oh) * g.out_width + ow;
+      sum += static_cast<acc_t>(
+          group_rows[p * row_length + (ki * g.kernel_w + kj) * group_channels]);
+    }
+  }
+  const index_t at = ((image * g.height + ih) * g.width + iw) * g.channels + c;
+  images[at] = static_cast<image_t>(static_cast<acc_t>(images[at]) + sum);
 }
 
 }  // namespace torch_convbp

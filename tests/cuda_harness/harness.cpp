@@ -44,11 +44,15 @@ void run_grid(int64_t total, Body&& body) {
   }
 }
 
+// im2col of either layout: the NCHW kernel's threads (one per patch) or the NHWC kernel's (one per
+// channel of an output pixel).
+template <Layout layout>
 void im2col(const at::Tensor& images, IntArrayRef kernel_size, IntArrayRef stride,
             IntArrayRef padding, IntArrayRef dilation, int64_t row_start, int64_t rows,
             int64_t index_bits, const at::Tensor& columns) {
-  const ColumnGeometry g = check_columns("harness.im2col", images, columns, kernel_size, stride,
-                                         padding, dilation, row_start, rows);
+  const ColumnGeometry g = check_columns("harness.im2col", layout, images, columns, kernel_size,
+                                         stride, padding, dilation, row_start, rows);
+  const int64_t total = layout == Layout::nhwc ? im2col_nhwc_threads(g) : im2col_threads(g);
   dispatch_column_types(images, columns, [&](auto image_type, auto column_type) {
     using image_t = typename decltype(image_type)::type;
     using column_t = typename decltype(column_type)::type;
@@ -57,21 +61,27 @@ void im2col(const at::Tensor& images, IntArrayRef kernel_size, IntArrayRef strid
     with_index_bits(index_bits, [&](auto tag) {
       using index_t = decltype(tag);
       const ColumnDims<index_t> dims(g);
-      run_grid<index_t>(im2col_threads(g), [&](index_t i) {
-        im2col_patch(src, dst, dims, i);
+      run_grid<index_t>(total, [&](index_t i) {
+        if constexpr (layout == Layout::nhwc) {
+          im2col_nhwc_channel(src, dst, dims, i);
+        } else {
+          im2col_patch(src, dst, dims, i);
+        }
       });
     });
   });
 }
 
+template <Layout layout>
 void col2im(const at::Tensor& columns, IntArrayRef kernel_size, IntArrayRef stride,
             IntArrayRef padding, IntArrayRef dilation, int64_t row_start, int64_t rows,
             int64_t index_bits, const at::Tensor& images) {
-  const ColumnGeometry g = check_columns("harness.col2im", images, columns, kernel_size, stride,
-                                         padding, dilation, row_start, rows);
+  const ColumnGeometry g = check_columns("harness.col2im", layout, images, columns, kernel_size,
+                                         stride, padding, dilation, row_start, rows);
   const InputRows reached = input_rows_reached(g);
   if (reached.count == 0) return;
-  const int64_t total = col2im_threads(g, reached.count);
+  const int64_t total = layout == Layout::nhwc ? col2im_nhwc_threads(g, reached.count)
+                                               : col2im_threads(g, reached.count);
   dispatch_column_types(images, columns, [&](auto image_type, auto column_type) {
     using image_t = typename decltype(image_type)::type;
     using column_t = typename decltype(column_type)::type;
@@ -80,9 +90,14 @@ void col2im(const at::Tensor& columns, IntArrayRef kernel_size, IntArrayRef stri
     with_index_bits(index_bits, [&](auto tag) {
       using index_t = decltype(tag);
       const ColumnDims<index_t> dims(g);
+      const auto first = static_cast<index_t>(reached.first);
+      const auto count = static_cast<index_t>(reached.count);
       run_grid<index_t>(total, [&](index_t i) {
-        col2im_pixel(src, dst, dims, static_cast<index_t>(reached.first),
-                     static_cast<index_t>(reached.count), i);
+        if constexpr (layout == Layout::nhwc) {
+          col2im_nhwc_channel(src, dst, dims, first, count, i);
+        } else {
+          col2im_pixel(src, dst, dims, first, count, i);
+        }
       });
     });
   });
@@ -212,9 +227,15 @@ bool fits_int32_op(int64_t n) { return fits_int32(n); }
 
 TORCH_LIBRARY(torch_convbp_cuda_harness, m) {
   m.def("im2col(Tensor images, int[2] kernel_size, int[2] stride, int[2] padding, int[2] dilation, "
-        "int row_start, int rows, int index_bits, Tensor(a!) columns) -> ()", &im2col);
+        "int row_start, int rows, int index_bits, Tensor(a!) columns) -> ()", &im2col<Layout::nchw>);
   m.def("col2im(Tensor columns, int[2] kernel_size, int[2] stride, int[2] padding, int[2] dilation, "
-        "int row_start, int rows, int index_bits, Tensor(a!) images) -> ()", &col2im);
+        "int row_start, int rows, int index_bits, Tensor(a!) images) -> ()", &col2im<Layout::nchw>);
+  m.def("im2col_nhwc(Tensor images, int[2] kernel_size, int[2] stride, int[2] padding, "
+        "int[2] dilation, int row_start, int rows, int index_bits, Tensor(a!) columns) -> ()",
+        &im2col<Layout::nhwc>);
+  m.def("col2im_nhwc(Tensor columns, int[2] kernel_size, int[2] stride, int[2] padding, "
+        "int[2] dilation, int row_start, int rows, int index_bits, Tensor(a!) images) -> ()",
+        &col2im<Layout::nhwc>);
   m.def("depthwise_conv2d(Tensor input, Tensor weight, int[2] stride, int[2] padding, "
         "int[2] dilation, int index_bits, Tensor(a!) output) -> ()", &depthwise_conv2d);
   m.def("depthwise_input_grad(Tensor grad_output, Tensor weight, int[2] stride, int[2] padding, "

@@ -1,0 +1,64 @@
+// The GEMMs' matrices of each layout, as views (see matrices.h).
+#include "matrices.h"
+
+#include <ATen/TensorUtils.h>
+
+namespace torch_convbp {
+namespace {
+
+// `t` viewed as `shape`, when its strides allow it.
+std::optional<Tensor> view_if_possible(const Tensor& t, IntArrayRef shape) {
+  if (!at::detail::computeStride(t.sizes(), t.strides(), shape)) return std::nullopt;
+  return t.view(shape);
+}
+
+}  // namespace
+
+std::optional<Tensor> group_matrix_view(const Tensor& chunk, int64_t groups, at::ScalarType dtype,
+                                        Layout layout) {
+  if (chunk.scalar_type() != dtype) return std::nullopt;
+  const int64_t channels = chunk.size(1), pixels = chunk.numel() / channels;
+  if (layout == Layout::nchw) {
+    // [C, n, h, w] -> [G, C/G, P]
+    return view_if_possible(chunk.transpose(0, 1), {groups, channels / groups, pixels});
+  }
+  // [n, h, w, C] -> [P, G, C/G] -> [G, C/G, P]
+  const auto by_pixel =
+      view_if_possible(chunk.permute({0, 2, 3, 1}), {pixels, groups, channels / groups});
+  if (!by_pixel) return std::nullopt;
+  return by_pixel->permute({1, 2, 0});
+}
+
+Tensor staging_chunk(const Tensor& buffer, IntArrayRef size, Layout layout) {
+  const int64_t n = size[0], c = size[1], h = size[2], w = size[3];
+  const Tensor memory = buffer.narrow(0, 0, n * c * h * w);
+  return layout == Layout::nchw ? memory.view({c, n, h, w}).transpose(0, 1)
+                                : memory.view({n, h, w, c}).permute({0, 3, 1, 2});
+}
+
+Tensor column_matrix(const Tensor& buffer, const ConvShape& s, int64_t pixels, Layout layout) {
+  const int64_t g = s.groups, rows = s.column_rows() / g;
+  const Tensor memory = buffer.narrow(0, 0, s.column_rows() * pixels);
+  return layout == Layout::nchw ? memory.view({g, rows, pixels})
+                                : memory.view({g, pixels, rows}).transpose(1, 2);
+}
+
+Tensor column_kernel_operand(const Tensor& column_matrix, Layout layout) {
+  return layout == Layout::nchw ? column_matrix : column_matrix.transpose(1, 2);
+}
+
+Tensor weight_matrices(const Tensor& weight, const ConvShape& s, Layout layout) {
+  const Tensor rows = layout == Layout::nchw ? weight.contiguous()
+                                             : weight.permute({0, 2, 3, 1}).contiguous();
+  return rows.view({s.groups, s.out_channels / s.groups, -1});
+}
+
+Tensor weight_of_matrices(const Tensor& matrices, IntArrayRef weight_size, at::ScalarType dtype,
+                          Layout layout) {
+  if (layout == Layout::nchw) return matrices.view(weight_size).to(dtype);
+  const int64_t out = weight_size[0], in = weight_size[1], kh = weight_size[2], kw = weight_size[3];
+  const Tensor weight = matrices.view({out, kh, kw, in}).permute({0, 3, 1, 2});
+  return at::empty(weight_size, matrices.options().dtype(dtype)).copy_(weight);
+}
+
+}  // namespace torch_convbp
