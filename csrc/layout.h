@@ -12,8 +12,8 @@
 namespace torch_convbp {
 
 // Whether every operand is channels_last by its strides (as suggest_memory_format decides), dense
-// in it, and not empty: the operator then computes in NHWC and returns channels_last
-// activations.
+// in it, and not empty: the operator then computes in NHWC, where its shape has an NHWC route,
+// and returns channels_last activations.
 inline bool computes_in_nhwc(std::initializer_list<const at::Tensor*> operands) {
   for (const at::Tensor* t : operands) {
     if (t->dim() != 4 || t->numel() == 0 ||
@@ -27,6 +27,22 @@ inline bool computes_in_nhwc(std::initializer_list<const at::Tensor*> operands) 
 
 inline Layout compute_layout(std::initializer_list<const at::Tensor*> operands) {
   return computes_in_nhwc(operands) ? Layout::nhwc : Layout::nchw;
+}
+
+// The NHWC column matrix pays where every group has at least this many input and output
+// channels. Its im2col copies a run of C/G channels per kernel tap, and its GEMMs write rows of
+// Cout/G; with 3 channels (an RGB stem) or 4 per group (ResNeXt's 32 groups) both are far below a
+// cache line and a GEMM tile, and those layers took 1.55x and 2.6x the time of computing in NCHW
+// with the layout copies (benchmarks/NOTES.md, section 17). Layers with 64 or more per group
+// took 0.67-0.94x it. The fake kernels mirror it (torch_convbp/_meta.py).
+constexpr int64_t kMinNhwcGroupChannels = 16;
+
+// The layout a layer computed by im2col + GEMM takes: NHWC for channels_last operands where
+// its groups are wide enough, else NCHW (the operands copied in, the results copied back).
+inline Layout gemm_layout(const ConvShape& s, std::initializer_list<const at::Tensor*> operands) {
+  const bool wide = s.in_channels / s.groups >= kMinNhwcGroupChannels &&
+                    s.out_channels / s.groups >= kMinNhwcGroupChannels;
+  return wide ? compute_layout(operands) : Layout::nchw;
 }
 
 inline at::MemoryFormat memory_format(Layout layout) {

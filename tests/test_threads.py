@@ -26,6 +26,8 @@ LAYERS = {
     "grouped-one-chunk": ((1, 32, 10, 10), 64, (3, 3), 1, 1, 1, 8, None),
     "grouped-strided": ((6, 12, 15, 13), 18, (3, 3), 2, 1, 1, 3, None),
     "strided-row-bands": ((2, 6, 41, 37), 10, (3, 3), 2, 1, 1, 1, 20_000),
+    # wide enough groups for the NHWC column matrix (fed channels_last): bands through col2im_nhwc
+    "strided-row-bands-16-channels": ((2, 16, 33, 29), 16, (3, 3), 2, 1, 1, 1, 60_000),
     "pointwise": ((8, 32, 14, 14), 64, (1, 1), 1, 0, 1, 1, None),
     "pointwise-wide-images": ((3, 16, 24, 24), 32, (1, 1), 1, 0, 1, 1, None),
     "pointwise-strided": ((4, 32, 14, 14), 48, (1, 1), 2, 0, 1, 1, None),

@@ -7,7 +7,7 @@ import torch
 from torch._prims_common import suggest_memory_format
 from torch.library import register_fake
 
-from . import _C  # noqa: F401  (the operators exist before their fakes are registered)
+from . import _C
 
 _FLOAT_DTYPES = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
 
@@ -84,8 +84,7 @@ def _check_grad_output(op, grad_output, expected):
 
 def _computes_in_nhwc(*operands):
     """Mirrors computes_in_nhwc (csrc/layout.h): every operand is channels_last by its strides,
-    dense in it, and not empty. Then the operator computes in NHWC, and the forward and the
-    grad-input return channels_last."""
+    dense in it, and not empty."""
     return all(
         t.dim() == 4
         and t.numel() > 0
@@ -93,6 +92,27 @@ def _computes_in_nhwc(*operands):
         and t.is_contiguous(memory_format=torch.channels_last)
         for t in operands
     )
+
+
+_MIN_NHWC_GROUP_CHANNELS = 16  # kMinNhwcGroupChannels in csrc/layout.h
+
+
+def _returns_channels_last(weight_size, stride, padding, groups, *operands):
+    """Whether the forward (operands: the input) or the grad-input (the output gradient) returns
+    channels_last: the operands compute in NHWC (_computes_in_nhwc) and the layer has an NHWC
+    route: the depthwise kernels (one input channel per group), the pointwise one
+    (csrc/pointwise_nhwc.h: 1x1, stride 1, unpadded, ungrouped, GEMMs in the operands' dtype), or
+    the NHWC column matrix, taken where every group has at least 16 input and output channels
+    (gemm_layout in csrc/layout.h)."""
+    if not _computes_in_nhwc(*operands):
+        return False
+    out_channels, group_channels = weight_size[0], weight_size[1]
+    if groups > 1 and group_channels == 1:
+        return True
+    pointwise = list(weight_size[2:]) == [1, 1] and list(stride) == [1, 1] and list(padding) == [0, 0]
+    if pointwise and groups == 1 and all(_C.gemm_dtype(t.dtype, t.device) == t.dtype for t in operands):
+        return True
+    return min(group_channels, out_channels // groups) >= _MIN_NHWC_GROUP_CHANNELS
 
 
 def _empty(like, size, channels_last):
@@ -114,7 +134,7 @@ def _conv2d_fake(input, weight, bias, stride, padding, dilation, groups):
             bias.dim() == 1 and bias.shape[0] == c_out,
             lambda: f"{op}: expected bias of size [{c_out}] (one per output channel), got {list(bias.shape)}",
         )
-    nhwc = _computes_in_nhwc(input)
+    nhwc = _returns_channels_last(weight.shape, stride, padding, groups, input)
     return _empty(input, (input.shape[0], c_out, oh, ow), nhwc)
 
 
@@ -124,7 +144,7 @@ def _conv2d_input_grad_fake(grad_output, weight, input_size, stride, padding, di
     check_operands(op, grad_output=grad_output, weight=weight)
     oh, ow = conv2d_output_size(op, input_size, weight.shape, stride, padding, dilation, groups)
     _check_grad_output(op, grad_output, (input_size[0], weight.shape[0], oh, ow))
-    return _empty(grad_output, input_size, _computes_in_nhwc(grad_output))
+    return _empty(grad_output, input_size, _returns_channels_last(weight.shape, stride, padding, groups, grad_output))
 
 
 @register_fake("torch_convbp::conv2d_weight_grad")
