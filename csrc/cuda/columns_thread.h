@@ -52,6 +52,28 @@ inline int64_t col2im_threads(const ColumnGeometry& g, int64_t reached_rows) {
   return g.images * g.channels * reached_rows * g.width;
 }
 
+// The patch of one channel that output pixel (oh, ow) sees: for each tap (ki, kj), the input
+// pixel (oh*stride_h - pad_h + ki*dilation_h, ow*stride_w - pad_w + kj*dilation_w), 0 in the
+// padding, written to dst[(ki*kernel_w + kj) * dst_step]. `channel` is the channel's pixel (0, 0),
+// its pixels `pixel_step` apart (1 in NCHW, the channel count in NHWC).
+template <typename image_t, typename column_t, typename index_t>
+C10_HOST_DEVICE inline void copy_patch(const image_t* channel, index_t pixel_step, column_t* dst,
+                                       index_t dst_step, const ColumnDims<index_t>& g, index_t oh,
+                                       index_t ow) {
+  const index_t ih0 = oh * g.stride_h - g.pad_h;
+  const index_t iw0 = ow * g.stride_w - g.pad_w;
+  for (index_t ki = 0; ki < g.kernel_h; ++ki) {
+    const index_t ih = ih0 + ki * g.dilation_h;
+    const bool row_inside = ih >= 0 && ih < g.height;
+    for (index_t kj = 0; kj < g.kernel_w; ++kj) {
+      const index_t iw = iw0 + kj * g.dilation_w;
+      const bool inside = row_inside && iw >= 0 && iw < g.width;
+      dst[(ki * g.kernel_w + kj) * dst_step] =
+          inside ? static_cast<column_t>(channel[(ih * g.width + iw) * pixel_step]) : column_t(0);
+    }
+  }
+}
+
 // im2col for one thread: the patch of input pixel positions that output pixel (oh, ow) of
 // channel c of one image sees, copied into the kh*kw column-matrix rows (c, ki, kj) of that
 // pixel, 0 in the padding. The index decomposition (the divisions) is paid once per kh*kw
@@ -73,18 +95,7 @@ C10_HOST_DEVICE inline void im2col_patch(const image_t* images, column_t* column
   const index_t row_step = g.images * block;
   column_t* first = columns + (c * g.kernel_h * g.kernel_w * g.images + image) * block +
                     band_row * g.out_width + ow;
-  const index_t ih0 = (band_row + g.row_start) * g.stride_h - g.pad_h;
-  const index_t iw0 = ow * g.stride_w - g.pad_w;
-  for (index_t ki = 0; ki < g.kernel_h; ++ki) {
-    const index_t ih = ih0 + ki * g.dilation_h;
-    const bool row_inside = ih >= 0 && ih < g.height;
-    for (index_t kj = 0; kj < g.kernel_w; ++kj) {
-      const index_t iw = iw0 + kj * g.dilation_w;
-      const bool inside = row_inside && iw >= 0 && iw < g.width;
-      first[(ki * g.kernel_w + kj) * row_step] =
-          inside ? static_cast<column_t>(plane[ih * g.width + iw]) : column_t(0);
-    }
-  }
+  copy_patch(plane, index_t(1), first, row_step, g, band_row + g.row_start, ow);
 }
 
 // col2im as a gather: input pixel i (of the rows the band reaches, from first_ih on) adds to
@@ -144,18 +155,7 @@ C10_HOST_DEVICE inline void im2col_nhwc_channel(const image_t* images, column_t*
   const index_t row_length = g.kernel_h * g.kernel_w * group_channels;
   column_t* row = columns + (c / group_channels * pixels + p) * row_length + c % group_channels;
   const image_t* channel = images + image * g.height * g.width * g.channels + c;
-  const index_t ih0 = (band_row + g.row_start) * g.stride_h - g.pad_h;
-  const index_t iw0 = ow * g.stride_w - g.pad_w;
-  for (index_t ki = 0; ki < g.kernel_h; ++ki) {
-    const index_t ih = ih0 + ki * g.dilation_h;
-    const bool row_inside = ih >= 0 && ih < g.height;
-    for (index_t kj = 0; kj < g.kernel_w; ++kj) {
-      const index_t iw = iw0 + kj * g.dilation_w;
-      const bool inside = row_inside && iw >= 0 && iw < g.width;
-      row[(ki * g.kernel_w + kj) * group_channels] =
-          inside ? static_cast<column_t>(channel[(ih * g.width + iw) * g.channels]) : column_t(0);
-    }
-  }
+  copy_patch(channel, g.channels, row, group_channels, g, band_row + g.row_start, ow);
 }
 
 // NHWC col2im as a gather: channel c of input pixel (image, ih, iw), of the rows the band
