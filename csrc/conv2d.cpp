@@ -238,7 +238,7 @@ Tensor conv2d_forward(const Tensor& input, const Tensor& weight,
   if (takes_pointwise_nhwc(s, {&input})) {
     output = pointwise_nhwc_forward(input, weight, s);
   } else {
-    const Layout layout = s.is_depthwise() ? compute_layout({&input}) : gemm_layout(s, {&input});
+    const Layout layout = operator_layout(s, {&input});
     const Tensor x = in_layout(input, layout);
     output = empty_in_layout({s.batch, s.out_channels, s.out_height, s.out_width}, x, layout);
     if (s.is_depthwise()) {
@@ -263,8 +263,7 @@ Tensor conv2d_weight_grad(const Tensor& input, const Tensor& grad_output,
   if (takes_pointwise_nhwc(s, {&input, &grad_output})) {
     return pointwise_nhwc_weight_grad(input, grad_output, weight_size, s);
   }
-  const Layout layout = s.is_depthwise() ? compute_layout({&input, &grad_output})
-                                          : gemm_layout(s, {&input, &grad_output});
+  const Layout layout = operator_layout(s, {&input, &grad_output});
   const Tensor x = in_layout(input, layout);
   const Tensor dy = in_layout(grad_output, layout);
   if (s.is_depthwise()) {
@@ -312,8 +311,7 @@ Tensor conv2d_input_grad(const Tensor& grad_output, const Tensor& weight,
   if (takes_pointwise_nhwc(s, {&grad_output})) {
     return pointwise_nhwc_input_grad(grad_output, weight, s);
   }
-  const Layout layout =
-      s.is_depthwise() ? compute_layout({&grad_output}) : gemm_layout(s, {&grad_output});
+  const Layout layout = operator_layout(s, {&grad_output});
   const Tensor dy = in_layout(grad_output, layout);
   if (s.is_depthwise()) {
     Tensor grad_input = empty_in_layout(input_size, dy, layout);

@@ -1,6 +1,6 @@
 // Which memory layout an operator computes in: the choice, made once per operator from its
 // operands' strides (docs/design.md, "Memory formats"). The fake kernels mirror it
-// (torch_convbp/_meta.py, _computes_in_nhwc).
+// (torch_convbp/_meta.py, _returns_channels_last).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -25,10 +25,6 @@ inline bool computes_in_nhwc(std::initializer_list<const at::Tensor*> operands) 
   return true;
 }
 
-inline Layout compute_layout(std::initializer_list<const at::Tensor*> operands) {
-  return computes_in_nhwc(operands) ? Layout::nhwc : Layout::nchw;
-}
-
 // The NHWC column matrix pays where every group has at least this many input and output
 // channels. Its im2col copies a run of C/G channels per kernel tap, and its GEMMs write rows of
 // Cout/G; with 3 channels (an RGB stem) or 4 per group (ResNeXt's 32 groups) both are far below a
@@ -37,12 +33,14 @@ inline Layout compute_layout(std::initializer_list<const at::Tensor*> operands) 
 // took 0.67-0.94x it. The fake kernels mirror it (torch_convbp/_meta.py).
 constexpr int64_t kMinNhwcGroupChannels = 16;
 
-// The layout a layer computed by im2col + GEMM takes: NHWC for channels_last operands where
-// its groups are wide enough, else NCHW (the operands copied in, the results copied back).
-inline Layout gemm_layout(const ConvShape& s, std::initializer_list<const at::Tensor*> operands) {
+// The layout an operator of shape `s` computes in, for these operands: NHWC where they are all
+// channels_last and the layer has an NHWC route, else NCHW (the operands copied in, the results
+// copied back). The depthwise kernels have one in either layout; a layer computed by im2col +
+// GEMM has one where its groups are wide enough.
+inline Layout operator_layout(const ConvShape& s, std::initializer_list<const at::Tensor*> operands) {
   const bool wide = s.in_channels / s.groups >= kMinNhwcGroupChannels &&
                     s.out_channels / s.groups >= kMinNhwcGroupChannels;
-  return wide ? compute_layout(operands) : Layout::nchw;
+  return (s.is_depthwise() || wide) && computes_in_nhwc(operands) ? Layout::nhwc : Layout::nchw;
 }
 
 inline at::MemoryFormat memory_format(Layout layout) {

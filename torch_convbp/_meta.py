@@ -103,7 +103,7 @@ def _returns_channels_last(weight_size, stride, padding, groups, *operands):
     route: the depthwise kernels (one input channel per group), the pointwise one
     (csrc/pointwise_nhwc.h: 1x1, stride 1, unpadded, ungrouped, GEMMs in the operands' dtype), or
     the NHWC column matrix, taken where every group has at least 16 input and output channels
-    (gemm_layout in csrc/layout.h)."""
+    (operator_layout in csrc/layout.h)."""
     if not _computes_in_nhwc(*operands):
         return False
     out_channels, group_channels = weight_size[0], weight_size[1]
