@@ -67,8 +67,10 @@ struct ConvArgs {
   int64_t groups;
 };
 
-void save_args(AutogradContext* ctx, IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
-               int64_t groups) {
+// A node saves its operator's two tensors and the convolution's arguments.
+void save(AutogradContext* ctx, const Tensor& first, const Tensor& second, IntArrayRef stride,
+          IntArrayRef padding, IntArrayRef dilation, int64_t groups) {
+  ctx->save_for_backward({first, second});
   ctx->saved_data["stride"] = stride.vec();
   ctx->saved_data["padding"] = padding.vec();
   ctx->saved_data["dilation"] = dilation.vec();
@@ -92,8 +94,7 @@ struct Conv2dNode : torch::autograd::Function<Conv2dNode> {
   static Tensor forward(AutogradContext* ctx, const Tensor& input, const Tensor& weight,
                         const std::optional<Tensor>& bias, IntArrayRef stride, IntArrayRef padding,
                         IntArrayRef dilation, int64_t groups) {
-    ctx->save_for_backward({input, weight});
-    save_args(ctx, stride, padding, dilation, groups);
+    save(ctx, input, weight, stride, padding, dilation, groups);
     ctx->saved_data["has_bias"] = bias.has_value() && bias->defined();
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     return call_conv2d(input, weight, bias, stride, padding, dilation, groups);
@@ -122,8 +123,7 @@ struct InputGradNode : torch::autograd::Function<InputGradNode> {
   static Tensor forward(AutogradContext* ctx, const Tensor& grad_output, const Tensor& weight,
                         c10::SymIntArrayRef input_size, IntArrayRef stride, IntArrayRef padding,
                         IntArrayRef dilation, int64_t groups) {
-    ctx->save_for_backward({grad_output, weight});
-    save_args(ctx, stride, padding, dilation, groups);
+    save(ctx, grad_output, weight, stride, padding, dilation, groups);
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     return call_input_grad(grad_output, weight, input_size, stride, padding, dilation, groups);
   }
@@ -147,8 +147,7 @@ struct WeightGradNode : torch::autograd::Function<WeightGradNode> {
   static Tensor forward(AutogradContext* ctx, const Tensor& input, const Tensor& grad_output,
                         c10::SymIntArrayRef weight_size, IntArrayRef stride, IntArrayRef padding,
                         IntArrayRef dilation, int64_t groups) {
-    ctx->save_for_backward({input, grad_output});
-    save_args(ctx, stride, padding, dilation, groups);
+    save(ctx, input, grad_output, stride, padding, dilation, groups);
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     return call_weight_grad(input, grad_output, weight_size, stride, padding, dilation, groups);
   }
