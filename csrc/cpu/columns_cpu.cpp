@@ -13,6 +13,7 @@
 
 #include "../column_types.h"
 #include "../conv2d.h"
+#include "../taps.h"
 #include "cpu_kernels.h"
 
 namespace torch_convbp {
@@ -177,15 +178,11 @@ void col2im_nhwc_kernel(const column_t* columns, image_t* images, const ColumnGe
       const int64_t ih = rest % reached.count + reached.first, image = rest / reached.count;
       std::fill(sum.begin(), sum.end(), acc_t(0));
       for (int64_t ki = 0; ki < g.kernel_h; ++ki) {
-        const int64_t oh_scaled = ih + g.pad_h - ki * g.dilation_h;  // = oh * stride_h
-        if (oh_scaled < 0 || oh_scaled % g.stride_h != 0) continue;
-        const int64_t band_row = oh_scaled / g.stride_h - g.row_start;
-        if (band_row < 0 || band_row >= g.rows) continue;
+        const int64_t band_row = band_row_reading(g, ih, ki);
+        if (band_row < 0) continue;
         for (int64_t kj = 0; kj < g.kernel_w; ++kj) {
-          const int64_t ow_scaled = iw + g.pad_w - kj * g.dilation_w;
-          if (ow_scaled < 0 || ow_scaled % g.stride_w != 0) continue;
-          const int64_t ow = ow_scaled / g.stride_w;
-          if (ow >= g.out_width) continue;
+          const int64_t ow = out_column_reading(g, iw, kj);
+          if (ow < 0) continue;
           const int64_t p = (image * g.rows + band_row) * g.out_width + ow;
           const column_t* tap = columns + p * row_length + (ki * g.kernel_w + kj) * group_channels;
           for (int64_t group = 0; group < g.groups; ++group) {

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "../conv2d.h"
+#include "../taps.h"
 #include "cpu_kernels.h"
 
 namespace torch_convbp {
@@ -21,15 +22,6 @@ inline int64_t grain_for(int64_t work_per_item) {
 inline int64_t input_row(const ConvShape& s, int64_t oh, int64_t ki) {
   const int64_t ih = oh * s.stride_h - s.pad_h + ki * s.dilation_h;
   return ih >= 0 && ih < s.height ? ih : -1;
-}
-
-// The output row (or column) that reads input row (column) `in` at kernel row (column) k, or -1
-// where none does: the inverse of input_row, for the gather of the input gradient.
-inline int64_t output_index(int64_t in, int64_t pad, int64_t k, int64_t dilation, int64_t stride,
-                            int64_t out_size) {
-  const int64_t scaled = in + pad - k * dilation;  // = out * stride
-  if (scaled < 0 || scaled % stride != 0 || scaled / stride >= out_size) return -1;
-  return scaled / stride;
 }
 
 // The output columns of a row that kernel column kj reads inside the image, and the offset:

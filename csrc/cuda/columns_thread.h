@@ -7,6 +7,7 @@
 #include <c10/macros/Macros.h>
 
 #include "../conv2d.h"
+#include "../taps.h"
 
 namespace torch_convbp {
 
@@ -21,27 +22,6 @@ struct ColumnDims {
         pad_h(g.pad_h), pad_w(g.pad_w), dilation_h(g.dilation_h), dilation_w(g.dilation_w),
         out_width(g.out_width), row_start(g.row_start), rows(g.rows), groups(g.groups) {}
 };
-
-// The output row of the band (oh - row_start) whose kernel row ki reads input row ih, or -1
-// where none does (ih is not on that tap's stride, or the row is outside the band).
-template <typename index_t>
-C10_HOST_DEVICE inline index_t band_row_reading(const ColumnDims<index_t>& g, index_t ih,
-                                                index_t ki) {
-  const index_t oh_scaled = ih + g.pad_h - ki * g.dilation_h;  // = oh * stride_h
-  if (oh_scaled < 0 || oh_scaled % g.stride_h != 0) return -1;
-  const index_t band_row = oh_scaled / g.stride_h - g.row_start;
-  return band_row >= 0 && band_row < g.rows ? band_row : -1;
-}
-
-// The output column whose kernel column kj reads input column iw, or -1 where none does.
-template <typename index_t>
-C10_HOST_DEVICE inline index_t out_column_reading(const ColumnDims<index_t>& g, index_t iw,
-                                                  index_t kj) {
-  const index_t ow_scaled = iw + g.pad_w - kj * g.dilation_w;  // = ow * stride_w
-  if (ow_scaled < 0 || ow_scaled % g.stride_w != 0) return -1;
-  const index_t ow = ow_scaled / g.stride_w;
-  return ow < g.out_width ? ow : -1;
-}
 
 // How many threads each kernel's grid-stride loop covers: im2col one per patch (output pixel of
 // one channel of one image), col2im one per input pixel of the `reached_rows` rows a band reaches.

@@ -16,6 +16,7 @@
 
 #include "../conv2d.h"
 #include "../summation.h"
+#include "../taps.h"
 
 namespace torch_convbp {
 
@@ -105,15 +106,11 @@ C10_HOST_DEVICE inline scalar_t depthwise_input_grad_element(const scalar_t* gra
         plane_of(s.channels_last, e.n, o, s.out_channels, s.out_height, s.out_width);
     const scalar_t* w = weight + o * s.kernel_h * s.kernel_w;
     for (index_t ki = 0; ki < s.kernel_h; ++ki) {
-      const index_t oh_scaled = ih + s.pad_h - ki * s.dilation_h;  // = oh * stride_h
-      if (oh_scaled < 0 || oh_scaled % s.stride_h != 0) continue;
-      const index_t oh = oh_scaled / s.stride_h;
-      if (oh >= s.out_height) continue;
+      const index_t oh = output_index(ih, s.pad_h, ki, s.dilation_h, s.stride_h, s.out_height);
+      if (oh < 0) continue;
       for (index_t kj = 0; kj < s.kernel_w; ++kj) {
-        const index_t ow_scaled = iw + s.pad_w - kj * s.dilation_w;
-        if (ow_scaled < 0 || ow_scaled % s.stride_w != 0) continue;
-        const index_t ow = ow_scaled / s.stride_w;
-        if (ow >= s.out_width) continue;
+        const index_t ow = output_index(iw, s.pad_w, kj, s.dilation_w, s.stride_w, s.out_width);
+        if (ow < 0) continue;
         sum = multiply_add(static_cast<acc_t>(w[ki * s.kernel_w + kj]),
                            static_cast<acc_t>(grad_output[dy.at(oh, ow)]), sum);
       }

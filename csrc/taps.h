@@ -1,0 +1,38 @@
+// Where a kernel tap reads, for every device: the gathers (col2im and the depthwise input
+// gradient) go from an input pixel back to the output pixels that read it, one tap at a time.
+// Host-and-device functions, so that the CPU kernels, the CUDA kernels and the CPU harness of the
+// CUDA threads share one piece of arithmetic.
+#pragma once
+
+#include <c10/macros/Macros.h>
+
+namespace torch_convbp {
+
+// Along one axis: the output index that reads input index `in` at kernel index k, or -1 where
+// none does (in is not on that tap's stride, or the output index is outside [0, out_size)). The
+// inverse of in = out * stride - pad + k * dilation.
+template <typename index_t>
+C10_HOST_DEVICE inline index_t output_index(index_t in, index_t pad, index_t k, index_t dilation,
+                                            index_t stride, index_t out_size) {
+  const index_t scaled = in + pad - k * dilation;  // = out * stride
+  if (scaled < 0 || scaled % stride != 0 || scaled / stride >= out_size) return -1;
+  return scaled / stride;
+}
+
+// For a chunk of a column matrix (ColumnGeometry, or cuda/columns_thread.h's ColumnDims): the row
+// of the chunk's band (output row - row_start) whose kernel row ki reads input row ih, or -1
+// where none does.
+template <typename Dims, typename index_t>
+C10_HOST_DEVICE inline index_t band_row_reading(const Dims& g, index_t ih, index_t ki) {
+  const index_t oh = output_index<index_t>(ih, g.pad_h, ki, g.dilation_h, g.stride_h,
+                                           g.row_start + g.rows);
+  return oh >= g.row_start ? oh - g.row_start : -1;
+}
+
+// The output column whose kernel column kj reads input column iw, or -1 where none does.
+template <typename Dims, typename index_t>
+C10_HOST_DEVICE inline index_t out_column_reading(const Dims& g, index_t iw, index_t kj) {
+  return output_index<index_t>(iw, g.pad_w, kj, g.dilation_w, g.stride_w, g.out_width);
+}
+
+}  // namespace torch_convbp
