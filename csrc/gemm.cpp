@@ -6,6 +6,7 @@
 #include <ATen/ThreadLocalState.h>
 
 #include <algorithm>
+#include <vector>
 
 // MKL's per-thread thread count: the C function behind mkl_service.h's mkl_set_num_threads_local
 // macro (the lower-case symbols are the Fortran interface, which takes a pointer). libtorch_cpu
@@ -19,6 +20,7 @@ namespace {
 
 constexpr int64_t kMaxGemmBlocks = 4;
 constexpr int64_t kMinBlockLength = 64;
+constexpr int64_t kMinShareLength = 1024;  // of K, per share of gemm_out_contracting
 
 // Makes the BLAS calls of this thread single-threaded while it lives.
 class SingleThreadedBlas {
@@ -59,6 +61,18 @@ int64_t block_dimension(IntArrayRef result) {
   return result[1] > result[2] ? 1 : 2;
 }
 
+// Runs body(index) for index in [0, count) in parallel, each call's BLAS single-threaded, with the
+// caller's thread-local state (grad mode, dispatch keys) in every thread.
+template <class Body>
+void on_single_threaded_blas(int64_t count, bool cpu, Body&& body) {
+  const at::ThreadLocalState caller_state;
+  at::parallel_for(0, count, 1, [&](int64_t begin, int64_t end) {
+    at::ThreadLocalStateGuard guard(caller_state);
+    SingleThreadedBlas single(cpu);
+    for (int64_t index = begin; index < end; ++index) body(index);
+  });
+}
+
 // Runs the GEMM as `blocks` blocks, each single-threaded: in parallel where the caller is not in
 // a parallel region already (at::parallel_for runs inline in one).
 void gemm_by_blocks(const Tensor& out, const Tensor& a, const Tensor& b, int64_t blocks,
@@ -72,18 +86,22 @@ void gemm_by_blocks(const Tensor& out, const Tensor& a, const Tensor& b, int64_t
   const int64_t dim = block_dimension(out.sizes());
   const int64_t length = out.size(dim);
   const int64_t width = (length + blocks - 1) / blocks;
-  const at::ThreadLocalState caller_state;
-  at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
-    at::ThreadLocalStateGuard guard(caller_state);
-    SingleThreadedBlas single(cpu);
-    for (int64_t block = begin; block < end; ++block) {
-      const int64_t first = block * width, count = std::min(width, length - first);
-      if (count <= 0) continue;
-      const auto part = [&](const Tensor& t) { return t.narrow(dim, first, count); };
-      // [G', M', N'] (+)= [G', M', K] @ [G', K, N']: a's rows follow M, b's columns follow N.
-      gemm_one_block(part(out), dim == 2 ? a : part(a), dim == 1 ? b : part(b), accumulate);
-    }
+  on_single_threaded_blas(blocks, cpu, [&](int64_t block) {
+    const int64_t first = block * width, count = std::min(width, length - first);
+    if (count <= 0) return;
+    const auto part = [&](const Tensor& t) { return t.narrow(dim, first, count); };
+    // [G', M', N'] (+)= [G', M', K] @ [G', K, N']: a's rows follow M, b's columns follow N.
+    gemm_one_block(part(out), dim == 2 ? a : part(a), dim == 1 ? b : part(b), accumulate);
   });
+}
+
+// How many shares of K gemm_out_contracting cuts a GEMM into: sizes only, as gemm_blocks.
+int64_t contraction_shares(const Tensor& out, int64_t k) {
+  if (gemm_blocks(/*units=*/1, out.sizes(), out.device()) > 1 || !out.device().is_cpu()) return 1;
+  for (int64_t shares = kMaxGemmBlocks; shares > 1; shares /= 2) {
+    if (k / shares >= kMinShareLength) return shares;
+  }
+  return 1;
 }
 
 }  // namespace
@@ -102,6 +120,25 @@ int64_t gemm_blocks(int64_t units, IntArrayRef result, const at::Device& device)
 
 void gemm_out(const Tensor& out, const Tensor& a, const Tensor& b, int64_t blocks) {
   gemm_by_blocks(out, a, b, blocks, /*accumulate=*/false);
+}
+
+void gemm_out_contracting(const Tensor& out, const Tensor& a, const Tensor& b) {
+  const int64_t k = a.size(2), shares = contraction_shares(out, k);
+  if (shares == 1) {
+    gemm_out(out, a, b, gemm_blocks(/*units=*/1, out.sizes(), out.device()));
+    return;
+  }
+  // products[i] [1, M, N] = a[:, :, share i] [1, M, K/shares] @ b[:, share i, :] [1, K/shares, N]
+  const int64_t width = (k + shares - 1) / shares;
+  std::vector<Tensor> products(shares);
+  for (Tensor& product : products) product = at::empty_like(out);
+  on_single_threaded_blas(shares, /*cpu=*/true, [&](int64_t share) {
+    const int64_t first = share * width, count = std::min(width, k - first);
+    gemm_one_block(products[share], a.narrow(2, first, count), b.narrow(1, first, count),
+                   /*accumulate=*/false);
+  });
+  out.copy_(products[0]);
+  for (int64_t share = 1; share < shares; ++share) out.add_(products[share]);
 }
 
 void gemm_accumulate(const Tensor& acc, const Tensor& a, const Tensor& b, int64_t blocks) {

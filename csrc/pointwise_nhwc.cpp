@@ -6,7 +6,8 @@
 //   grad-input    dX [P, C]    = dY   [P, Cout] @ W   [Cout, C]
 //   grad-weight   dW [Cout, C] = dY^T [Cout, P] @ X   [P, C]
 // with every operand a view: no im2col, no staging, no layout copy, no workspace. Each GEMM is
-// cut into blocks fixed by the sizes (gemm.h), so the bits do not depend on the thread count.
+// cut into blocks fixed by the sizes (gemm.h), so the bits do not depend on the thread count; the
+// weight gradient's, whose result is small, along the pixels where that result is narrow.
 #include "pointwise_nhwc.h"
 
 #include <ATen/ATen.h>
@@ -67,7 +68,7 @@ Tensor pointwise_nhwc_weight_grad(const Tensor& input, const Tensor& grad_output
   Tensor grad_weight = at::empty(weight_size, input.options());
   const Tensor dw = grad_weight.view({1, s.out_channels, s.in_channels});
   // [1, Cout, C] = [1, Cout, P] @ [1, P, C]
-  gemm_out(dw, pixel_matrix(grad_output).transpose(1, 2), pixel_matrix(input), gemm_blocks_for(dw));
+  gemm_out_contracting(dw, pixel_matrix(grad_output).transpose(1, 2), pixel_matrix(input));
   return grad_weight;
 }
 

@@ -30,6 +30,8 @@ LAYERS = {
     "strided-row-bands-16-channels": ((2, 16, 33, 29), 16, (3, 3), 2, 1, 1, 1, 60_000),
     "pointwise": ((8, 32, 14, 14), 64, (1, 1), 1, 0, 1, 1, None),
     "pointwise-wide-images": ((3, 16, 24, 24), 32, (1, 1), 1, 0, 1, 1, None),
+    # fed channels_last: a weight gradient [24, 16] too narrow to cut, cut along its 6400 pixels
+    "pointwise-narrow-many-pixels": ((4, 16, 40, 40), 24, (1, 1), 1, 0, 1, 1, None),
     "pointwise-strided": ((4, 32, 14, 14), 48, (1, 1), 2, 0, 1, 1, None),
     "dilated-5x5": ((5, 8, 20, 20), 16, (5, 5), 1, 4, 2, 1, None),
     "asymmetric": ((7, 6, 13, 17), 9, (3, 2), (2, 1), (1, 0), (1, 2), 3, None),
@@ -89,12 +91,13 @@ def test_float64_too():
         assert torch.equal(one, many)
 
 
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "channels_last"])
 @pytest.mark.parametrize("layer", list(LAYERS))
-def test_the_cut_computes_the_convolution(layer):
-    """The blocks, bands and partial sums that make the bits thread-free still add up to the
-    convolution: float64, against F.conv2d's output and gradients."""
+def test_the_cut_computes_the_convolution(layer, channels_last):
+    """The blocks, bands, partial sums and shares that make the bits thread-free still add up to
+    the convolution: float64, against F.conv2d's output and gradients."""
     size, out_channels, kernel, stride, padding, dilation, groups, _ = LAYERS[layer]
-    ours = results(layer, torch.float64, False)
+    ours = results(layer, torch.float64, channels_last)
     g = torch.Generator().manual_seed(0)
     x = torch.randn(size, generator=g).double().requires_grad_()
     w = torch.randn(out_channels, size[1] // groups, *kernel, generator=g).double().requires_grad_()
