@@ -292,8 +292,13 @@ Tensor conv2d_weight_grad(const Tensor& input, const Tensor& grad_output,
       const Tensor dy_g = ws.group_matrix(chunk_of(dy, c));    // [G, Cout/G, P]
       // [G, Cout/G, Cin/G*kh*kw] (+)= [G, Cout/G, P] @ [G, P, Cin/G*kh*kw] (a GEMM flag, no copy)
       const Tensor columns_t = columns.transpose(1, 2);
-      index == first ? gemm_out(partial[sum], dy_g, columns_t, blocks)
-                     : gemm_accumulate(partial[sum], dy_g, columns_t, blocks);
+      if (index != first) {
+        gemm_accumulate(partial[sum], dy_g, columns_t, blocks);
+      } else if (sums == 1) {  // on the CPU, the only chunk: its GEMM is cut along P if narrow
+        gemm_out_contracting(partial[sum], dy_g, columns_t);
+      } else {
+        gemm_out(partial[sum], dy_g, columns_t, blocks);
+      }
     }
   });
   for (int64_t sum = 1; sum < sums; ++sum) partial[0].add_(partial[sum]);

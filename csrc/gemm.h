@@ -28,11 +28,11 @@ void gemm_out(const Tensor& out, const Tensor& a, const Tensor& b, int64_t block
 // `blocks` blocks.
 void gemm_accumulate(const Tensor& acc, const Tensor& a, const Tensor& b, int64_t blocks);
 
-// out = a @ b for [1, M, K] @ [1, K, N] with a long K (a weight gradient that contracts every
-// pixel of the batch): where the result is too narrow to cut into blocks (gemm_blocks gives 1,
-// mobilenet's 1x1 layers of 16 to 144 channels), K is cut instead, into 4 or 2 shares fixed by
-// the sizes, whose products run on one thread each and are then added in order. 1 share off the
-// CPU, where a result is never cut.
+// out = a @ b for [G, M, K] @ [G, K, N] with a long K (a weight gradient that contracts every
+// pixel of a chunk or of the batch): where the result is too narrow to cut into blocks
+// (gemm_blocks gives 1: one group, M and N under 128, as mobilenet's 1x1 layers of 16 to 96
+// channels), K is cut instead, into 4 or 2 shares fixed by the sizes, whose products run on one
+// thread each and are then added in order. Off the CPU, where nothing is cut, a plain GEMM.
 void gemm_out_contracting(const Tensor& out, const Tensor& a, const Tensor& b);
 
 }  // namespace torch_convbp
