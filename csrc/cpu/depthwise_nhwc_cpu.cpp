@@ -50,38 +50,56 @@ struct Terms {
   }
 };
 
+// One block of kChannelBlock adjacent channels (step 1): the sums in registers. The trip counts
+// are constants, down to the stores, so that the compiler keeps `sum` in vector registers: with
+// a store loop of a run-time length it kept them as 16 scalars, and the forward ran 4x slower
+// (benchmarks/NOTES.md, section 18).
+template <typename scalar_t, typename acc_t, typename Channel>
+inline void sum_full_block(const Terms& terms, const acc_t* w, const scalar_t* operand,
+                           int64_t first, Channel operand_channel, scalar_t* result) {
+  acc_t sum[kChannelBlock] = {};
+  for (size_t i = 0; i < terms.weight_offset.size(); ++i) {
+    const acc_t* wt = w + terms.weight_offset[i] + first;
+    const scalar_t* op = operand + terms.operand_offset[i];
+    for (int64_t b = 0; b < kChannelBlock; ++b) {
+      sum[b] = multiply_add(wt[b], static_cast<acc_t>(op[operand_channel(first + b)]), sum[b]);
+    }
+  }
+  for (int64_t b = 0; b < kChannelBlock; ++b) result[first + b] = static_cast<scalar_t>(sum[b]);
+}
+
+// Any block: `block` channels from `first`, `step` apart.
+template <typename scalar_t, typename acc_t, typename Channel>
+inline void sum_any_block(const Terms& terms, const acc_t* w, const scalar_t* operand,
+                          int64_t first, int64_t block, int64_t step, Channel operand_channel,
+                          scalar_t* result) {
+  acc_t sum[kChannelBlock] = {};
+  for (size_t i = 0; i < terms.weight_offset.size(); ++i) {
+    const acc_t* wt = w + terms.weight_offset[i];
+    const scalar_t* op = operand + terms.operand_offset[i];
+    for (int64_t b = 0; b < block; ++b) {
+      const int64_t channel = (first + b) * step;
+      sum[b] = multiply_add(wt[channel], static_cast<acc_t>(op[operand_channel(channel)]), sum[b]);
+    }
+  }
+  for (int64_t b = 0; b < block; ++b) result[first + b] = static_cast<scalar_t>(sum[b]);
+}
+
 // result[b] = the sum over the terms, in order, of w[b * step] * operand[b * step] for the
-// channels b of one pixel: the sums of kChannelBlock channels at a time in registers. The
-// channels of the weights and operands are `step` apart (the multiplier m for the input
-// gradient's view of the output channels, 1 otherwise). The forward with m > 1 reads input
-// channel o / m, which `operand_channel` maps.
+// channels b of one pixel, kChannelBlock channels at a time. The channels of the weights and
+// operands are `step` apart (the multiplier m for the input gradient's view of the output
+// channels, 1 otherwise). The forward with m > 1 reads input channel o / m, which
+// `operand_channel` maps.
 template <typename scalar_t, typename acc_t, typename Channel>
 inline void sum_terms(const Terms& terms, const acc_t* w, const scalar_t* operand, int64_t channels,
                       int64_t step, Channel operand_channel, scalar_t* result) {
-  const size_t count = terms.weight_offset.size();
   for (int64_t first = 0; first < channels; first += kChannelBlock) {
     const int64_t block = std::min(kChannelBlock, channels - first);
-    acc_t sum[kChannelBlock] = {};
-    if (block == kChannelBlock && step == 1) {  // the vectorized case
-      for (size_t i = 0; i < count; ++i) {
-        const acc_t* wt = w + terms.weight_offset[i] + first;
-        const scalar_t* op = operand + terms.operand_offset[i];
-        for (int64_t b = 0; b < kChannelBlock; ++b) {
-          sum[b] = multiply_add(wt[b], static_cast<acc_t>(op[operand_channel(first + b)]), sum[b]);
-        }
-      }
+    if (block == kChannelBlock && step == 1) {
+      sum_full_block(terms, w, operand, first, operand_channel, result);
     } else {
-      for (size_t i = 0; i < count; ++i) {
-        const acc_t* wt = w + terms.weight_offset[i];
-        const scalar_t* op = operand + terms.operand_offset[i];
-        for (int64_t b = 0; b < block; ++b) {
-          const int64_t channel = (first + b) * step;
-          sum[b] = multiply_add(wt[channel], static_cast<acc_t>(op[operand_channel(channel)]),
-                                sum[b]);
-        }
-      }
+      sum_any_block(terms, w, operand, first, block, step, operand_channel, result);
     }
-    for (int64_t b = 0; b < block; ++b) result[first + b] = static_cast<scalar_t>(sum[b]);
   }
 }
 
@@ -136,37 +154,53 @@ TORCH_CONVBP_VECTOR_CLONES void input_grad_row(const scalar_t* grad_image, const
   }
 }
 
+// l[b] += dy[b] * x[x_channel(b)] for the count channels b of one position, 8 at a time (a
+// vector of float32). Each 8 is loaded into a local array, added into and stored back: the
+// compiler cannot tell that l does not overlap dy or x, and written in place it kept the
+// products scalar, one at a time (benchmarks/NOTES.md, section 18).
+constexpr int64_t kVector = 8;
+template <typename scalar_t, typename acc_t, typename Channel>
+inline void add_products(acc_t* l, const scalar_t* dy, const scalar_t* x, int64_t count,
+                         Channel x_channel) {
+  int64_t b = 0;
+  for (; b + kVector <= count; b += kVector) {
+    acc_t sum[kVector];
+    for (int64_t v = 0; v < kVector; ++v) sum[v] = l[b + v];
+    for (int64_t v = 0; v < kVector; ++v) {
+      sum[v] = multiply_add(static_cast<acc_t>(dy[b + v]),
+                            static_cast<acc_t>(x[x_channel(b + v)]), sum[v]);
+    }
+    for (int64_t v = 0; v < kVector; ++v) l[b + v] = sum[v];
+  }
+  for (; b < count; ++b) {
+    l[b] = multiply_add(static_cast<acc_t>(dy[b]), static_cast<acc_t>(x[x_channel(b)]), l[b]);
+  }
+}
+
 // One image's share of the weight gradient of output channels [first, first + count): for each
 // tap and position j = first_position + oh * OW + ow, lanes[tap][j % kSumLanes][o - first] +=
-// dy[j, o] * x[at the tap, o / m], in increasing j.
-template <typename scalar_t, typename acc_t>
+// dy[j, o] * x[at the tap, o / m], in increasing j. Along a row the lane steps by one, wrapping.
+template <typename scalar_t, typename acc_t, typename Channel>
 TORCH_CONVBP_VECTOR_CLONES void add_weight_grad_lanes(const scalar_t* image,
                                                       const scalar_t* grad_image,
                                                       int64_t first_position, int64_t first,
-                                                      int64_t count, acc_t* lanes,
-                                                      const ConvShape& s) {
-  const int64_t c = s.in_channels, cout = s.out_channels, m = cout / c;
+                                                      int64_t count, Channel x_channel,
+                                                      acc_t* lanes, const ConvShape& s) {
+  const int64_t c = s.in_channels, cout = s.out_channels;
   for (int64_t oh = 0; oh < s.out_height; ++oh) {
+    const scalar_t* dy_row = grad_image + oh * s.out_width * cout + first;
     for (int64_t ki = 0; ki < s.kernel_h; ++ki) {
       const int64_t ih = input_row(s, oh, ki);
       if (ih < 0) continue;
+      const scalar_t* x_row = image + ih * s.width * c;
       for (int64_t kj = 0; kj < s.kernel_w; ++kj) {
         acc_t* tap_lanes = lanes + (ki * s.kernel_w + kj) * kSumLanes * count;
-        for_each_column(s.stride_w, tap_columns(s, kj), [&](int64_t ow, int64_t iw) {
-          const int64_t lane = (first_position + oh * s.out_width + ow) % kSumLanes;
-          acc_t* l = tap_lanes + lane * count;
-          const scalar_t* dy = grad_image + (oh * s.out_width + ow) * cout + first;
-          const scalar_t* x = image + (ih * s.width + iw) * c;
-          if (m == 1) {
-            for (int64_t b = 0; b < count; ++b) {
-              l[b] = multiply_add(static_cast<acc_t>(dy[b]), static_cast<acc_t>(x[first + b]), l[b]);
-            }
-          } else {
-            for (int64_t b = 0; b < count; ++b) {
-              l[b] = multiply_add(static_cast<acc_t>(dy[b]),
-                                  static_cast<acc_t>(x[(first + b) / m]), l[b]);
-            }
-          }
+        const Tap tap = tap_columns(s, kj);
+        int64_t lane = (first_position + oh * s.out_width + tap.columns.begin) % kSumLanes;
+        for_each_column(s.stride_w, tap, [&](int64_t ow, int64_t iw) {
+          add_products(tap_lanes + lane * count, dy_row + ow * cout, x_row + iw * c, count,
+                       x_channel);
+          lane = lane + 1 == kSumLanes ? 0 : lane + 1;
         });
       }
     }
@@ -208,16 +242,25 @@ void input_grad_kernel(const scalar_t* grad_output, const scalar_t* weight, scal
   });
 }
 
-// The output channels of one task of the weight gradient: a multiple of 8 (a vector), enough to
-// give every thread a couple of tasks, and few enough that the lanes [taps, kSumLanes, block]
-// stay within 4 MiB of float32. Longer blocks measured faster than blocks whose lanes fit L2
-// (benchmarks/NOTES.md, section 14): each position's work is a loop over the block. Only the cut
-// into tasks depends on the thread count, never an entry's order of summation.
+// The output channels of one task of the weight gradient. Each task streams the whole of x and
+// dy, reading its block's channels of every pixel, so:
+// - a multiple of 16 channels, a 64-byte cache line of float32: blocks of 8 (two tasks per
+//   thread) read half of every line they fetched, and took 1.6-1.7x the time of blocks of 16 and
+//   48 on mobilenet's 32@112 and 96@112/2 (benchmarks/NOTES.md, section 18);
+// - as long as possible: a task per thread, or a multiple of the thread count where the lanes
+//   [taps, kSumLanes, block] would pass 4 MiB of float32 (section 14: longer blocks measured
+//   faster than blocks whose lanes fit L2). Equal tasks for the threads: 960 channels on 2
+//   threads in 3 tasks took 1.9x the time of 6.
+// Only the cut into tasks depends on the thread count, never an entry's order of summation.
 int64_t weight_grad_block(const ConvShape& s) {
-  const int64_t taps = s.kernel_h * s.kernel_w;
-  const int64_t most = std::max<int64_t>(8, (int64_t{1} << 20) / (taps * kSumLanes) / 8 * 8);
-  const int64_t share = (s.out_channels + 2 * at::get_num_threads() - 1) / (2 * at::get_num_threads());
-  return std::clamp<int64_t>((share + 7) / 8 * 8, 8, most);
+  const int64_t taps = s.kernel_h * s.kernel_w, threads = at::get_num_threads();
+  const int64_t most = std::max<int64_t>(16, (int64_t{1} << 20) / (taps * kSumLanes) / 16 * 16);
+  const auto block_for = [&](int64_t tasks) {
+    return std::max<int64_t>(16, ((s.out_channels + tasks - 1) / tasks + 15) / 16 * 16);
+  };
+  int64_t tasks = threads;
+  while (block_for(tasks) > most) tasks += threads;
+  return block_for(tasks);
 }
 
 template <typename scalar_t>
@@ -234,9 +277,17 @@ void weight_grad_kernel(const scalar_t* input, const scalar_t* grad_output, scal
     for (int64_t index = begin; index < end; ++index) {
       const int64_t first = index * block, count = std::min(block, s.out_channels - first);
       std::fill(lanes.begin(), lanes.end(), acc_t(0));
+      const int64_t m = s.out_channels / s.in_channels;
       for (int64_t n = 0; n < s.batch; ++n) {
-        add_weight_grad_lanes(input + n * image_size, grad_output + n * grad_image_size,
-                              n * out_plane, first, count, lanes.data(), s);
+        const scalar_t* x = input + n * image_size;
+        const scalar_t* dy = grad_output + n * grad_image_size;
+        if (m == 1) {  // output channel o reads input channel o
+          add_weight_grad_lanes(x + first, dy, n * out_plane, first, count,
+                                [](int64_t b) { return b; }, lanes.data(), s);
+        } else {       // output channel o reads input channel o / m
+          add_weight_grad_lanes(x, dy, n * out_plane, first, count,
+                                [first, m](int64_t b) { return (first + b) / m; }, lanes.data(), s);
+        }
       }
       for (int64_t t = 0; t < taps; ++t) {
         acc_t* tap_lanes = lanes.data() + t * kSumLanes * count;
