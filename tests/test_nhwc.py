@@ -224,6 +224,10 @@ DEPTHWISE = [
     ("5x5 stride 2", (3, 16, 12, 11), 1, (5, 5), (2, 2), (2, 2), (1, 1)),
     ("more positions than lanes", (1, 24, 5, 70), 1, (3, 3), (1, 1), (1, 1), (1, 1)),
     ("batch of one, 1x1 kernel", (1, 40, 4, 4), 1, (1, 1), (1, 1), (0, 0), (1, 1)),
+    # output planes of 256 pixels or more: on the CPU, NCHW operands take the NCHW kernels (smaller
+    # planes go to the NHWC ones through copies), so these compare the two sets of kernels
+    ("large planes", (2, 8, 20, 20), 1, (3, 3), (1, 1), (1, 1), (1, 1)),
+    ("large planes, multiplier 2, stride 2", (2, 6, 33, 34), 2, (3, 3), (2, 2), (1, 1), (1, 1)),
 ]
 
 
