@@ -128,16 +128,17 @@ void gemm_out_contracting(const Tensor& out, const Tensor& a, const Tensor& b) {
     gemm_out(out, a, b, gemm_blocks(/*units=*/1, out.sizes(), out.device()));
     return;
   }
-  // products[i] [1, M, N] = a[:, :, share i] [1, M, K/shares] @ b[:, share i, :] [1, K/shares, N]
+  // products[i] [1, M, N] = a[:, :, share i] [1, M, K/shares] @ b[:, share i, :] [1, K/shares, N],
+  // the first written into out, the others then added to it in order
   const int64_t width = (k + shares - 1) / shares;
   std::vector<Tensor> products(shares);
-  for (Tensor& product : products) product = at::empty_like(out);
+  products[0] = out;
+  for (int64_t share = 1; share < shares; ++share) products[share] = at::empty_like(out);
   on_single_threaded_blas(shares, /*cpu=*/true, [&](int64_t share) {
     const int64_t first = share * width, count = std::min(width, k - first);
     gemm_one_block(products[share], a.narrow(2, first, count), b.narrow(1, first, count),
                    /*accumulate=*/false);
   });
-  out.copy_(products[0]);
   for (int64_t share = 1; share < shares; ++share) out.add_(products[share]);
 }
 
