@@ -35,4 +35,18 @@ C10_HOST_DEVICE inline index_t out_column_reading(const Dims& g, index_t iw, ind
   return output_index<index_t>(iw, g.pad_w, kj, g.dilation_w, g.stride_w, g.out_width);
 }
 
+// The gather of col2im: f(ki, kj, band_row, ow) for each tap (ki, kj), in (ki, kj) order, that
+// reads input pixel (ih, iw) from an output pixel (band_row, ow) of the chunk.
+template <typename Dims, typename index_t, typename F>
+C10_HOST_DEVICE inline void for_each_tap_reading(const Dims& g, index_t ih, index_t iw, F&& f) {
+  for (index_t ki = 0; ki < g.kernel_h; ++ki) {
+    const index_t band_row = band_row_reading(g, ih, ki);
+    if (band_row < 0) continue;
+    for (index_t kj = 0; kj < g.kernel_w; ++kj) {
+      const index_t ow = out_column_reading(g, iw, kj);
+      if (ow >= 0) f(ki, kj, band_row, ow);
+    }
+  }
+}
+
 }  // namespace torch_convbp

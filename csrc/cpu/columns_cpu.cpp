@@ -177,20 +177,14 @@ void col2im_nhwc_kernel(const column_t* columns, image_t* images, const ColumnGe
       const int64_t iw = task % g.width, rest = task / g.width;
       const int64_t ih = rest % reached.count + reached.first, image = rest / reached.count;
       std::fill(sum.begin(), sum.end(), acc_t(0));
-      for (int64_t ki = 0; ki < g.kernel_h; ++ki) {
-        const int64_t band_row = band_row_reading(g, ih, ki);
-        if (band_row < 0) continue;
-        for (int64_t kj = 0; kj < g.kernel_w; ++kj) {
-          const int64_t ow = out_column_reading(g, iw, kj);
-          if (ow < 0) continue;
-          const int64_t p = (image * g.rows + band_row) * g.out_width + ow;
-          const column_t* tap = columns + p * row_length + (ki * g.kernel_w + kj) * group_channels;
-          for (int64_t group = 0; group < g.groups; ++group) {
-            add_channels(tap + group * pixels * row_length, group_channels,
-                         sum.data() + group * group_channels);
-          }
+      for_each_tap_reading(g, ih, iw, [&](int64_t ki, int64_t kj, int64_t band_row, int64_t ow) {
+        const int64_t p = (image * g.rows + band_row) * g.out_width + ow;
+        const column_t* tap = columns + p * row_length + (ki * g.kernel_w + kj) * group_channels;
+        for (int64_t group = 0; group < g.groups; ++group) {
+          add_channels(tap + group * pixels * row_length, group_channels,
+                       sum.data() + group * group_channels);
         }
-      }
+      });
       image_t* dst = images + ((image * g.height + ih) * g.width + iw) * g.channels;
       for (int64_t c = 0; c < g.channels; ++c) {
         dst[c] = static_cast<image_t>(static_cast<acc_t>(dst[c]) + sum[c]);

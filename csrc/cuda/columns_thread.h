@@ -94,16 +94,11 @@ C10_HOST_DEVICE inline void col2im_pixel(const column_t* columns, image_t* image
   const index_t plane = rest / reached_rows;  // image * channels + c
   const index_t c = plane % g.channels, image = plane / g.channels;
   acc_t sum = 0;
-  for (index_t ki = 0; ki < g.kernel_h; ++ki) {
-    const index_t oh = band_row_reading(g, ih, ki);
-    if (oh < 0) continue;
-    for (index_t kj = 0; kj < g.kernel_w; ++kj) {
-      const index_t ow = out_column_reading(g, iw, kj);
-      if (ow < 0) continue;
-      const index_t row = (c * g.kernel_h + ki) * g.kernel_w + kj;
-      sum += static_cast<acc_t>(columns[(row * g.images + image) * block + oh * g.out_width + ow]);
-    }
-  }
+  for_each_tap_reading(g, ih, iw, [&](index_t ki, index_t kj, index_t band_row, index_t ow) {
+    const index_t row = (c * g.kernel_h + ki) * g.kernel_w + kj;
+    sum += static_cast<acc_t>(
+        columns[(row * g.images + image) * block + band_row * g.out_width + ow]);
+  });
   const index_t pixel = (plane * g.height + ih) * g.width + iw;
   images[pixel] = static_cast<image_t>(static_cast<acc_t>(images[pixel]) + sum);
 }
@@ -160,17 +155,10 @@ C10_HOST_DEVICE inline void col2im_nhwc_channel(const column_t* columns, image_t
   const column_t* group_rows = columns + c / group_channels * pixels * row_length +
                                c % group_channels;
   acc_t sum = 0;
-  for (index_t ki = 0; ki < g.kernel_h; ++ki) {
-    const index_t oh = band_row_reading(g, ih, ki);
-    if (oh < 0) continue;
-    for (index_t kj = 0; kj < g.kernel_w; ++kj) {
-      const index_t ow = out_column_reading(g, iw, kj);
-      if (ow < 0) continue;
-      const index_t p = (image * g.rows + oh) * g.out_width + ow;
-      sum += static_cast<acc_t>(
-          group_rows[p * row_length + (ki * g.kernel_w + kj) * group_channels]);
-    }
-  }
+  for_each_tap_reading(g, ih, iw, [&](index_t ki, index_t kj, index_t band_row, index_t ow) {
+    const index_t p = (image * g.rows + band_row) * g.out_width + ow;
+    sum += static_cast<acc_t>(group_rows[p * row_length + (ki * g.kernel_w + kj) * group_channels]);
+  });
   const index_t at = ((image * g.height + ih) * g.width + iw) * g.channels + c;
   images[at] = static_cast<image_t>(static_cast<acc_t>(images[at]) + sum);
 }
