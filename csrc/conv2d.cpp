@@ -188,14 +188,15 @@ std::optional<ConvShape> input_grad_convolution(const ConvShape& s) {
 }
 
 // The weight [Cout, Cin/G, kh, kw] of that convolution: [Cin, Cout/G, kh, kw], each group's
-// channels swapped and each kernel rotated by 180°.
-Tensor flipped_transposed_weight(const Tensor& weight, const ConvShape& s) {
-  const int64_t g = s.groups;
-  return weight.contiguous()
-      .view({g, s.out_channels / g, s.in_channels / g, s.kernel_h, s.kernel_w})
-      .transpose(1, 2)
-      .flip({3, 4})
-      .reshape({s.in_channels, s.out_channels / g, s.kernel_h, s.kernel_w});
+// channels swapped and each kernel rotated by 180°, written once in `layout`'s memory order so
+// that weight_matrices takes it without another copy (flip itself always copies).
+Tensor flipped_transposed_weight(const Tensor& weight, const ConvShape& s, Layout layout) {
+  const int64_t g = s.groups, in = s.in_channels / g, out = s.out_channels / g;
+  Tensor flipped = at::empty({s.in_channels, out, s.kernel_h, s.kernel_w},
+                             weight.options().memory_format(memory_format(layout)));
+  flipped.view({g, in, out, s.kernel_h, s.kernel_w})
+      .copy_(weight.view({g, out, in, s.kernel_h, s.kernel_w}).transpose(1, 2).flip({3, 4}));
+  return flipped;
 }
 
 }  // namespace
@@ -327,7 +328,7 @@ Tensor conv2d_input_grad(const Tensor& grad_output, const Tensor& weight,
   const auto compute = gemm_dtype(dy.scalar_type(), dy.device());
   if (auto transposed = input_grad_convolution(s)) {
     Tensor grad_input = empty_in_layout(input_size, dy, layout);
-    const Tensor w_flipped = flipped_transposed_weight(weight, s);  // [Cin, Cout/G, kh, kw]
+    const Tensor w_flipped = flipped_transposed_weight(weight, s, layout);  // [Cin, Cout/G, kh, kw]
     forward_by_chunks(dy, weight_matrices(w_flipped, *transposed, layout).to(compute),
                       *transposed, layout, grad_input);
     return grad_input;
