@@ -25,21 +25,23 @@ inline bool computes_in_nhwc(std::initializer_list<const at::Tensor*> operands) 
   return true;
 }
 
-// The NHWC column matrix pays where every group has at least this many input and output
-// channels. Its im2col copies a run of C/G channels per kernel tap, and its GEMMs write rows of
-// Cout/G; with 3 channels (an RGB stem) or 4 per group (ResNeXt's 32 groups) both are far below a
-// cache line and a GEMM tile, and those layers took 1.55x and 2.6x the time of computing in NCHW
-// with the layout copies (benchmarks/NOTES.md, section 17). Layers with 64 or more per group
-// took 0.67-0.94x it. The fake kernels mirror it (torch_convbp/_meta.py).
+// The NHWC column matrix pays where each group's GEMM writes rows of at least this many output
+// channels, and, with several groups, im2col copies runs of at least this many input channels
+// per tap. With one group a kernel row's taps are one run of kw*C channels whatever C is, so an
+// RGB stem (3 channels in, 32 out) takes it: its forward took 0.88x, its weight gradient 0.45x
+// the time of the NCHW route with the layout copies. Narrower groups, ResNeXt's 3x3 (4 per
+// group), and narrow outputs (a 3x3 to 3 or 8 channels, LeNet's 1>6) took 1.3-6x that time:
+// runs and rows far below a cache line and a GEMM tile (benchmarks/NOTES.md, sections 17 and
+// 19). The fake kernels mirror it (torch_convbp/_meta.py).
 constexpr int64_t kMinNhwcGroupChannels = 16;
 
 // The layout an operator of shape `s` computes in, for these operands: NHWC where they are all
 // channels_last and the layer has an NHWC route, else NCHW (the operands copied in, the results
 // copied back). The depthwise kernels have one in either layout; a layer computed by im2col +
-// GEMM has one where its groups are wide enough.
+// GEMM has one where its groups are wide enough (above).
 inline Layout operator_layout(const ConvShape& s, std::initializer_list<const at::Tensor*> operands) {
-  const bool wide = s.in_channels / s.groups >= kMinNhwcGroupChannels &&
-                    s.out_channels / s.groups >= kMinNhwcGroupChannels;
+  const bool wide_inputs = s.groups == 1 || s.in_channels / s.groups >= kMinNhwcGroupChannels;
+  const bool wide = wide_inputs && s.out_channels / s.groups >= kMinNhwcGroupChannels;
   return (s.is_depthwise() || wide) && computes_in_nhwc(operands) ? Layout::nhwc : Layout::nchw;
 }
 

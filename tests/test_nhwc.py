@@ -4,8 +4,8 @@ copy, and return channels_last activations:
   (csrc/pointwise_nhwc.h);
 - a depthwise call (one input channel per group): the depthwise kernels in NHWC, which give
   bitwise the NCHW kernels' results (csrc/cpu/depthwise_nhwc_cpu.cpp, cuda/depthwise_thread.h);
-- every other call whose groups have 16 or more input and output channels: the NHWC column
-  matrix [G, P, kh*kw*C/G] (im2col_nhwc, col2im_nhwc) and the same GEMMs as in NCHW, on
+- every other call whose groups have 16 or more output channels and, with several groups, 16
+  or more input channels: the NHWC column matrix [G, P, kh*kw*C/G] (im2col_nhwc, col2im_nhwc) and the same GEMMs as in NCHW, on
   transposed views (csrc/matrices.h).
 The others, and calls whose operands are not all channels_last, compute in NCHW
 (docs/design.md, "Memory formats")."""
@@ -50,12 +50,14 @@ ROUTES = [
     ("contiguous operands", dict(layout=torch.contiguous_format), 1, 0, 1, False),
     ("empty batch", dict(n=0), 1, 0, 1, False),
     ("grouped pointwise, 3 channels per group", {}, 1, 0, 2, False),  # groups too narrow
-    ("strided pointwise, 6 channels", {}, 2, 0, 1, False),
+    ("strided pointwise, 4 output channels", {}, 2, 0, 1, False),
     ("strided pointwise, 16 channels", dict(c=16, cout=16), 2, 0, 1, True),
     ("padded pointwise", dict(c=16, cout=16), 1, 1, 1, True),
     ("3x3", dict(k=3, c=16, cout=16), 1, 1, 1, True),
     ("3x3 strided, 16 channels per group", dict(k=3, c=32, cout=32), 2, 1, 2, True),
     ("3x3, 4 output channels", dict(k=3, c=16), 1, 1, 1, False),
+    ("3x3 strided, 3 input channels (an RGB stem)", dict(k=3, c=3, cout=16), 2, 1, 1, True),
+    ("3x3 grouped, 3 input channels per group", dict(k=3, cout=32), 1, 1, 2, False),
     ("3x3, 2 channels per group", dict(k=3, cout=6), 1, 1, 3, False),
     ("3x3 contiguous", dict(k=3, c=16, cout=16, layout=torch.contiguous_format), 1, 1, 1, False),
     ("3x3 empty batch", dict(n=0, k=3, c=16, cout=16), 1, 1, 1, False),
@@ -115,7 +117,8 @@ def test_gradients_of_any_order(device):
 
 
 # (name, input [N, C, H, W], out channels, kernel, stride, padding, dilation, groups): layers the
-# NHWC column matrix serves (16 or more channels per group), each with every operator's route
+# NHWC column matrix serves (16 or more output channels per group; with several groups, 16 or
+# more input channels too), each with every operator's route
 # (the stride-1 grad-input as a convolution, the strided one through col2im_nhwc)
 DENSE = [
     ("3x3 padded", (2, 16, 7, 6), 16, (3, 3), (1, 1), (1, 1), (1, 1), 1),
@@ -125,6 +128,11 @@ DENSE = [
     ("strided pointwise", (2, 16, 6, 6), 24, (1, 1), (2, 2), (0, 0), (1, 1), 1),
     ("grouped pointwise", (3, 64, 5, 7), 64, (1, 1), (1, 1), (0, 0), (1, 1), 4),
     ("stride larger than the kernel", (2, 16, 10, 9), 16, (2, 2), (3, 3), (0, 0), (1, 1), 1),
+    # one group and narrow inputs: a kernel row's taps copied as one run, or tap by tap where
+    # the width is dilated
+    ("RGB stem", (2, 3, 9, 10), 16, (3, 3), (2, 2), (1, 1), (1, 1), 1),
+    ("5x5, 6 input channels", (2, 6, 12, 11), 16, (5, 5), (1, 1), (2, 1), (1, 1), 1),
+    ("5 input channels, dilated along the width", (2, 5, 8, 9), 16, (3, 3), (1, 2), (1, 2), (1, 2), 1),
 ]
 
 

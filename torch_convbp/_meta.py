@@ -102,8 +102,8 @@ def _returns_channels_last(weight_size, stride, padding, groups, *operands):
     channels_last: the operands compute in NHWC (_computes_in_nhwc) and the layer has an NHWC
     route: the depthwise kernels (one input channel per group), the pointwise one
     (csrc/pointwise_nhwc.h: 1x1, stride 1, unpadded, ungrouped, GEMMs in the operands' dtype), or
-    the NHWC column matrix, taken where every group has at least 16 input and output channels
-    (operator_layout in csrc/layout.h)."""
+    the NHWC column matrix, taken where every group has at least 16 output channels and, with
+    several groups, at least 16 input channels (operator_layout in csrc/layout.h)."""
     if not _computes_in_nhwc(*operands):
         return False
     out_channels, group_channels = weight_size[0], weight_size[1]
@@ -112,7 +112,8 @@ def _returns_channels_last(weight_size, stride, padding, groups, *operands):
     pointwise = list(weight_size[2:]) == [1, 1] and list(stride) == [1, 1] and list(padding) == [0, 0]
     if pointwise and groups == 1 and all(_C.gemm_dtype(t.dtype, t.device) == t.dtype for t in operands):
         return True
-    return min(group_channels, out_channels // groups) >= _MIN_NHWC_GROUP_CHANNELS
+    wide_inputs = groups == 1 or group_channels >= _MIN_NHWC_GROUP_CHANNELS
+    return wide_inputs and out_channels // groups >= _MIN_NHWC_GROUP_CHANNELS
 
 
 def _empty(like, size, channels_last):

@@ -113,46 +113,114 @@ void col2im_kernel(const column_t* columns, image_t* images, const ColumnGeometr
   });
 }
 
+// dst[i] = src[i] for i < n, converting. Inline, so that it is compiled into (and vectorized
+// by) each caller's clone: the NHWC kernels copy runs as short as one group's channels per tap
+// (3 in an RGB stem, 4 in ResNeXt's groups), where a call per run cost more than the copy.
+template <typename image_t, typename column_t>
+inline void copy_run(const image_t* src, int64_t n, column_t* dst) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<column_t>(src[i]);
+}
+
+// sum[c] += src[c] for c < n; inline, as copy_run.
+template <typename acc_t, typename column_t>
+inline void add_run(const column_t* src, int64_t n, acc_t* sum) {
+  for (int64_t c = 0; c < n; ++c) sum[c] += static_cast<acc_t>(src[c]);
+}
+
+// Output pixel p of a chunk (ColumnGeometry): its image, output row and output column.
+struct OutputPixel {
+  int64_t image, oh, ow;
+};
+inline OutputPixel output_pixel(const ColumnGeometry& g, int64_t p) {
+  const int64_t rest = p / g.out_width;
+  return {rest / g.rows, rest % g.rows + g.row_start, p % g.out_width};
+}
+
+// Rows [begin, end) of one group's NHWC column matrix [P, kh*kw*C/G] (ColumnGeometry): for each
+// tap (ki, kj), the group's C/G channels of the input pixel that output pixel p sees there, 0 in
+// the padding. A kernel row's taps inside the image are one run where they are adjacent in
+// memory (one group, no dilation along the width): kw*C channels in one copy.
+template <typename image_t, typename column_t>
+TORCH_CONVBP_VECTOR_CLONES void im2col_nhwc_rows(const image_t* images, column_t* columns,
+                                                 const ColumnGeometry& g, int64_t group,
+                                                 int64_t begin, int64_t end) {
+  const int64_t group_channels = g.channels / g.groups;
+  const int64_t tap_row_length = g.kernel_w * group_channels;  // one kernel row's entries
+  const bool adjacent_taps = g.groups == 1 && g.dilation_w == 1;
+  for (int64_t p = begin; p < end; ++p) {
+    const OutputPixel out = output_pixel(g, p);
+    const int64_t iw_first = out.ow * g.stride_w - g.pad_w;  // iw = iw_first + kj * dilation_w
+    const Span taps = valid_columns(iw_first, g.dilation_w, g.width, g.kernel_w);
+    column_t* dst = columns + p * g.kernel_h * tap_row_length;
+    for (int64_t ki = 0; ki < g.kernel_h; ++ki, dst += tap_row_length) {
+      const int64_t ih = out.oh * g.stride_h - g.pad_h + ki * g.dilation_h;
+      if (ih < 0 || ih >= g.height) {
+        std::fill_n(dst, tap_row_length, column_t(0));
+        continue;
+      }
+      const image_t* src_row = images + (out.image * g.height + ih) * g.width * g.channels +
+                               group * group_channels;
+      const auto tap_source = [&](int64_t kj) {  // the group's channels that tap kj reads
+        return src_row + (iw_first + kj * g.dilation_w) * g.channels;
+      };
+      std::fill(dst, dst + taps.begin * group_channels, column_t(0));
+      if (adjacent_taps) {
+        copy_run(tap_source(taps.begin), (taps.end - taps.begin) * g.channels,
+                 dst + taps.begin * g.channels);
+      } else {
+        for (int64_t kj = taps.begin; kj < taps.end; ++kj) {
+          copy_run(tap_source(kj), group_channels, dst + kj * group_channels);
+        }
+      }
+      std::fill(dst + taps.end * group_channels, dst + tap_row_length, column_t(0));
+    }
+  }
+}
+
 // The NHWC column matrix [G, P, kh*kw*C/G] (ColumnGeometry): row p of group g holds, for each
 // tap (ki, kj), the group's C/G channels of the input pixel that output pixel p sees there, 0 in
-// the padding. One task writes whole pixels: each input pixel's C channels are read as one run
-// and split among the G groups' rows.
+// the padding. One task takes a tile of pixels, group by group: each group's rows of the tile
+// are written in one sequential run, while the input pixels the tile reads stay in cache.
 template <typename image_t, typename column_t>
 void im2col_nhwc_kernel(const image_t* images, column_t* columns, const ColumnGeometry& g) {
-  const int64_t group_channels = g.channels / g.groups;
-  const int64_t row_length = g.kernel_h * g.kernel_w * group_channels;
+  const int64_t row_length = g.kernel_h * g.kernel_w * (g.channels / g.groups);
   const int64_t pixels = g.images * g.rows * g.out_width;
-  const int64_t grain = std::max<int64_t>(1, kGrainElements / (row_length * g.groups));
-  at::parallel_for(0, pixels, grain, [&](int64_t begin, int64_t end) {
-    for (int64_t p = begin; p < end; ++p) {
-      const int64_t ow = p % g.out_width, rest = p / g.out_width;
-      const int64_t oh = rest % g.rows + g.row_start, image = rest / g.rows;
-      const image_t* image_pixels = images + image * g.height * g.width * g.channels;
-      column_t* row = columns + p * row_length;  // group 0's row; group k's is k*P rows on
-      for (int64_t ki = 0; ki < g.kernel_h; ++ki) {
-        const int64_t ih = oh * g.stride_h - g.pad_h + ki * g.dilation_h;
-        for (int64_t kj = 0; kj < g.kernel_w; ++kj, row += group_channels) {
-          const int64_t iw = ow * g.stride_w - g.pad_w + kj * g.dilation_w;
-          const bool inside = ih >= 0 && ih < g.height && iw >= 0 && iw < g.width;
-          for (int64_t group = 0; group < g.groups; ++group) {
-            column_t* dst = row + group * pixels * row_length;
-            if (inside) {
-              const int64_t first = (ih * g.width + iw) * g.channels + group * group_channels;
-              gather_strided(image_pixels + first, 1, group_channels, dst);
-            } else {
-              std::fill_n(dst, group_channels, column_t(0));
-            }
-          }
-        }
+  const int64_t tile = std::max<int64_t>(1, kGrainElements / (row_length * g.groups));
+  at::parallel_for(0, (pixels + tile - 1) / tile, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t first = t * tile, last = std::min(pixels, first + tile);
+      for (int64_t group = 0; group < g.groups; ++group) {
+        im2col_nhwc_rows(images, columns + group * pixels * row_length, g, group, first, last);
       }
     }
   });
 }
 
-// sum[c] += src[c] for c < n, vectorized along the channels.
-template <typename acc_t, typename column_t>
-TORCH_CONVBP_VECTOR_CLONES void add_channels(const column_t* src, int64_t n, acc_t* sum) {
-  for (int64_t c = 0; c < n; ++c) sum[c] += static_cast<acc_t>(src[c]);
+// Input pixels [begin, end) of the rows a chunk reaches (task = (image, ih - first, iw)), each
+// summed as col2im_nhwc_kernel says, with `sum` (C entries) as scratch.
+template <typename image_t, typename column_t, typename acc_t>
+TORCH_CONVBP_VECTOR_CLONES void col2im_nhwc_pixels(const column_t* columns, image_t* images,
+                                                   const ColumnGeometry& g, InputRows reached,
+                                                   int64_t begin, int64_t end, acc_t* sum) {
+  const int64_t group_channels = g.channels / g.groups;
+  const int64_t row_length = g.kernel_h * g.kernel_w * group_channels;
+  const int64_t pixels = g.images * g.rows * g.out_width;
+  for (int64_t task = begin; task < end; ++task) {
+    const int64_t iw = task % g.width, rest = task / g.width;
+    const int64_t ih = rest % reached.count + reached.first, image = rest / reached.count;
+    std::fill_n(sum, g.channels, acc_t(0));
+    for_each_tap_reading(g, ih, iw, [&](int64_t ki, int64_t kj, int64_t band_row, int64_t ow) {
+      const int64_t p = (image * g.rows + band_row) * g.out_width + ow;
+      const column_t* tap = columns + p * row_length + (ki * g.kernel_w + kj) * group_channels;
+      for (int64_t group = 0; group < g.groups; ++group) {
+        add_run(tap + group * pixels * row_length, group_channels, sum + group * group_channels);
+      }
+    });
+    image_t* dst = images + ((image * g.height + ih) * g.width + iw) * g.channels;
+    for (int64_t c = 0; c < g.channels; ++c) {
+      dst[c] = static_cast<image_t>(static_cast<acc_t>(dst[c]) + sum[c]);
+    }
+  }
 }
 
 // The adjoint of im2col_nhwc, as a gather: each input pixel of the rows the band reaches adds to
@@ -166,30 +234,11 @@ void col2im_nhwc_kernel(const column_t* columns, image_t* images, const ColumnGe
   using acc_t = at::opmath_type<image_t>;
   const InputRows reached = input_rows_reached(g);
   if (reached.count == 0) return;
-  const int64_t group_channels = g.channels / g.groups;
-  const int64_t row_length = g.kernel_h * g.kernel_w * group_channels;
-  const int64_t pixels = g.images * g.rows * g.out_width;
   const int64_t kernel_area = g.kernel_h * g.kernel_w;
   const int64_t grain = std::max<int64_t>(1, kGrainElements / (kernel_area * g.channels));
   at::parallel_for(0, g.images * reached.count * g.width, grain, [&](int64_t begin, int64_t end) {
     std::vector<acc_t> sum(g.channels);
-    for (int64_t task = begin; task < end; ++task) {  // task = (image, ih - first, iw)
-      const int64_t iw = task % g.width, rest = task / g.width;
-      const int64_t ih = rest % reached.count + reached.first, image = rest / reached.count;
-      std::fill(sum.begin(), sum.end(), acc_t(0));
-      for_each_tap_reading(g, ih, iw, [&](int64_t ki, int64_t kj, int64_t band_row, int64_t ow) {
-        const int64_t p = (image * g.rows + band_row) * g.out_width + ow;
-        const column_t* tap = columns + p * row_length + (ki * g.kernel_w + kj) * group_channels;
-        for (int64_t group = 0; group < g.groups; ++group) {
-          add_channels(tap + group * pixels * row_length, group_channels,
-                       sum.data() + group * group_channels);
-        }
-      });
-      image_t* dst = images + ((image * g.height + ih) * g.width + iw) * g.channels;
-      for (int64_t c = 0; c < g.channels; ++c) {
-        dst[c] = static_cast<image_t>(static_cast<acc_t>(dst[c]) + sum[c]);
-      }
-    }
+    col2im_nhwc_pixels(columns, images, g, reached, begin, end, sum.data());
   });
 }
 
