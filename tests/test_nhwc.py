@@ -236,6 +236,11 @@ DEPTHWISE = [
     # planes go to the NHWC ones through copies), so these compare the two sets of kernels
     ("large planes", (2, 8, 20, 20), 1, (3, 3), (1, 1), (1, 1), (1, 1)),
     ("large planes, multiplier 2, stride 2", (2, 6, 33, 34), 2, (3, 3), (2, 2), (1, 1), (1, 1)),
+    # rows whose inner pixels share their terms (one list per residue of the stride), and rows
+    # with no inner pixel at all
+    ("wide rows, strided and dilated along them", (1, 18, 14, 40), 1, (3, 3), (1, 2), (1, 3), (1, 2)),
+    ("stride 3, multiplier 2, wide rows", (1, 8, 24, 50), 2, (3, 4), (1, 3), (1, 2), (1, 1)),
+    ("rows narrower than the kernel's reach", (2, 16, 60, 3), 1, (3, 5), (1, 1), (1, 3), (1, 1)),
 ]
 
 

@@ -50,6 +50,48 @@ struct Terms {
   }
 };
 
+// The pixels of a row whose kernel taps all lie inside the image (or, for the input gradient,
+// inside the output): there a pixel's terms are those of the pixel `period` columns before it,
+// with the operand `shift` elements further on. So a row builds their terms once per residue
+// modulo the period, where building them for every pixel cost more than the sums themselves on
+// narrow layers (32 channels: 4.4x oneDNN's forward; benchmarks/NOTES.md, section 19).
+struct RepeatingColumns {
+  Span columns;
+  int64_t period, shift;
+};
+
+// The terms of each pixel of a row. For pixel x, build(x, terms) builds them, with offsets
+// from the operand of the row; the pixel's terms are then at `operand_shift` elements on.
+class RowTerms {
+ public:
+  RowTerms(int64_t most_terms, int64_t most_period)
+      : own_(most_terms), repeating_(most_period, Terms(most_terms)) {}
+
+  struct Use {
+    const Terms& terms;
+    int64_t operand_shift;
+  };
+  template <typename Build>
+  Use for_pixel(int64_t x, const RepeatingColumns& r, Build&& build) {
+    if (x < r.columns.begin || x >= r.columns.end) {
+      own_.clear();
+      build(x, own_);
+      return {own_, 0};
+    }
+    const int64_t residue = (x - r.columns.begin) % r.period, t = (x - r.columns.begin) / r.period;
+    Terms& terms = repeating_[residue];
+    if (t == 0) {  // the first such pixel of its residue: its terms serve those after it
+      terms.clear();
+      build(x, terms);
+    }
+    return {terms, t * r.shift};
+  }
+
+ private:
+  Terms own_;
+  std::vector<Terms> repeating_;
+};
+
 // One block of kChannelBlock adjacent channels (step 1): the sums in registers. The trip counts
 // are constants, down to the stores, so that the compiler keeps `sum` in vector registers: with
 // a store loop of a run-time length it kept them as 16 scalars, and the forward ran 4x slower
@@ -107,11 +149,15 @@ inline void sum_terms(const Terms& terms, const acc_t* w, const scalar_t* operan
 // taps, in (ki, kj) order, of the tap's weight times the input element the tap reads.
 template <typename scalar_t, typename acc_t>
 TORCH_CONVBP_VECTOR_CLONES void forward_row(const scalar_t* image, const acc_t* w_by_tap,
-                                            int64_t oh, Terms& terms, scalar_t* out,
+                                            int64_t oh, RowTerms& row_terms, scalar_t* out,
                                             const ConvShape& s) {
   const int64_t c = s.in_channels, cout = s.out_channels, m = cout / c;
-  for (int64_t ow = 0; ow < s.out_width; ++ow) {
-    terms.clear();
+  // The columns every tap reads inside the image: those of the first and of the last kernel
+  // column. The next output column reads stride_w input columns on.
+  const Span first = tap_columns(s, 0).columns, last = tap_columns(s, s.kernel_w - 1).columns;
+  const RepeatingColumns inner{{std::max(first.begin, last.begin), std::min(first.end, last.end)},
+                               1, s.stride_w * c};
+  const auto build = [&](int64_t ow, Terms& terms) {
     for (int64_t ki = 0; ki < s.kernel_h; ++ki) {
       const int64_t ih = input_row(s, oh, ki);
       if (ih < 0) continue;
@@ -120,11 +166,16 @@ TORCH_CONVBP_VECTOR_CLONES void forward_row(const scalar_t* image, const acc_t* 
         if (iw >= 0 && iw < s.width) terms.add((ki * s.kernel_w + kj) * cout, (ih * s.width + iw) * c);
       }
     }
+  };
+  for (int64_t ow = 0; ow < s.out_width; ++ow) {
+    // (sum_terms is called here, not from a lambda, so that it is compiled into this clone)
+    const RowTerms::Use use = row_terms.for_pixel(ow, inner, build);
+    const scalar_t* x = image + use.operand_shift;
     scalar_t* y = out + ow * cout;
     if (m == 1) {
-      sum_terms(terms, w_by_tap, image, cout, 1, [](int64_t o) { return o; }, y);
+      sum_terms(use.terms, w_by_tap, x, cout, 1, [](int64_t o) { return o; }, y);
     } else {
-      sum_terms(terms, w_by_tap, image, cout, 1, [m](int64_t o) { return o / m; }, y);
+      sum_terms(use.terms, w_by_tap, x, cout, 1, [m](int64_t o) { return o / m; }, y);
     }
   }
 }
@@ -135,11 +186,16 @@ TORCH_CONVBP_VECTOR_CLONES void forward_row(const scalar_t* image, const acc_t* 
 // and output gradient start at channel k and step by m.
 template <typename scalar_t, typename acc_t>
 TORCH_CONVBP_VECTOR_CLONES void input_grad_row(const scalar_t* grad_image, const acc_t* w_by_tap,
-                                               int64_t ih, Terms& terms, scalar_t* grad_in,
+                                               int64_t ih, RowTerms& row_terms, scalar_t* grad_in,
                                                const ConvShape& s) {
   const int64_t c = s.in_channels, cout = s.out_channels, m = cout / c;
-  for (int64_t iw = 0; iw < s.width; ++iw) {
-    terms.clear();
+  // The input columns that every kernel column on their stride reads from inside the output:
+  // iw + pad_w - (kw-1)*dilation_w >= 0 and iw + pad_w <= (OW-1)*stride_w. Their taps repeat
+  // with the stride's period, one output column on.
+  const Span inner{std::max<int64_t>(0, (s.kernel_w - 1) * s.dilation_w - s.pad_w),
+                   std::min(s.width, (s.out_width - 1) * s.stride_w - s.pad_w + 1)};
+  const RepeatingColumns repeating{inner, s.stride_w, cout};
+  const auto build = [&](int64_t iw, Terms& terms) {
     for (int64_t k = 0; k < m; ++k) {
       for (int64_t ki = 0; ki < s.kernel_h; ++ki) {
         const int64_t oh = output_index(ih, s.pad_h, ki, s.dilation_h, s.stride_h, s.out_height);
@@ -150,7 +206,11 @@ TORCH_CONVBP_VECTOR_CLONES void input_grad_row(const scalar_t* grad_image, const
         }
       }
     }
-    sum_terms(terms, w_by_tap, grad_image, c, m, [](int64_t o) { return o; }, grad_in + iw * c);
+  };
+  for (int64_t iw = 0; iw < s.width; ++iw) {
+    const RowTerms::Use use = row_terms.for_pixel(iw, repeating, build);
+    sum_terms(use.terms, w_by_tap, grad_image + use.operand_shift, c, m, [](int64_t o) { return o; },
+              grad_in + iw * c);
   }
 }
 
@@ -216,7 +276,7 @@ void forward_kernel(const scalar_t* input, const scalar_t* weight, scalar_t* out
   const int64_t row_size = s.out_width * s.out_channels, rows = s.batch * s.out_height;
   const int64_t image_size = s.height * s.width * s.in_channels;
   at::parallel_for(0, rows, grain_for(row_size * taps), [&](int64_t begin, int64_t end) {
-    Terms terms(taps);
+    RowTerms terms(taps, 1);
     for (int64_t row = begin; row < end; ++row) {
       const int64_t n = row / s.out_height, oh = row % s.out_height;
       forward_row(input + n * image_size, w_by_tap.data(), oh, terms, output + row * row_size, s);
@@ -233,7 +293,7 @@ void input_grad_kernel(const scalar_t* grad_output, const scalar_t* weight, scal
   const int64_t row_size = s.width * s.in_channels, rows = s.batch * s.height;
   const int64_t grad_image_size = s.out_height * s.out_width * s.out_channels;
   at::parallel_for(0, rows, grain_for(s.width * s.out_channels * taps), [&](int64_t begin, int64_t end) {
-    Terms terms(taps * m);
+    RowTerms terms(taps * m, s.stride_w);
     for (int64_t row = begin; row < end; ++row) {
       const int64_t n = row / s.height, ih = row % s.height;
       input_grad_row(grad_output + n * grad_image_size, w_by_tap.data(), ih, terms,
