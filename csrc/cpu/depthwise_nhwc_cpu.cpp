@@ -302,6 +302,37 @@ void input_grad_kernel(const scalar_t* grad_output, const scalar_t* weight, scal
   });
 }
 
+// One level of summation.h's tree for `block` channels: lanes[lane][b] += lanes[lane + half][b]
+// for lane < half, lanes `stride` entries apart. A full block has constant trip counts, and its
+// sums go through a local array (as add_products): two vector additions per lane, where a loop of
+// a run-time length cost more in its set-up than in its additions.
+template <typename acc_t>
+inline void tree_level(acc_t* lanes, int64_t stride, int64_t block, int half) {
+  for (int lane = 0; lane < half; ++lane) {
+    acc_t* sum = lanes + lane * stride;
+    const acc_t* other = lanes + (lane + half) * stride;
+    if (block == kChannelBlock) {
+      acc_t added[kChannelBlock];
+      for (int64_t b = 0; b < kChannelBlock; ++b) added[b] = sum[b] + other[b];
+      for (int64_t b = 0; b < kChannelBlock; ++b) sum[b] = added[b];
+    } else {
+      for (int64_t b = 0; b < block; ++b) sum[b] += other[b];
+    }
+  }
+}
+
+// lanes[0][b] = summation.h's tree over lanes[kSumLanes][count], per channel b. A block of
+// kChannelBlock channels at a time goes through the whole tree: its lanes (16 KiB of float32)
+// stay in the L1 cache, where level by level over all channels they streamed through memory
+// 8 times (benchmarks/NOTES.md, section 19). Each channel's additions are the same.
+template <typename acc_t>
+TORCH_CONVBP_VECTOR_CLONES void sum_lanes(acc_t* lanes, int64_t count) {
+  for (int64_t first = 0; first < count; first += kChannelBlock) {
+    const int64_t block = std::min(kChannelBlock, count - first);
+    for (int half = kSumLanes / 2; half > 0; half /= 2) tree_level(lanes + first, count, block, half);
+  }
+}
+
 // The output channels of one task of the weight gradient. Each task streams the whole of x and
 // dy, reading its block's channels of every pixel, so:
 // - a multiple of 16 channels, a 64-byte cache line of float32: blocks of 8 (two tasks per
@@ -351,13 +382,7 @@ void weight_grad_kernel(const scalar_t* input, const scalar_t* grad_output, scal
       }
       for (int64_t t = 0; t < taps; ++t) {
         acc_t* tap_lanes = lanes.data() + t * kSumLanes * count;
-        for (int half = kSumLanes / 2; half > 0; half /= 2) {  // summation.h's tree, per channel
-          for (int lane = 0; lane < half; ++lane) {
-            for (int64_t b = 0; b < count; ++b) {
-              tap_lanes[lane * count + b] += tap_lanes[(lane + half) * count + b];
-            }
-          }
-        }
+        sum_lanes(tap_lanes, count);
         for (int64_t b = 0; b < count; ++b) {
           grad_weight[(first + b) * taps + t] = static_cast<scalar_t>(tap_lanes[b]);
         }
