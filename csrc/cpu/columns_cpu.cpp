@@ -113,17 +113,17 @@ void col2im_kernel(const column_t* columns, image_t* images, const ColumnGeometr
   });
 }
 
-// dst[i] = src[i] for i < n, converting. Inline, so that it is compiled into (and vectorized
+// dst[i] = src[i] for i < n, converting. Inlined, so that it is compiled into (and vectorized
 // by) each caller's clone: the NHWC kernels copy runs as short as one group's channels per tap
 // (3 in an RGB stem, 4 in ResNeXt's groups), where a call per run cost more than the copy.
 template <typename image_t, typename column_t>
-inline void copy_run(const image_t* src, int64_t n, column_t* dst) {
+TORCH_CONVBP_INLINE void copy_run(const image_t* src, int64_t n, column_t* dst) {
   for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<column_t>(src[i]);
 }
 
-// sum[c] += src[c] for c < n; inline, as copy_run.
+// sum[c] += src[c] for c < n; inlined, as copy_run.
 template <typename acc_t, typename column_t>
-inline void add_run(const column_t* src, int64_t n, acc_t* sum) {
+TORCH_CONVBP_INLINE void add_run(const column_t* src, int64_t n, acc_t* sum) {
   for (int64_t c = 0; c < n; ++c) sum[c] += static_cast<acc_t>(src[c]);
 }
 

@@ -13,6 +13,16 @@
 #define TORCH_CONVBP_VECTOR_CLONES
 #endif
 
+// Forces a helper of those kernels to be inlined into its caller, so that it is compiled into
+// the caller's clone: GCC's own choice varied with the torch headers it was built against, and an
+// out-of-line copy (compiled for the baseline) ran the 32-channel depthwise forward 18x slower
+// (benchmarks/NOTES.md, section 19).
+#if defined(__GNUC__)
+#define TORCH_CONVBP_INLINE inline __attribute__((always_inline))
+#else
+#define TORCH_CONVBP_INLINE inline
+#endif
+
 namespace torch_convbp {
 
 // The output columns [begin, end) whose input column ow*stride + offset lies in [0, width).

@@ -97,7 +97,7 @@ class RowTerms {
 // a store loop of a run-time length it kept them as 16 scalars, and the forward ran 4x slower
 // (benchmarks/NOTES.md, section 18).
 template <typename scalar_t, typename acc_t, typename Channel>
-inline void sum_full_block(const Terms& terms, const acc_t* w, const scalar_t* operand,
+TORCH_CONVBP_INLINE void sum_full_block(const Terms& terms, const acc_t* w, const scalar_t* operand,
                            int64_t first, Channel operand_channel, scalar_t* result) {
   acc_t sum[kChannelBlock] = {};
   for (size_t i = 0; i < terms.weight_offset.size(); ++i) {
@@ -112,7 +112,7 @@ inline void sum_full_block(const Terms& terms, const acc_t* w, const scalar_t* o
 
 // Any block: `block` channels from `first`, `step` apart.
 template <typename scalar_t, typename acc_t, typename Channel>
-inline void sum_any_block(const Terms& terms, const acc_t* w, const scalar_t* operand,
+TORCH_CONVBP_INLINE void sum_any_block(const Terms& terms, const acc_t* w, const scalar_t* operand,
                           int64_t first, int64_t block, int64_t step, Channel operand_channel,
                           scalar_t* result) {
   acc_t sum[kChannelBlock] = {};
@@ -133,7 +133,7 @@ inline void sum_any_block(const Terms& terms, const acc_t* w, const scalar_t* op
 // channels, 1 otherwise). The forward with m > 1 reads input channel o / m, which
 // `operand_channel` maps.
 template <typename scalar_t, typename acc_t, typename Channel>
-inline void sum_terms(const Terms& terms, const acc_t* w, const scalar_t* operand, int64_t channels,
+TORCH_CONVBP_INLINE void sum_terms(const Terms& terms, const acc_t* w, const scalar_t* operand, int64_t channels,
                       int64_t step, Channel operand_channel, scalar_t* result) {
   for (int64_t first = 0; first < channels; first += kChannelBlock) {
     const int64_t block = std::min(kChannelBlock, channels - first);
@@ -220,7 +220,7 @@ TORCH_CONVBP_VECTOR_CLONES void input_grad_row(const scalar_t* grad_image, const
 // products scalar, one at a time (benchmarks/NOTES.md, section 18).
 constexpr int64_t kVector = 8;
 template <typename scalar_t, typename acc_t, typename Channel>
-inline void add_products(acc_t* l, const scalar_t* dy, const scalar_t* x, int64_t count,
+TORCH_CONVBP_INLINE void add_products(acc_t* l, const scalar_t* dy, const scalar_t* x, int64_t count,
                          Channel x_channel) {
   int64_t b = 0;
   for (; b + kVector <= count; b += kVector) {
@@ -307,7 +307,7 @@ void input_grad_kernel(const scalar_t* grad_output, const scalar_t* weight, scal
 // sums go through a local array (as add_products): two vector additions per lane, where a loop of
 // a run-time length cost more in its set-up than in its additions.
 template <typename acc_t>
-inline void tree_level(acc_t* lanes, int64_t stride, int64_t block, int half) {
+TORCH_CONVBP_INLINE void tree_level(acc_t* lanes, int64_t stride, int64_t block, int half) {
   for (int lane = 0; lane < half; ++lane) {
     acc_t* sum = lanes + lane * stride;
     const acc_t* other = lanes + (lane + half) * stride;
