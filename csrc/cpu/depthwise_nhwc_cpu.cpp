@@ -97,8 +97,9 @@ class RowTerms {
 // a store loop of a run-time length it kept them as 16 scalars, and the forward ran 4x slower
 // (benchmarks/NOTES.md, section 18).
 template <typename scalar_t, typename acc_t, typename Channel>
-TORCH_CONVBP_INLINE void sum_full_block(const Terms& terms, const acc_t* w, const scalar_t* operand,
-                           int64_t first, Channel operand_channel, scalar_t* result) {
+TORCH_CONVBP_INLINE void sum_full_block(const Terms& terms, const acc_t* w,
+                                        const scalar_t* operand, int64_t first,
+                                        Channel operand_channel, scalar_t* result) {
   acc_t sum[kChannelBlock] = {};
   for (size_t i = 0; i < terms.weight_offset.size(); ++i) {
     const acc_t* wt = w + terms.weight_offset[i] + first;
@@ -112,9 +113,9 @@ TORCH_CONVBP_INLINE void sum_full_block(const Terms& terms, const acc_t* w, cons
 
 // Any block: `block` channels from `first`, `step` apart.
 template <typename scalar_t, typename acc_t, typename Channel>
-TORCH_CONVBP_INLINE void sum_any_block(const Terms& terms, const acc_t* w, const scalar_t* operand,
-                          int64_t first, int64_t block, int64_t step, Channel operand_channel,
-                          scalar_t* result) {
+TORCH_CONVBP_INLINE void sum_any_block(const Terms& terms, const acc_t* w,
+                                       const scalar_t* operand, int64_t first, int64_t block,
+                                       int64_t step, Channel operand_channel, scalar_t* result) {
   acc_t sum[kChannelBlock] = {};
   for (size_t i = 0; i < terms.weight_offset.size(); ++i) {
     const acc_t* wt = w + terms.weight_offset[i];
@@ -133,8 +134,9 @@ TORCH_CONVBP_INLINE void sum_any_block(const Terms& terms, const acc_t* w, const
 // channels, 1 otherwise). The forward with m > 1 reads input channel o / m, which
 // `operand_channel` maps.
 template <typename scalar_t, typename acc_t, typename Channel>
-TORCH_CONVBP_INLINE void sum_terms(const Terms& terms, const acc_t* w, const scalar_t* operand, int64_t channels,
-                      int64_t step, Channel operand_channel, scalar_t* result) {
+TORCH_CONVBP_INLINE void sum_terms(const Terms& terms, const acc_t* w, const scalar_t* operand,
+                                   int64_t channels, int64_t step, Channel operand_channel,
+                                   scalar_t* result) {
   for (int64_t first = 0; first < channels; first += kChannelBlock) {
     const int64_t block = std::min(kChannelBlock, channels - first);
     if (block == kChannelBlock && step == 1) {
@@ -220,8 +222,8 @@ TORCH_CONVBP_VECTOR_CLONES void input_grad_row(const scalar_t* grad_image, const
 // products scalar, one at a time (benchmarks/NOTES.md, section 18).
 constexpr int64_t kVector = 8;
 template <typename scalar_t, typename acc_t, typename Channel>
-TORCH_CONVBP_INLINE void add_products(acc_t* l, const scalar_t* dy, const scalar_t* x, int64_t count,
-                         Channel x_channel) {
+TORCH_CONVBP_INLINE void add_products(acc_t* l, const scalar_t* dy, const scalar_t* x,
+                                      int64_t count, Channel x_channel) {
   int64_t b = 0;
   for (; b + kVector <= count; b += kVector) {
     acc_t sum[kVector];
