@@ -190,4 +190,23 @@ DepthwiseCall check_depthwise(const char* op, const Tensor& input, const Tensor&
   return {s, /*channels_last=*/true};
 }
 
+ConvShape check_grouped(const char* op, const Tensor& input, const Tensor& weight,
+                        const Tensor& output, IntArrayRef stride, IntArrayRef padding,
+                        IntArrayRef dilation, int64_t groups) {
+  check_operands(op, {{"input", &input}, {"weight", &weight}, {"output", &output}});
+  TORCH_CHECK(input.dim() == 4, op, ": expected a 4-D input [N, C, H, W], got size ",
+              sizes_str(input.sizes()));
+  const ConvShape s =
+      check_conv2d(op, input.sizes(), weight.sizes(), stride, padding, dilation, groups);
+  const std::vector<int64_t> expected{s.batch, s.out_channels, s.out_height, s.out_width};
+  TORCH_CHECK(output.sizes() == IntArrayRef(expected), op, ": expected output of size ",
+              IntArrayRef(expected), ", got ", output.sizes());
+  TORCH_CHECK(weight.is_contiguous(), op, ": expected a contiguous weight");
+  const auto nhwc = at::MemoryFormat::ChannelsLast;
+  TORCH_CHECK(input.is_contiguous(nhwc) && output.is_contiguous(nhwc), op,
+              ": expected input and output both channels_last (dense), got strides ",
+              input.strides(), " and ", output.strides());
+  return s;
+}
+
 }  // namespace torch_convbp

@@ -14,10 +14,12 @@
 // Each operator computes in one memory layout, NCHW or NHWC, chosen from its operands' strides
 // (layout.h). The GEMMs above are written once for both: matrices.h sees each layout's tensors as
 // these matrices (in NHWC, transposed views), and each layout has its own im2col and col2im.
-// Two special cases skip parts of this: a 1x1 convolution's input is its own column matrix (no
-// im2col; and with one group, in NHWC one GEMM over the batch: pointwise_nhwc.h), and a
-// depthwise one (one input channel per group, whose GEMMs would be a few rows
-// thin) goes to direct device kernels (no im2col, no GEMM, no workspace), in either layout.
+// Special cases skip parts of this: a 1x1 convolution's input is its own column matrix (no
+// im2col; and with one group, in NHWC one GEMM over the batch: pointwise_nhwc.h); a depthwise one
+// (one input channel per group, whose GEMMs would be a few rows thin) goes to direct device
+// kernels (no im2col, no GEMM, no workspace), in either layout; and so does, in NHWC, the forward
+// of a convolution whose groups are narrow (layout.h, has_direct_grouped_kernel), and its stride-1
+// grad-input, itself such a convolution.
 // The GEMMs run in gemm_dtype(): the operands' dtype, or float32 for float16 and bfloat16 on a CPU
 // that would emulate half-precision GEMMs; the column matrices and staging are then float32.
 // How the work is cut (chunks, lanes, partial sums, the workspace) is in plan.h, and how each GEMM
@@ -97,6 +99,17 @@ void call_depthwise_kernel(DepthwiseOp which, const Tensor& a, const Tensor& b, 
                                                           : weight_grad;
   kernel.call(a, b, {s.stride_h, s.stride_w}, {s.pad_h, s.pad_w}, {s.dilation_h, s.dilation_w},
               result);
+}
+
+// The direct grouped kernel (narrow groups, NHWC activations): output = the convolution of x
+// with the contiguous weight [Cout, Cin/G, kh, kw], written whole.
+void call_grouped_kernel(const Tensor& x, const Tensor& weight, const ConvShape& s,
+                         const Tensor& output) {
+  using GroupedKernel = void(const Tensor&, const Tensor&, IntArrayRef, IntArrayRef, IntArrayRef,
+                             int64_t, const Tensor&);
+  static const auto kernel = kernel_handle<GroupedKernel>("torch_convbp::grouped_conv2d");
+  kernel.call(x, weight, {s.stride_h, s.stride_w}, {s.pad_h, s.pad_w},
+              {s.dilation_h, s.dilation_w}, s.groups, output);
 }
 
 // The [G, Cin/G*kh*kw, P] column matrix of a chunk of x. A 1x1, stride-1, unpadded
@@ -239,11 +252,14 @@ Tensor conv2d_forward(const Tensor& input, const Tensor& weight,
   if (takes_pointwise_nhwc(s, {&input})) {
     output = pointwise_nhwc_forward(input, weight, s);
   } else {
-    const Layout layout = operator_layout(s, {&input});
+    const bool grouped = has_direct_grouped_kernel(s);
+    const Layout layout = operator_layout(s, {&input}, s.is_depthwise() || grouped);
     const Tensor x = in_layout(input, layout);
     output = empty_in_layout({s.batch, s.out_channels, s.out_height, s.out_width}, x, layout);
     if (s.is_depthwise()) {
       call_depthwise_kernel(DepthwiseOp::forward, x, weight.contiguous(), s, output);
+    } else if (grouped && layout == Layout::nhwc) {
+      call_grouped_kernel(x, weight.contiguous(), s, output);
     } else {
       const auto compute = gemm_dtype(x.scalar_type(), x.device());
       forward_by_chunks(x, weight_matrices(weight, s, layout).to(compute), s, layout, output);
@@ -264,7 +280,7 @@ Tensor conv2d_weight_grad(const Tensor& input, const Tensor& grad_output,
   if (takes_pointwise_nhwc(s, {&input, &grad_output})) {
     return pointwise_nhwc_weight_grad(input, grad_output, weight_size, s);
   }
-  const Layout layout = operator_layout(s, {&input, &grad_output});
+  const Layout layout = operator_layout(s, {&input, &grad_output}, s.is_depthwise());
   const Tensor x = in_layout(input, layout);
   const Tensor dy = in_layout(grad_output, layout);
   if (s.is_depthwise()) {
@@ -317,7 +333,9 @@ Tensor conv2d_input_grad(const Tensor& grad_output, const Tensor& weight,
   if (takes_pointwise_nhwc(s, {&grad_output})) {
     return pointwise_nhwc_input_grad(grad_output, weight, s);
   }
-  const Layout layout = operator_layout(s, {&grad_output});
+  const std::optional<ConvShape> transposed = input_grad_convolution(s);
+  const bool grouped = transposed && has_direct_grouped_kernel(*transposed);
+  const Layout layout = operator_layout(s, {&grad_output}, s.is_depthwise() || grouped);
   const Tensor dy = in_layout(grad_output, layout);
   if (s.is_depthwise()) {
     Tensor grad_input = empty_in_layout(input_size, dy, layout);
@@ -325,8 +343,14 @@ Tensor conv2d_input_grad(const Tensor& grad_output, const Tensor& weight,
     return grad_input;
   }
 
+  if (grouped && layout == Layout::nhwc) {
+    Tensor grad_input = empty_in_layout(input_size, dy, layout);
+    call_grouped_kernel(dy, flipped_transposed_weight(weight, s, Layout::nchw), *transposed,
+                        grad_input);
+    return grad_input;
+  }
   const auto compute = gemm_dtype(dy.scalar_type(), dy.device());
-  if (auto transposed = input_grad_convolution(s)) {
+  if (transposed) {
     Tensor grad_input = empty_in_layout(input_size, dy, layout);
     const Tensor w_flipped = flipped_transposed_weight(weight, s, layout);  // [Cin, Cout/G, kh, kw]
     forward_by_chunks(dy, weight_matrices(w_flipped, *transposed, layout).to(compute),

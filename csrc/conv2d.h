@@ -5,7 +5,7 @@
 //   checks.cpp   every check of their arguments,
 //   conv2d.cpp   the device-agnostic orchestration (column buffers, GEMMs),
 //   cpu/, cuda/  the only device-specific code: the im2col and col2im kernels, and the direct
-//                kernels of the depthwise special case.
+//                kernels of the depthwise and narrow-grouped special cases.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -97,6 +97,13 @@ struct DepthwiseCall {
 DepthwiseCall check_depthwise(const char* op, const Tensor& input, const Tensor& weight,
                               const Tensor& output, IntArrayRef stride, IntArrayRef padding,
                               IntArrayRef dilation);
+
+// Checks the arguments of the direct grouped kernel (grouped_conv2d): input [N, C, H, W], weight
+// [Cout, C/G, kh, kw] and output [N, Cout, OH, OW] of one dtype and device, the weight
+// contiguous, the input and output dense channels_last. Returns the convolution's shape.
+ConvShape check_grouped(const char* op, const Tensor& input, const Tensor& weight,
+                        const Tensor& output, IntArrayRef stride, IntArrayRef padding,
+                        IntArrayRef dilation, int64_t groups);
 
 // The three convolution operators (registered for every device in ops.cpp).
 Tensor conv2d_forward(const Tensor& input, const Tensor& weight,

@@ -35,14 +35,26 @@ inline bool computes_in_nhwc(std::initializer_list<const at::Tensor*> operands) 
 // 19). The fake kernels mirror it (torch_convbp/_meta.py).
 constexpr int64_t kMinNhwcGroupChannels = 16;
 
+// A convolution of several groups (not depthwise) with at most this many output channels per
+// group is computed by the direct grouped kernel (cpu/grouped_nhwc_cpu.cpp,
+// cuda/grouped_thread.h), in NHWC: each group's GEMMs would be a few rows thin, and ResNeXt's
+// 3x3 layers (4 to 32 channels per group) ran at 2-3x oneDNN's time through the column matrix in
+// either layout (benchmarks/NOTES.md, sections 20 and 21).
+constexpr int64_t kMaxDirectGroupChannels = 32;
+inline bool has_direct_grouped_kernel(const ConvShape& s) {
+  return s.groups > 1 && !s.is_depthwise() && s.out_channels / s.groups <= kMaxDirectGroupChannels;
+}
+
 // The layout an operator of shape `s` computes in, for these operands: NHWC where they are all
 // channels_last and the layer has an NHWC route, else NCHW (the operands copied in, the results
-// copied back). The depthwise kernels have one in either layout; a layer computed by im2col +
-// GEMM has one where its groups are wide enough (above).
-inline Layout operator_layout(const ConvShape& s, std::initializer_list<const at::Tensor*> operands) {
+// copied back). The operator's direct kernel, where it takes one (`direct_kernel`: depthwise, or
+// narrow groups), computes in NHWC; a layer computed by im2col + GEMM has an NHWC route where its
+// groups are wide enough (above).
+inline Layout operator_layout(const ConvShape& s, std::initializer_list<const at::Tensor*> operands,
+                              bool direct_kernel) {
   const bool wide_inputs = s.groups == 1 || s.in_channels / s.groups >= kMinNhwcGroupChannels;
   const bool wide = wide_inputs && s.out_channels / s.groups >= kMinNhwcGroupChannels;
-  return (s.is_depthwise() || wide) && computes_in_nhwc(operands) ? Layout::nhwc : Layout::nchw;
+  return (direct_kernel || wide) && computes_in_nhwc(operands) ? Layout::nhwc : Layout::nchw;
 }
 
 inline at::MemoryFormat memory_format(Layout layout) {

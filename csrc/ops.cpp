@@ -49,6 +49,11 @@ TORCH_LIBRARY(torch_convbp, m) {
   m.def(
       "depthwise_weight_grad(Tensor input, Tensor grad_output, int[2] stride, int[2] padding, "
       "int[2] dilation, Tensor(a!) grad_weight) -> ()");
+  // A grouped convolution computed directly on channels_last activations, for groups too narrow
+  // for the column matrix's GEMMs: writes its output whole.
+  m.def(
+      "grouped_conv2d(Tensor input, Tensor weight, int[2] stride, int[2] padding, "
+      "int[2] dilation, int groups, Tensor(a!) output) -> ()");
 }
 
 // The orchestration is the same on every device: it reaches the device through im2col/col2im.

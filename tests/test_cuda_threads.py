@@ -169,6 +169,38 @@ def test_depthwise_threads_match_the_cpu_bitwise(harness, name, shape, multiplie
         assert_bitwise_equal(actual, expected)
 
 
+# (name, input [N, C, H, W], out channels, kernel, stride, padding, dilation, groups): the direct
+# grouped kernel, whose CPU version sums blocks of pixels x vectors of channels in registers
+# (cpu/grouped_nhwc_cpu.cpp): channels per group that fill no vector, part of one, several, and
+# more than one slice of 2 vectors; rows with whole blocks, tails and edge columns.
+GROUPED_CASES = [
+    ("resnext-like 4 per group", (2, 16, 9, 10), 16, (3, 3), (1, 1), (1, 1), (1, 1), 4),
+    ("16 per group, wide rows", (1, 32, 4, 30), 32, (3, 3), (1, 1), (1, 1), (1, 1), 2),
+    ("12 per group (a part-vector)", (2, 24, 6, 13), 24, (3, 3), (1, 1), (1, 1), (1, 1), 2),
+    ("40 per group (two slices)", (1, 20, 5, 14), 80, (3, 3), (1, 1), (1, 1), (1, 1), 2),
+    ("one output channel per group", (2, 12, 7, 9), 4, (3, 3), (1, 1), (1, 1), (1, 1), 4),
+    ("asymmetric everything", (2, 6, 11, 12), 9, (3, 2), (2, 1), (1, 2), (2, 3), 3),
+    ("padding past the reach", (1, 8, 3, 4), 8, (2, 2), (1, 1), (3, 3), (1, 1), 2),
+    ("stride larger than the kernel", (2, 8, 10, 11), 4, (2, 2), (3, 3), (0, 0), (1, 1), 2),
+    ("batch zero", (0, 8, 5, 5), 8, (3, 3), (1, 1), (1, 1), (1, 1), 4),
+]
+
+
+@pytest.mark.parametrize("index_bits", [32, 64])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("name, shape, out_channels, kernel, stride, padding, dilation, groups", GROUPED_CASES, ids=[c[0] for c in GROUPED_CASES])
+def test_grouped_threads_match_the_cpu_bitwise(harness, name, shape, out_channels, kernel, stride, padding, dilation, groups, dtype, index_bits):
+    x = randn(*shape, dtype=dtype, seed=0).contiguous(memory_format=torch.channels_last)
+    weight = randn(out_channels, shape[1] // groups, *kernel, dtype=dtype, seed=1)
+    args = (stride, padding, dilation, groups)
+    out_shape = torch.nn.functional.conv2d(x.double(), weight.double(), None, *args).shape
+    expected = torch.full(out_shape, float("nan"), dtype=dtype).contiguous(memory_format=torch.channels_last)
+    actual = expected.clone()
+    ops.grouped_conv2d(x, weight, *args, expected)
+    harness.grouped_conv2d(x, weight, *args, index_bits, actual)
+    assert_bitwise_equal(actual, expected)
+
+
 def test_the_harness_refuses_what_the_kernels_refuse(harness):
     """The harness goes through the same checks (csrc/checks.cpp) as the operators."""
     x = torch.randn(1, 2, 4, 4)

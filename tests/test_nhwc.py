@@ -4,6 +4,9 @@ copy, and return channels_last activations:
   (csrc/pointwise_nhwc.h);
 - a depthwise call (one input channel per group): the depthwise kernels in NHWC, which give
   bitwise the NCHW kernels' results (csrc/cpu/depthwise_nhwc_cpu.cpp, cuda/depthwise_thread.h);
+- the forward of a call with several groups of at most 32 output channels (not depthwise), and
+  its grad-input where that is a stride-1 convolution with narrow groups too: the direct grouped
+  kernel (csrc/cpu/grouped_nhwc_cpu.cpp, cuda/grouped_thread.h);
 - every other call whose groups have 16 or more output channels and, with several groups, 16
   or more input channels: the NHWC column matrix [G, P, kh*kw*C/G] (im2col_nhwc, col2im_nhwc) and the same GEMMs as in NCHW, on
   transposed views (csrc/matrices.h).
@@ -42,14 +45,16 @@ def assert_formats(ours, builtin):
         assert y.is_contiguous(memory_format=CL)
 
 
-# (name, operands' keyword arguments, stride, padding, groups, whether the call computes in NHWC)
+# (name, operands' keyword arguments, stride, padding, groups, whether the call computes in NHWC:
+# the forward and grad-input both, or (forward, grad-input))
 ROUTES = [
     ("pointwise channels_last", {}, 1, 0, 1, True),
     ("batch of one", dict(n=1), 1, 0, 1, True),
     ("one pixel per image", dict(h=1, w=1), 1, 0, 1, False),  # by its strides, not channels_last
     ("contiguous operands", dict(layout=torch.contiguous_format), 1, 0, 1, False),
     ("empty batch", dict(n=0), 1, 0, 1, False),
-    ("grouped pointwise, 3 channels per group", {}, 1, 0, 2, False),  # groups too narrow
+    ("grouped pointwise, 3 channels per group", {}, 1, 0, 2, True),  # the direct grouped kernel
+    ("grouped pointwise contiguous", dict(layout=torch.contiguous_format), 1, 0, 2, False),
     ("strided pointwise, 4 output channels", {}, 2, 0, 1, False),
     ("strided pointwise, 16 channels", dict(c=16, cout=16), 2, 0, 1, True),
     ("padded pointwise", dict(c=16, cout=16), 1, 1, 1, True),
@@ -57,8 +62,14 @@ ROUTES = [
     ("3x3 strided, 16 channels per group", dict(k=3, c=32, cout=32), 2, 1, 2, True),
     ("3x3, 4 output channels", dict(k=3, c=16), 1, 1, 1, False),
     ("3x3 strided, 3 input channels (an RGB stem)", dict(k=3, c=3, cout=16), 2, 1, 1, True),
-    ("3x3 grouped, 3 input channels per group", dict(k=3, cout=32), 1, 1, 2, False),
-    ("3x3, 2 channels per group", dict(k=3, cout=6), 1, 1, 3, False),
+    ("3x3 grouped, 3 input channels per group", dict(k=3, cout=32), 1, 1, 2, True),
+    ("3x3, 2 channels per group", dict(k=3, cout=6), 1, 1, 3, True),
+    # a strided grad-input is no convolution of its own: col2im, in NCHW for narrow groups
+    ("3x3 strided, 4 channels per group", dict(k=3, c=8, cout=8), 2, 1, 2, (True, False)),
+    # too many output channels per group for the forward's direct kernel; the grad-input's
+    # convolution has 3 per group
+    ("3x3 grouped, 33 output channels per group", dict(k=3, cout=66), 1, 1, 2, (False, True)),
+    ("3x3 grouped, 1 output channel per group", dict(k=3, cout=3), 1, 1, 3, (True, False)),  # dx: depthwise-shaped, NCHW
     ("3x3 contiguous", dict(k=3, c=16, cout=16, layout=torch.contiguous_format), 1, 1, 1, False),
     ("3x3 empty batch", dict(n=0, k=3, c=16, cout=16), 1, 1, 1, False),
     ("depthwise 3x3", dict(k=3, cout=6), 1, 1, 6, True),
@@ -78,12 +89,14 @@ def test_the_route_and_its_fake_kernels(name, kwargs, stride, padding, groups, n
     included: their strides must match) passes for all three."""
     x, w = operands(groups=groups, device=device, **kwargs)
     args = conv_args(stride, padding, groups)
-    layout = CL if nhwc else torch.contiguous_format
-    in_layout = lambda t: t.is_contiguous(memory_format=layout) and (not nhwc or not t.is_contiguous())
+    in_layout = lambda t, nhwc: t.is_contiguous(memory_format=CL if nhwc else torch.contiguous_format) and (
+        not nhwc or not t.is_contiguous()
+    )
     y = ops.conv2d(x, w, None, *args)
     g = torch.randn_like(y).contiguous(memory_format=kwargs.get("layout", CL))
     dx = ops.conv2d_input_grad(g, w, list(x.shape), *args)
-    assert in_layout(y) and in_layout(dx)
+    forward_nhwc, input_grad_nhwc = nhwc if isinstance(nhwc, tuple) else (nhwc, nhwc)
+    assert in_layout(y, forward_nhwc) and in_layout(dx, input_grad_nhwc)
     opcheck(ops.conv2d.default, (x, w, None, *args))
     opcheck(ops.conv2d_input_grad.default, (g, w, list(x.shape), *args))
     opcheck(ops.conv2d_weight_grad.default, (x, g, list(w.shape), *args))
@@ -143,6 +156,20 @@ def dense_operands(shape, cout, kernel, groups, dtype=torch.float64, device="cpu
     return x.contiguous(memory_format=CL), w
 
 
+def assert_matches_the_references(ours, x, w, b, g, stride, padding, dilation, groups):
+    """ours = (y, dx, dw, db) against F.conv2d's and our shift-and-add reference's, in float64, for
+    the output gradient g; returns F.conv2d's."""
+    y_ref = F.conv2d(x, w, b, stride, padding, dilation, groups)
+    ref = (y_ref, *torch.autograd.grad(y_ref, (x, w, b), g))
+    pads = (padding[0], padding[0], padding[1], padding[1])
+    y_own = shift_and_add_conv2d(x, w, b, stride, pads, dilation, groups)
+    own = (y_own, *torch.autograd.grad(y_own, (x, w, b), g))
+    for a, r, o in zip(ours, ref, own):
+        torch.testing.assert_close(a, r, rtol=1e-10, atol=1e-10)
+        torch.testing.assert_close(a, o, rtol=1e-10, atol=1e-10)
+    return ref
+
+
 @pytest.mark.parametrize("workspace", ["whole images", "row bands"])
 @pytest.mark.parametrize("name, shape, cout, kernel, stride, padding, dilation, groups", DENSE, ids=[d[0] for d in DENSE])
 def test_dense_and_grouped_layers_in_nhwc(name, shape, cout, kernel, stride, padding, dilation, groups, workspace, device):
@@ -156,15 +183,7 @@ def test_dense_and_grouped_layers_in_nhwc(name, shape, cout, kernel, stride, pad
         y = torch_convbp.conv2d(x, w, b, *args)
         g = torch.randn_like(y).contiguous(memory_format=CL)
         ours = (y, *torch.autograd.grad(y, (x, w, b), g))
-    y_ref = F.conv2d(x, w, b, *args)
-    ref = (y_ref, *torch.autograd.grad(y_ref, (x, w, b), g))
-    assert_formats(ours, ref)
-    pads = (padding[0], padding[0], padding[1], padding[1])
-    y_own = shift_and_add_conv2d(x, w, b, stride, pads, dilation, groups)
-    own = (y_own, *torch.autograd.grad(y_own, (x, w, b), g))
-    for a, r, o in zip(ours, ref, own):
-        torch.testing.assert_close(a, r, rtol=1e-10, atol=1e-10)
-        torch.testing.assert_close(a, o, rtol=1e-10, atol=1e-10)
+    assert_formats(ours, assert_matches_the_references(ours, x, w, b, g, *args))
     assert ours[2].is_contiguous()  # the weight gradient, in the weight's usual format
 
 
@@ -225,6 +244,79 @@ def test_low_precision_against_float64(dtype, device):
     assert y.dtype == dtype and y.is_contiguous(memory_format=CL)
 
 
+# (name, input [N, C, H, W], out channels, kernel, stride, padding, dilation, groups, whether the
+# grad-input computes in NHWC): layers with narrow groups, whose forward the direct grouped kernel
+# computes, and whose grad-input it computes where that is a stride-1 convolution
+NARROW_GROUPS = [
+    ("4 per group", (2, 16, 9, 10), 16, (3, 3), (1, 1), (1, 1), (1, 1), 4, True),
+    ("24 output channels per group from 4", (2, 8, 6, 7), 48, (3, 3), (1, 1), (1, 1), (1, 1), 2, True),
+    ("asymmetric, dilated", (2, 6, 11, 12), 9, (3, 2), (1, 1), (1, 0), (2, 3), 3, True),
+    ("8 per group, strided", (2, 16, 9, 10), 16, (3, 3), (2, 2), (1, 1), (1, 1), 2, False),
+    ("padding past the reach", (1, 8, 5, 6), 8, (2, 2), (1, 1), (2, 2), (1, 1), 2, False),
+]
+
+
+@pytest.mark.parametrize("name, shape, cout, kernel, stride, padding, dilation, groups, dx_nhwc", NARROW_GROUPS, ids=[c[0] for c in NARROW_GROUPS])
+def test_narrow_groups_in_nhwc(name, shape, cout, kernel, stride, padding, dilation, groups, dx_nhwc, device):
+    """The three operators against F.conv2d and our shift-and-add reference, in float64: the
+    forward in channels_last, the grad-input in channels_last where the direct kernel computes it
+    (else through col2im in NCHW), and opcheck for each."""
+    x, w = dense_operands(shape, cout, kernel, groups, device=device)
+    b = torch.randn(cout, dtype=x.dtype, device=device)
+    args = (stride, padding, dilation, groups)
+    x.requires_grad_(), w.requires_grad_(), b.requires_grad_()
+    y = torch_convbp.conv2d(x, w, b, *args)
+    g = torch.randn_like(y).contiguous(memory_format=CL)
+    ours = (y, *torch.autograd.grad(y, (x, w, b), g))
+    assert_matches_the_references(ours, x, w, b, g, *args)
+    assert y.is_contiguous(memory_format=CL) and not y.is_contiguous()
+    dx = ops.conv2d_input_grad(g, w.detach(), list(shape), *args)
+    assert dx.is_contiguous(memory_format=CL if dx_nhwc else torch.contiguous_format)
+    x, w = x.detach(), w.detach()
+    opcheck(ops.conv2d.default, (x, w, None, *args))
+    opcheck(ops.conv2d_input_grad.default, (g, w, list(shape), *args))
+    opcheck(ops.grouped_conv2d.default, (x, w, *args, torch.empty_like(y)))
+
+
+def test_narrow_groups_have_gradients_of_any_order(device):
+    x, w = dense_operands((1, 8, 5, 4), 8, (3, 3), 2, device=device)
+    x.requires_grad_(), w.requires_grad_()
+    fn = lambda x, w: torch_convbp.conv2d(x, w, None, 1, 1, 1, 2)
+    assert torch.autograd.gradcheck(fn, (x, w))
+    assert torch.autograd.gradgradcheck(fn, (x, w))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+def test_narrow_groups_in_low_precision(dtype, device):
+    """Each sum in float32 (float16 and bfloat16 widened as they are read), rounded once."""
+    x64, w64 = dense_operands((2, 64, 7, 9), 64, (3, 3), 8, device=device)
+    x, w = x64.to(dtype).contiguous(memory_format=CL), w64.to(dtype)
+    args = ((1, 1), (1, 1), (1, 1), 8)
+    y = torch_convbp.conv2d(x, w, None, *args)
+    g = torch.randn_like(y).contiguous(memory_format=CL)
+    dx = ops.conv2d_input_grad(g, w, list(x.shape), *args)
+    y64 = F.conv2d(x.double(), w.double(), None, *args)
+    dx64 = torch.nn.grad.conv2d_input(list(x.shape), w.double(), g.double(), *args)
+    tol = {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 2e-3}[dtype]
+    for a, r in ((y, y64), (dx, dx64)):
+        assert a.dtype == dtype and a.is_contiguous(memory_format=CL)
+        torch.testing.assert_close(a.double(), r, rtol=tol, atol=tol * 10)
+
+
+def test_the_grouped_kernel_refuses_what_it_cannot_compute(device):
+    x, w = dense_operands((2, 8, 5, 5), 8, (3, 3), 2, device=device)
+    out = torch.empty(2, 8, 5, 5, dtype=x.dtype, device=device).contiguous(memory_format=CL)
+    args = ([1, 1], [1, 1], [1, 1], 2)
+    with pytest.raises(RuntimeError, match="both channels_last"):
+        ops.grouped_conv2d(x.contiguous(), w, *args, out)
+    with pytest.raises(RuntimeError, match="expected a contiguous weight"):
+        ops.grouped_conv2d(x, w.transpose(2, 3), *args, out)
+    with pytest.raises(RuntimeError, match=r"expected output of size \[2, 8, 5, 5\]"):
+        ops.grouped_conv2d(x, w, *args, out[:, :, :4])
+    with pytest.raises(RuntimeError, match="expected input of size"):
+        ops.grouped_conv2d(x, w, [1, 1], [1, 1], [1, 1], 4, out)
+
+
 # (name, input [N, C, H, W], multiplier, kernel, stride, padding, dilation)
 DEPTHWISE = [
     ("3x3", (2, 8, 9, 7), 1, (3, 3), (1, 1), (1, 1), (1, 1)),
@@ -282,14 +374,7 @@ def test_depthwise_values_and_gradients_of_any_order(name, shape, multiplier, ke
     args = (stride, padding, dilation, shape[1])
     y = torch_convbp.conv2d(x, weight, b, *args)
     ours = (y, *torch.autograd.grad(y, (x, weight, b), dy))
-    y_ref = F.conv2d(x, weight, b, *args)
-    ref = (y_ref, *torch.autograd.grad(y_ref, (x, weight, b), dy))
-    assert_formats(ours, ref)
-    y_own = shift_and_add_conv2d(x, weight, b, stride, (padding[0], padding[0], padding[1], padding[1]), dilation, shape[1])
-    own = (y_own, *torch.autograd.grad(y_own, (x, weight, b), dy))
-    for a, r, o in zip(ours, ref, own):
-        torch.testing.assert_close(a, r, rtol=1e-10, atol=1e-10)
-        torch.testing.assert_close(a, o, rtol=1e-10, atol=1e-10)
+    assert_formats(ours, assert_matches_the_references(ours, x, weight, b, dy, *args))
     small = (x[:1, :, :5, :6].detach().clone().requires_grad_(), weight)
     fn = lambda x, w: torch_convbp.conv2d(x, w, None, *args)
     assert torch.autograd.gradcheck(fn, small)

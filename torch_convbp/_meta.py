@@ -95,19 +95,44 @@ def _computes_in_nhwc(*operands):
 
 
 _MIN_NHWC_GROUP_CHANNELS = 16  # kMinNhwcGroupChannels in csrc/layout.h
+_MAX_DIRECT_GROUP_CHANNELS = 32  # kMaxDirectGroupChannels in csrc/layout.h
 
 
-def _returns_channels_last(weight_size, stride, padding, groups, *operands):
+def _has_direct_grouped_kernel(groups, in_channels, out_channels):
+    """Mirrors has_direct_grouped_kernel (csrc/layout.h) for a convolution of these channels:
+    several groups, not depthwise, at most 32 output channels per group."""
+    return groups > 1 and in_channels != groups and out_channels // groups <= _MAX_DIRECT_GROUP_CHANNELS
+
+
+def _forward_is_direct(weight_size, groups):
+    """The forward's direct kernel: depthwise, or narrow groups (conv2d_forward in csrc/conv2d.cpp)."""
+    out_channels, group_channels = weight_size[0], weight_size[1]
+    return (groups > 1 and group_channels == 1) or _has_direct_grouped_kernel(groups, group_channels * groups, out_channels)
+
+
+def _input_grad_is_direct(weight_size, stride, padding, dilation, groups):
+    """The grad-input's direct kernel: depthwise, or, where the grad-input is a stride-1
+    convolution with the flipped weight (input_grad_convolution in csrc/conv2d.cpp), narrow groups
+    in that convolution, whose output channels are the layer's input channels."""
+    out_channels, group_channels = weight_size[0], weight_size[1]
+    if groups > 1 and group_channels == 1:
+        return True
+    reach = [d * (k - 1) for d, k in zip(dilation, weight_size[2:])]
+    transposable = list(stride) == [1, 1] and all(r >= p for r, p in zip(reach, padding))
+    return transposable and _has_direct_grouped_kernel(groups, out_channels, group_channels * groups)
+
+
+def _returns_channels_last(weight_size, stride, padding, groups, direct, *operands):
     """Whether the forward (operands: the input) or the grad-input (the output gradient) returns
     channels_last: the operands compute in NHWC (_computes_in_nhwc) and the layer has an NHWC
-    route: the depthwise kernels (one input channel per group), the pointwise one
+    route: the operator's direct kernel (`direct`: depthwise, or narrow groups), the pointwise one
     (csrc/pointwise_nhwc.h: 1x1, stride 1, unpadded, ungrouped, GEMMs in the operands' dtype), or
     the NHWC column matrix, taken where every group has at least 16 output channels and, with
     several groups, at least 16 input channels (operator_layout in csrc/layout.h)."""
     if not _computes_in_nhwc(*operands):
         return False
     out_channels, group_channels = weight_size[0], weight_size[1]
-    if groups > 1 and group_channels == 1:
+    if direct:
         return True
     pointwise = list(weight_size[2:]) == [1, 1] and list(stride) == [1, 1] and list(padding) == [0, 0]
     if pointwise and groups == 1 and all(_C.gemm_dtype(t.dtype, t.device) == t.dtype for t in operands):
@@ -135,7 +160,8 @@ def _conv2d_fake(input, weight, bias, stride, padding, dilation, groups):
             bias.dim() == 1 and bias.shape[0] == c_out,
             lambda: f"{op}: expected bias of size [{c_out}] (one per output channel), got {list(bias.shape)}",
         )
-    nhwc = _returns_channels_last(weight.shape, stride, padding, groups, input)
+    direct = _forward_is_direct(weight.shape, groups)
+    nhwc = _returns_channels_last(weight.shape, stride, padding, groups, direct, input)
     return _empty(input, (input.shape[0], c_out, oh, ow), nhwc)
 
 
@@ -145,7 +171,8 @@ def _conv2d_input_grad_fake(grad_output, weight, input_size, stride, padding, di
     check_operands(op, grad_output=grad_output, weight=weight)
     oh, ow = conv2d_output_size(op, input_size, weight.shape, stride, padding, dilation, groups)
     _check_grad_output(op, grad_output, (input_size[0], weight.shape[0], oh, ow))
-    return _empty(grad_output, input_size, _returns_channels_last(weight.shape, stride, padding, groups, grad_output))
+    direct = _input_grad_is_direct(weight.shape, stride, padding, dilation, groups)
+    return _empty(grad_output, input_size, _returns_channels_last(weight.shape, stride, padding, groups, direct, grad_output))
 
 
 @register_fake("torch_convbp::conv2d_weight_grad")
@@ -256,3 +283,22 @@ def _depthwise_input_grad_fake(grad_output, weight, stride, padding, dilation, g
 @register_fake("torch_convbp::depthwise_weight_grad")
 def _depthwise_weight_grad_fake(input, grad_output, stride, padding, dilation, grad_weight):
     _check_depthwise("torch_convbp.depthwise_weight_grad", input, grad_weight, grad_output, stride, padding, dilation)
+
+
+@register_fake("torch_convbp::grouped_conv2d")
+def _grouped_conv2d_fake(input, weight, stride, padding, dilation, groups, output):
+    op = "torch_convbp.grouped_conv2d"
+    check_operands(op, input=input, weight=weight, output=output)
+    torch._check(input.dim() == 4, lambda: f"{op}: expected a 4-D input [N, C, H, W], got size {list(input.shape)}")
+    oh, ow = conv2d_output_size(op, input.shape, weight.shape, stride, padding, dilation, groups)
+    expected = [input.shape[0], weight.shape[0], oh, ow]
+    torch._check(
+        list(output.shape) == expected, lambda: f"{op}: expected output of size {expected}, got {list(output.shape)}"
+    )
+    torch._check(weight.is_contiguous(), lambda: f"{op}: expected a contiguous weight")
+    nhwc = torch.channels_last
+    torch._check(
+        input.is_contiguous(memory_format=nhwc) and output.is_contiguous(memory_format=nhwc),
+        lambda: f"{op}: expected input and output both channels_last (dense), got strides "
+        f"{list(input.stride())} and {list(output.stride())}",
+    )

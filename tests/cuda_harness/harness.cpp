@@ -16,6 +16,7 @@
 #include "conv2d.h"
 #include "cuda/columns_thread.h"
 #include "cuda/depthwise_thread.h"
+#include "cuda/grouped_thread.h"
 #include "cuda/launch.h"
 
 namespace torch_convbp {
@@ -204,6 +205,24 @@ void depthwise_weight_grad(const at::Tensor& input, const at::Tensor& grad_outpu
   });
 }
 
+// The direct grouped kernel: one thread per output element (NHWC).
+void grouped_conv2d(const at::Tensor& input, const at::Tensor& weight, IntArrayRef stride,
+                    IntArrayRef padding, IntArrayRef dilation, int64_t groups, int64_t index_bits,
+                    const at::Tensor& output) {
+  const ConvShape s = check_grouped("harness.grouped_conv2d", input, weight, output, stride,
+                                    padding, dilation, groups);
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "harness", [&] {
+    with_index_bits(index_bits, [&](auto tag) {
+      using index_t = decltype(tag);
+      const GroupedDims<index_t> dims(s);
+      const scalar_t* x = input.const_data_ptr<scalar_t>();
+      const scalar_t* w = weight.const_data_ptr<scalar_t>();
+      scalar_t* y = output.mutable_data_ptr<scalar_t>();
+      run_grid<index_t>(output.numel(), [&](index_t i) { y[i] = grouped_output(x, w, dims, i); });
+    });
+  });
+}
+
 // The indices that thread `thread` of block `block` takes in a grid-stride loop over `total`,
 // computed in the index type, as the kernel computes them.
 std::vector<int64_t> grid_indices(int64_t total, int64_t blocks, int64_t block, int64_t thread,
@@ -242,6 +261,8 @@ TORCH_LIBRARY(torch_convbp_cuda_harness, m) {
         "int[2] dilation, int index_bits, Tensor(a!) grad_input) -> ()", &depthwise_input_grad);
   m.def("depthwise_weight_grad(Tensor input, Tensor grad_output, int[2] stride, int[2] padding, "
         "int[2] dilation, int index_bits, Tensor(a!) grad_weight) -> ()", &depthwise_weight_grad);
+  m.def("grouped_conv2d(Tensor input, Tensor weight, int[2] stride, int[2] padding, "
+        "int[2] dilation, int groups, int index_bits, Tensor(a!) output) -> ()", &grouped_conv2d);
   m.def("grid_indices(int total, int blocks, int block, int thread, int index_bits) -> int[]",
         &grid_indices);
   m.def("launch_constants() -> int[]", &launch_constants);
