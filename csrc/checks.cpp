@@ -2,6 +2,8 @@
 // The fake (meta) kernels in torch_convbp/_meta.py mirror these checks for torch.compile.
 #include <ATen/ATen.h>
 
+#include <optional>
+
 #include "conv2d.h"
 
 namespace torch_convbp {
@@ -169,18 +171,33 @@ ColumnGeometry check_columns(const char* op, Layout layout, const Tensor& images
                         groups};
 }
 
-DepthwiseCall check_depthwise(const char* op, const Tensor& input, const Tensor& weight,
-                              const Tensor& output, IntArrayRef stride, IntArrayRef padding,
-                              IntArrayRef dilation) {
+namespace {
+
+// What the direct kernels' checks share: input [N, C, H, W], weight [Cout, C/G, kh, kw] contiguous
+// and output [N, Cout, OH, OW], of one dtype and device, with sizes F.conv2d accepts. `groups`:
+// G, or none for one group per input channel (depthwise).
+ConvShape check_direct_kernel_call(const char* op, const Tensor& input, const Tensor& weight,
+                                   const Tensor& output, IntArrayRef stride, IntArrayRef padding,
+                                   IntArrayRef dilation, std::optional<int64_t> groups) {
   check_operands(op, {{"input", &input}, {"weight", &weight}, {"output", &output}});
   TORCH_CHECK(input.dim() == 4, op, ": expected a 4-D input [N, C, H, W], got size ",
               sizes_str(input.sizes()));
   const ConvShape s = check_conv2d(op, input.sizes(), weight.sizes(), stride, padding, dilation,
-                                   input.size(1));
+                                   groups.value_or(input.size(1)));
   const std::vector<int64_t> expected{s.batch, s.out_channels, s.out_height, s.out_width};
   TORCH_CHECK(output.sizes() == IntArrayRef(expected), op, ": expected output of size ",
               IntArrayRef(expected), ", got ", output.sizes());
   TORCH_CHECK(weight.is_contiguous(), op, ": expected a contiguous weight");
+  return s;
+}
+
+}  // namespace
+
+DepthwiseCall check_depthwise(const char* op, const Tensor& input, const Tensor& weight,
+                              const Tensor& output, IntArrayRef stride, IntArrayRef padding,
+                              IntArrayRef dilation) {
+  const ConvShape s = check_direct_kernel_call(op, input, weight, output, stride, padding,
+                                               dilation, /*groups=*/std::nullopt);
   // NCHW where both are contiguous (also when both layouts are one, as for 1x1 images).
   if (input.is_contiguous() && output.is_contiguous()) return {s, /*channels_last=*/false};
   const auto nhwc = at::MemoryFormat::ChannelsLast;
@@ -193,15 +210,8 @@ DepthwiseCall check_depthwise(const char* op, const Tensor& input, const Tensor&
 ConvShape check_grouped(const char* op, const Tensor& input, const Tensor& weight,
                         const Tensor& output, IntArrayRef stride, IntArrayRef padding,
                         IntArrayRef dilation, int64_t groups) {
-  check_operands(op, {{"input", &input}, {"weight", &weight}, {"output", &output}});
-  TORCH_CHECK(input.dim() == 4, op, ": expected a 4-D input [N, C, H, W], got size ",
-              sizes_str(input.sizes()));
   const ConvShape s =
-      check_conv2d(op, input.sizes(), weight.sizes(), stride, padding, dilation, groups);
-  const std::vector<int64_t> expected{s.batch, s.out_channels, s.out_height, s.out_width};
-  TORCH_CHECK(output.sizes() == IntArrayRef(expected), op, ": expected output of size ",
-              IntArrayRef(expected), ", got ", output.sizes());
-  TORCH_CHECK(weight.is_contiguous(), op, ": expected a contiguous weight");
+      check_direct_kernel_call(op, input, weight, output, stride, padding, dilation, groups);
   const auto nhwc = at::MemoryFormat::ChannelsLast;
   TORCH_CHECK(input.is_contiguous(nhwc) && output.is_contiguous(nhwc), op,
               ": expected input and output both channels_last (dense), got strides ",

@@ -252,15 +252,21 @@ for _name in ("im2col", "col2im", "im2col_nhwc", "col2im_nhwc"):
     _register_column_fakes(_name, nhwc=_name.endswith("_nhwc"))
 
 
-def _check_depthwise(op, input, weight, output, stride, padding, dilation):
+def _check_direct_kernel_call(op, input, weight, output, stride, padding, dilation, groups):
+    """Mirrors check_direct_kernel_call (csrc/checks.cpp); groups None: one per input channel."""
     check_operands(op, input=input, weight=weight, output=output)
     torch._check(input.dim() == 4, lambda: f"{op}: expected a 4-D input [N, C, H, W], got size {list(input.shape)}")
-    oh, ow = conv2d_output_size(op, input.shape, weight.shape, stride, padding, dilation, input.shape[1])
+    groups = input.shape[1] if groups is None else groups
+    oh, ow = conv2d_output_size(op, input.shape, weight.shape, stride, padding, dilation, groups)
     expected = [input.shape[0], weight.shape[0], oh, ow]
     torch._check(
         list(output.shape) == expected, lambda: f"{op}: expected output of size {expected}, got {list(output.shape)}"
     )
     torch._check(weight.is_contiguous(), lambda: f"{op}: expected a contiguous weight")
+
+
+def _check_depthwise(op, input, weight, output, stride, padding, dilation):
+    _check_direct_kernel_call(op, input, weight, output, stride, padding, dilation, None)
     both_nchw = input.is_contiguous() and output.is_contiguous()
     torch._check(
         both_nchw
@@ -288,14 +294,7 @@ def _depthwise_weight_grad_fake(input, grad_output, stride, padding, dilation, g
 @register_fake("torch_convbp::grouped_conv2d")
 def _grouped_conv2d_fake(input, weight, stride, padding, dilation, groups, output):
     op = "torch_convbp.grouped_conv2d"
-    check_operands(op, input=input, weight=weight, output=output)
-    torch._check(input.dim() == 4, lambda: f"{op}: expected a 4-D input [N, C, H, W], got size {list(input.shape)}")
-    oh, ow = conv2d_output_size(op, input.shape, weight.shape, stride, padding, dilation, groups)
-    expected = [input.shape[0], weight.shape[0], oh, ow]
-    torch._check(
-        list(output.shape) == expected, lambda: f"{op}: expected output of size {expected}, got {list(output.shape)}"
-    )
-    torch._check(weight.is_contiguous(), lambda: f"{op}: expected a contiguous weight")
+    _check_direct_kernel_call(op, input, weight, output, stride, padding, dilation, groups)
     nhwc = torch.channels_last
     torch._check(
         input.is_contiguous(memory_format=nhwc) and output.is_contiguous(memory_format=nhwc),

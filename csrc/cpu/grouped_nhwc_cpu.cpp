@@ -27,7 +27,7 @@
 #include "depthwise_cpu.h"
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define TORCH_CONVBP_AVX2_ROWS 1
+#define TORCH_CONVBP_AVX2_BANDS 1
 #include <immintrin.h>
 #endif
 
@@ -65,12 +65,12 @@ struct LaneOps {
   }
 };
 
-#ifdef TORCH_CONVBP_AVX2_ROWS
-// The same as one AVX2 instruction each (FMA3 also rounds once), for the rows compiled for AVX2.
+#ifdef TORCH_CONVBP_AVX2_BANDS
+// The same as one AVX2 instruction each (FMA3 also rounds once), for the bands compiled for AVX2.
 // Written out, because GCC's vectorizer did not make them of the lane loops: std::fma per lane
 // ran 3-14x slower (it fused part of the lanes only), and the splat was built lane by lane. Not
 // always_inline: GCC refuses that into the generic helpers before they are inlined into those
-// rows, and inlines these there on its own.
+// bands, and inlines these there on its own.
 struct Avx2Ops {
   using Floats = Vector<float>::type;
   using Doubles = Vector<double>::type;
@@ -246,7 +246,7 @@ void forward_band_baseline(const scalar_t* image, const acc_t* w, int64_t first_
   forward_band_body<LaneOps>(image, w, first_row, rows, taps, out_image, s, d);
 }
 
-#ifdef TORCH_CONVBP_AVX2_ROWS
+#ifdef TORCH_CONVBP_AVX2_BANDS
 template <typename scalar_t, typename acc_t>
 __attribute__((target("avx2,fma"))) void forward_band_avx2(
     const scalar_t* image, const acc_t* w, int64_t first_row, int64_t rows,
@@ -310,7 +310,7 @@ void forward_kernel(const scalar_t* input, const scalar_t* weight, scalar_t* out
       const int64_t count = std::min(rows, s.out_height - first_row);
       const scalar_t* image = input + n * image_size;
       scalar_t* out_image = output + n * out_image_size;
-#ifdef TORCH_CONVBP_AVX2_ROWS
+#ifdef TORCH_CONVBP_AVX2_BANDS
       if (cpu_has_avx2_fma()) {
         forward_band_avx2(image, w.data(), first_row, count, taps, out_image, s, d);
         continue;
