@@ -17,9 +17,9 @@
 // Special cases skip parts of this: a 1x1 convolution's input is its own column matrix (no
 // im2col; and with one group, in NHWC one GEMM over the batch: pointwise_nhwc.h); a depthwise one
 // (one input channel per group, whose GEMMs would be a few rows thin) goes to direct device
-// kernels (no im2col, no GEMM, no workspace), in either layout; and so does, in NHWC, the forward
-// of a convolution whose groups are narrow (layout.h, has_direct_grouped_kernel), and its stride-1
-// grad-input, itself such a convolution.
+// kernels (no im2col, no GEMM, no workspace), in either layout; and so do, in NHWC, the forward
+// and the grad-weight of a convolution whose groups are narrow (layout.h,
+// has_direct_grouped_kernel), and its stride-1 grad-input, itself such a convolution.
 // The GEMMs run in gemm_dtype(): the operands' dtype, or float32 for float16 and bfloat16 on a CPU
 // that would emulate half-precision GEMMs; the column matrices and staging are then float32.
 // How the work is cut (chunks, lanes, partial sums, the workspace) is in plan.h, and how each GEMM
@@ -101,15 +101,21 @@ void call_depthwise_kernel(DepthwiseOp which, const Tensor& a, const Tensor& b, 
               result);
 }
 
-// The direct grouped kernel (narrow groups, NHWC activations): output = the convolution of x
-// with the contiguous weight [Cout, Cin/G, kh, kw], written whole.
-void call_grouped_kernel(const Tensor& x, const Tensor& weight, const ConvShape& s,
-                         const Tensor& output) {
+// The direct grouped kernels (narrow groups, NHWC activations), which write their result whole:
+// the forward, output = the convolution of x with the contiguous weight [Cout, Cin/G, kh, kw];
+// and the weight gradient, grad_weight (contiguous) from x and dy.
+enum class GroupedOp { forward, weight_grad };
+
+void call_grouped_kernel(GroupedOp which, const Tensor& a, const Tensor& b, const ConvShape& s,
+                         const Tensor& result) {
   using GroupedKernel = void(const Tensor&, const Tensor&, IntArrayRef, IntArrayRef, IntArrayRef,
                              int64_t, const Tensor&);
-  static const auto kernel = kernel_handle<GroupedKernel>("torch_convbp::grouped_conv2d");
-  kernel.call(x, weight, {s.stride_h, s.stride_w}, {s.pad_h, s.pad_w},
-              {s.dilation_h, s.dilation_w}, s.groups, output);
+  static const auto forward = kernel_handle<GroupedKernel>("torch_convbp::grouped_conv2d");
+  static const auto weight_grad =
+      kernel_handle<GroupedKernel>("torch_convbp::grouped_weight_grad");
+  (which == GroupedOp::forward ? forward : weight_grad)
+      .call(a, b, {s.stride_h, s.stride_w}, {s.pad_h, s.pad_w}, {s.dilation_h, s.dilation_w},
+            s.groups, result);
 }
 
 // The [G, Cin/G*kh*kw, P] column matrix of a chunk of x. A 1x1, stride-1, unpadded
@@ -259,7 +265,7 @@ Tensor conv2d_forward(const Tensor& input, const Tensor& weight,
     if (s.is_depthwise()) {
       call_depthwise_kernel(DepthwiseOp::forward, x, weight.contiguous(), s, output);
     } else if (grouped && layout == Layout::nhwc) {
-      call_grouped_kernel(x, weight.contiguous(), s, output);
+      call_grouped_kernel(GroupedOp::forward, x, weight.contiguous(), s, output);
     } else {
       const auto compute = gemm_dtype(x.scalar_type(), x.device());
       forward_by_chunks(x, weight_matrices(weight, s, layout).to(compute), s, layout, output);
@@ -280,12 +286,18 @@ Tensor conv2d_weight_grad(const Tensor& input, const Tensor& grad_output,
   if (takes_pointwise_nhwc(s, {&input, &grad_output})) {
     return pointwise_nhwc_weight_grad(input, grad_output, weight_size, s);
   }
-  const Layout layout = operator_layout(s, {&input, &grad_output}, s.is_depthwise());
+  const bool grouped = has_direct_grouped_kernel(s);
+  const Layout layout = operator_layout(s, {&input, &grad_output}, s.is_depthwise() || grouped);
   const Tensor x = in_layout(input, layout);
   const Tensor dy = in_layout(grad_output, layout);
   if (s.is_depthwise()) {
     Tensor grad_weight = at::empty(weight_size, x.options());
     call_depthwise_kernel(DepthwiseOp::weight_grad, x, dy, s, grad_weight);
+    return grad_weight;
+  }
+  if (grouped && layout == Layout::nhwc) {
+    Tensor grad_weight = at::empty(weight_size, x.options());
+    call_grouped_kernel(GroupedOp::weight_grad, x, dy, s, grad_weight);
     return grad_weight;
   }
   if (s.batch == 0) return at::zeros(weight_size, x.options());
@@ -345,8 +357,8 @@ Tensor conv2d_input_grad(const Tensor& grad_output, const Tensor& weight,
 
   if (grouped && layout == Layout::nhwc) {
     Tensor grad_input = empty_in_layout(input_size, dy, layout);
-    call_grouped_kernel(dy, flipped_transposed_weight(weight, s, Layout::nchw), *transposed,
-                        grad_input);
+    call_grouped_kernel(GroupedOp::forward, dy, flipped_transposed_weight(weight, s, Layout::nchw),
+                        *transposed, grad_input);
     return grad_input;
   }
   const auto compute = gemm_dtype(dy.scalar_type(), dy.device());

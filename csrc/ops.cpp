@@ -50,10 +50,13 @@ TORCH_LIBRARY(torch_convbp, m) {
       "depthwise_weight_grad(Tensor input, Tensor grad_output, int[2] stride, int[2] padding, "
       "int[2] dilation, Tensor(a!) grad_weight) -> ()");
   // A grouped convolution computed directly on channels_last activations, for groups too narrow
-  // for the column matrix's GEMMs: writes its output whole.
+  // for the column matrix's GEMMs, and its weight gradient: each writes its last argument whole.
   m.def(
       "grouped_conv2d(Tensor input, Tensor weight, int[2] stride, int[2] padding, "
       "int[2] dilation, int groups, Tensor(a!) output) -> ()");
+  m.def(
+      "grouped_weight_grad(Tensor input, Tensor grad_output, int[2] stride, int[2] padding, "
+      "int[2] dilation, int groups, Tensor(a!) grad_weight) -> ()");
 }
 
 // The orchestration is the same on every device: it reaches the device through im2col/col2im.

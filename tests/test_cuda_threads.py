@@ -201,6 +201,37 @@ def test_grouped_threads_match_the_cpu_bitwise(harness, name, shape, out_channel
     assert_bitwise_equal(actual, expected)
 
 
+@pytest.mark.parametrize("index_bits", [32, 64])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("name, shape, out_channels, kernel, stride, padding, dilation, groups", GROUPED_CASES, ids=[c[0] for c in GROUPED_CASES])
+def test_grouped_weight_grad_threads_match_the_cpu_bitwise(harness, name, shape, out_channels, kernel, stride, padding, dilation, groups, dtype, index_bits):
+    x = randn(*shape, dtype=dtype, seed=0).contiguous(memory_format=torch.channels_last)
+    weight_shape = (out_channels, shape[1] // groups, *kernel)
+    args = (stride, padding, dilation, groups)
+    out_shape = torch.nn.functional.conv2d(x.double(), torch.zeros(weight_shape, dtype=torch.float64), None, *args).shape
+    dy = randn(*out_shape, dtype=dtype, seed=1).contiguous(memory_format=torch.channels_last)
+    expected = torch.full(weight_shape, float("nan"), dtype=dtype)
+    actual = expected.clone()
+    ops.grouped_weight_grad(x, dy, *args, expected)
+    harness.grouped_weight_grad(x, dy, *args, index_bits, actual)
+    assert_bitwise_equal(actual, expected)
+
+
+def test_grouped_weight_grad_in_several_passes(harness):
+    """A weight gradient of more entries than a pass's buffer holds (2^22) takes one image per
+    pass; the totals carried from pass to pass in float32 give the CPU kernel's bits."""
+    assert harness.images_per_pass(18 * 9 * 64, 8) == 8
+    assert harness.images_per_pass(2**22 // 3, 100) == 3
+    assert harness.images_per_pass(2**22 + 1, 5) == 1
+    x = randn(3, 2048, 1, 1, dtype=torch.float32, seed=0).contiguous(memory_format=torch.channels_last)
+    dy = randn(3, 4096, 1, 1, dtype=torch.float32, seed=1).contiguous(memory_format=torch.channels_last)
+    expected = torch.empty(4096, 1024, 1, 1)
+    actual = torch.empty_like(expected)
+    ops.grouped_weight_grad(x, dy, (1, 1), (0, 0), (1, 1), 2, expected)
+    harness.grouped_weight_grad(x, dy, (1, 1), (0, 0), (1, 1), 2, 32, actual)
+    assert_bitwise_equal(actual, expected)
+
+
 def test_the_harness_refuses_what_the_kernels_refuse(harness):
     """The harness goes through the same checks (csrc/checks.cpp) as the operators."""
     x = torch.randn(1, 2, 4, 4)

@@ -4,14 +4,19 @@ copy, and return channels_last activations:
   (csrc/pointwise_nhwc.h);
 - a depthwise call (one input channel per group): the depthwise kernels in NHWC, which give
   bitwise the NCHW kernels' results (csrc/cpu/depthwise_nhwc_cpu.cpp, cuda/depthwise_thread.h);
-- the forward of a call with several groups of at most 32 output channels (not depthwise), and
-  its grad-input where that is a stride-1 convolution with narrow groups too: the direct grouped
-  kernel (csrc/cpu/grouped_nhwc_cpu.cpp, cuda/grouped_thread.h);
+- the forward and the grad-weight of a call with several groups of at most 32 output channels
+  (not depthwise), and its grad-input where that is a stride-1 convolution with narrow groups
+  too: the direct grouped kernels (csrc/cpu/grouped_nhwc_cpu.cpp, grouped_weight_grad_cpu.cpp,
+  cuda/grouped_thread.h);
 - every other call whose groups have 16 or more output channels and, with several groups, 16
   or more input channels: the NHWC column matrix [G, P, kh*kw*C/G] (im2col_nhwc, col2im_nhwc) and the same GEMMs as in NCHW, on
   transposed views (csrc/matrices.h).
 The others, and calls whose operands are not all channels_last, compute in NCHW
 (docs/design.md, "Memory formats")."""
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -253,6 +258,11 @@ NARROW_GROUPS = [
     ("asymmetric, dilated", (2, 6, 11, 12), 9, (3, 2), (1, 1), (1, 0), (2, 3), 3, True),
     ("8 per group, strided", (2, 16, 9, 10), 16, (3, 3), (2, 2), (1, 1), (1, 1), 2, False),
     ("padding past the reach", (1, 8, 5, 6), 8, (2, 2), (1, 1), (2, 2), (1, 1), 2, False),
+    # the grad-weight's blocks: 2 vectors of output channels, and input channels in blocks of
+    # 6 or 8 and the rest in 4, 2, 1 (csrc/cpu/grouped_weight_grad_cpu.cpp)
+    ("16 per group, batch of one", (1, 32, 6, 7), 32, (3, 3), (1, 1), (1, 1), (1, 1), 2, True),
+    ("7 input and 12 output channels per group", (2, 14, 5, 6), 24, (3, 3), (1, 1), (1, 1), (1, 1), 2, True),
+    ("32 output channels per group from 13, strided", (1, 26, 4, 5), 64, (2, 2), (2, 1), (0, 1), (1, 1), 2, False),
 ]
 
 
@@ -260,7 +270,7 @@ NARROW_GROUPS = [
 def test_narrow_groups_in_nhwc(name, shape, cout, kernel, stride, padding, dilation, groups, dx_nhwc, device):
     """The three operators against F.conv2d and our shift-and-add reference, in float64: the
     forward in channels_last, the grad-input in channels_last where the direct kernel computes it
-    (else through col2im in NCHW), and opcheck for each."""
+    (else through col2im in NCHW), the grad-weight by its direct kernel, and opcheck for each."""
     x, w = dense_operands(shape, cout, kernel, groups, device=device)
     b = torch.randn(cout, dtype=x.dtype, device=device)
     args = (stride, padding, dilation, groups)
@@ -275,7 +285,13 @@ def test_narrow_groups_in_nhwc(name, shape, cout, kernel, stride, padding, dilat
     x, w = x.detach(), w.detach()
     opcheck(ops.conv2d.default, (x, w, None, *args))
     opcheck(ops.conv2d_input_grad.default, (g, w, list(shape), *args))
+    dw = ops.conv2d_weight_grad(x, g, list(w.shape), *args)
+    direct = torch.empty_like(w)
+    ops.grouped_weight_grad(x, g, *args, direct)
+    assert torch.equal(dw, direct)  # the route: the direct kernel's bits
+    opcheck(ops.conv2d_weight_grad.default, (x, g, list(w.shape), *args))
     opcheck(ops.grouped_conv2d.default, (x, w, *args, torch.empty_like(y)))
+    opcheck(ops.grouped_weight_grad.default, (x, g, *args, torch.empty_like(w)))
 
 
 def test_narrow_groups_have_gradients_of_any_order(device):
@@ -295,12 +311,49 @@ def test_narrow_groups_in_low_precision(dtype, device):
     y = torch_convbp.conv2d(x, w, None, *args)
     g = torch.randn_like(y).contiguous(memory_format=CL)
     dx = ops.conv2d_input_grad(g, w, list(x.shape), *args)
+    dw = ops.conv2d_weight_grad(x, g, list(w.shape), *args)
     y64 = F.conv2d(x.double(), w.double(), None, *args)
     dx64 = torch.nn.grad.conv2d_input(list(x.shape), w.double(), g.double(), *args)
+    dw64 = torch.nn.grad.conv2d_weight(x.double(), list(w.shape), g.double(), *args)
     tol = {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 2e-3}[dtype]
     for a, r in ((y, y64), (dx, dx64)):
         assert a.dtype == dtype and a.is_contiguous(memory_format=CL)
         torch.testing.assert_close(a.double(), r, rtol=tol, atol=tol * 10)
+    assert dw.dtype == dtype and dw.is_contiguous()
+    torch.testing.assert_close(dw.double(), dw64, rtol=tol, atol=tol * 100)  # sums of 126 terms
+
+
+def grouped_kernels_results(cases):
+    """The direct grouped kernels' forward and grad-weight of each (x, w, dy, groups)."""
+    results = []
+    for x, w, dy, groups in cases:
+        args = ((1, 1), (1, 1), (1, 1), groups)
+        x, dy = x.contiguous(memory_format=CL), dy.contiguous(memory_format=CL)
+        results.append((ops.conv2d(x, w, None, *args), ops.conv2d_weight_grad(x, dy, list(w.shape), *args)))
+    return results
+
+
+def test_the_baseline_code_gives_the_avx2_bits(tmp_path):
+    """The direct grouped kernels are compiled for AVX2 and for any x86-64 CPU, and pick one as
+    they run; TORCH_CONVBP_NO_AVX2 makes a fresh process take the second (csrc/cpu/vector_ops.h).
+    Both round each term once, in the same order, so they give the same bits."""
+    cases = []
+    for dtype in (torch.float64, torch.float32, torch.bfloat16):
+        for shape, cout, groups in (((2, 16, 9, 10), 16, 4), ((1, 14, 5, 6), 24, 2), ((1, 32, 4, 13), 64, 2)):
+            x, w = dense_operands(shape, cout, (3, 3), groups, dtype=dtype)
+            dy = torch.randn(shape[0], cout, *shape[2:], dtype=torch.float64).to(dtype)
+            cases.append((x, w, dy, groups))
+    torch.save(cases, tmp_path / "cases.pt")
+    script = (
+        "import sys, torch; sys.path.insert(0, sys.argv[1]); from test_nhwc import grouped_kernels_results; "
+        "torch.save(grouped_kernels_results(torch.load(sys.argv[2] + '/cases.pt')), sys.argv[2] + '/results.pt')"
+    )
+    env = {**os.environ, "TORCH_CONVBP_NO_AVX2": "1"}
+    subprocess.run([sys.executable, "-c", script, os.path.dirname(__file__), str(tmp_path)], env=env, check=True)
+    baseline = torch.load(tmp_path / "results.pt")
+    for ours, theirs in zip(grouped_kernels_results(cases), baseline):
+        for a, b in zip(ours, theirs):
+            assert torch.equal(a, b)
 
 
 def test_the_grouped_kernel_refuses_what_it_cannot_compute(device):
@@ -315,6 +368,15 @@ def test_the_grouped_kernel_refuses_what_it_cannot_compute(device):
         ops.grouped_conv2d(x, w, *args, out[:, :, :4])
     with pytest.raises(RuntimeError, match="expected input of size"):
         ops.grouped_conv2d(x, w, [1, 1], [1, 1], [1, 1], 4, out)
+    dw = torch.empty_like(w)
+    with pytest.raises(RuntimeError, match="both channels_last"):
+        ops.grouped_weight_grad(x, out.contiguous(), *args, dw)
+    with pytest.raises(RuntimeError, match="expected a contiguous weight"):
+        ops.grouped_weight_grad(x, out, *args, dw.transpose(2, 3))
+    with pytest.raises(RuntimeError, match=r"expected output of size \[2, 8, 5, 5\]"):
+        ops.grouped_weight_grad(x, out[:, :, :4], *args, dw)
+    with pytest.raises(RuntimeError, match="same dtype"):
+        ops.grouped_weight_grad(x, out, *args, dw.float())
 
 
 # (name, input [N, C, H, W], multiplier, kernel, stride, padding, dilation)

@@ -291,9 +291,8 @@ def _depthwise_weight_grad_fake(input, grad_output, stride, padding, dilation, g
     _check_depthwise("torch_convbp.depthwise_weight_grad", input, grad_weight, grad_output, stride, padding, dilation)
 
 
-@register_fake("torch_convbp::grouped_conv2d")
-def _grouped_conv2d_fake(input, weight, stride, padding, dilation, groups, output):
-    op = "torch_convbp.grouped_conv2d"
+def _check_grouped(op, input, weight, output, stride, padding, dilation, groups):
+    """Mirrors check_grouped (csrc/checks.cpp)."""
     _check_direct_kernel_call(op, input, weight, output, stride, padding, dilation, groups)
     nhwc = torch.channels_last
     torch._check(
@@ -301,3 +300,13 @@ def _grouped_conv2d_fake(input, weight, stride, padding, dilation, groups, outpu
         lambda: f"{op}: expected input and output both channels_last (dense), got strides "
         f"{list(input.stride())} and {list(output.stride())}",
     )
+
+
+@register_fake("torch_convbp::grouped_conv2d")
+def _grouped_conv2d_fake(input, weight, stride, padding, dilation, groups, output):
+    _check_grouped("torch_convbp.grouped_conv2d", input, weight, output, stride, padding, dilation, groups)
+
+
+@register_fake("torch_convbp::grouped_weight_grad")
+def _grouped_weight_grad_fake(input, grad_output, stride, padding, dilation, groups, grad_weight):
+    _check_grouped("torch_convbp.grouped_weight_grad", input, grad_weight, grad_output, stride, padding, dilation, groups)

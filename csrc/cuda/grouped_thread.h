@@ -1,7 +1,8 @@
-// What one CUDA thread of the direct grouped kernel computes, as a host-and-device function: the
-// kernel in grouped_cuda.cu is a loop over it, and the CPU harness (tests/cuda_harness/) runs it
-// for every thread of the grid and compares it bitwise with the CPU kernel
-// (cpu/grouped_nhwc_cpu.cpp), which sums in the same order.
+// What one CUDA thread of the direct grouped kernels computes, as host-and-device functions: the
+// kernels in grouped_cuda.cu are loops over them, and the CPU harness (tests/cuda_harness/) runs
+// them for every thread of the grid and compares them bitwise with the CPU kernels
+// (cpu/grouped_nhwc_cpu.cpp, the forward; cpu/grouped_weight_grad_cpu.cpp, the weight gradient),
+// which sum in the same orders.
 //
 // A grouped convolution whose groups are too narrow for the column matrix's GEMMs (layout.h,
 // has_direct_grouped_kernel), on NHWC activations: input [N, H, W, C] and output [N, OH, OW, Cout] in memory
@@ -58,6 +59,65 @@ C10_HOST_DEVICE inline scalar_t grouped_output(const scalar_t* input, const scal
     }
   }
   return static_cast<scalar_t>(sum);
+}
+
+// The weight gradient is summed image by image: a thread per (image, entry) sums the image's
+// share of the entry (below) into a buffer of partial sums, [images, taps, C/G, Cout] for the
+// images of a pass, and a second kernel adds each entry's partial sums to its total in the order of
+// the images (add_image_partials). The passes take as many images as keep the buffer within
+// this many elements (16 MiB of float32), one image at least.
+constexpr int64_t kImagePartialElements = int64_t{1} << 22;
+C10_HOST_DEVICE inline int64_t images_per_pass(int64_t entries, int64_t batch) {
+  const int64_t images = kImagePartialElements / (entries > 0 ? entries : 1);
+  return images < 1 ? 1 : (images < batch ? images : batch);
+}
+
+// Entry e of the buffer's order [taps, C/G, Cout] (adjacent threads take adjacent output
+// channels: adjacent dy, and one x value for a whole group), and its place in the weight
+// gradient [Cout, C/G, kh, kw].
+template <typename index_t>
+struct WeightEntry {
+  index_t o, i, tap;
+  C10_HOST_DEVICE WeightEntry(index_t e, const GroupedDims<index_t>& s)
+      : o(e % s.out_channels), i(e / s.out_channels % s.group_in),
+        tap(e / (s.out_channels * s.group_in)) {}
+  C10_HOST_DEVICE index_t in_weight(const GroupedDims<index_t>& s) const {
+    return (o * s.group_in + i) * (s.kernel_h * s.kernel_w) + tap;
+  }
+};
+
+// Image n's share of weight-gradient entry (o, i, tap): the sum from 0 over the image's output
+// pixels (oh, ow) in row-major order whose tap reads inside the image, of dy[n, oh, ow, o] times
+// x[n, ih, iw, g * C/G + i] (g = o's group); one rounding per term (multiply_add).
+template <typename scalar_t, typename index_t>
+C10_HOST_DEVICE inline at::opmath_type<scalar_t> grouped_weight_grad_image(
+    const scalar_t* input, const scalar_t* grad_output, const GroupedDims<index_t>& s, index_t n,
+    const WeightEntry<index_t>& e) {
+  using acc_t = at::opmath_type<scalar_t>;
+  const index_t ki = e.tap / s.kernel_w, kj = e.tap % s.kernel_w;
+  const index_t channel = e.o / s.group_out * s.group_in + e.i;
+  acc_t sum = 0;
+  for (index_t oh = 0; oh < s.out_height; ++oh) {
+    const index_t ih = oh * s.stride_h - s.pad_h + ki * s.dilation_h;
+    if (ih < 0 || ih >= s.height) continue;
+    for (index_t ow = 0; ow < s.out_width; ++ow) {
+      const index_t iw = ow * s.stride_w - s.pad_w + kj * s.dilation_w;
+      if (iw < 0 || iw >= s.width) continue;
+      const index_t dy = ((n * s.out_height + oh) * s.out_width + ow) * s.out_channels + e.o;
+      const index_t x = ((n * s.height + ih) * s.width + iw) * s.channels + channel;
+      sum = multiply_add(static_cast<acc_t>(input[x]), static_cast<acc_t>(grad_output[dy]), sum);
+    }
+  }
+  return sum;
+}
+
+// Entry e's total after a pass of `images` images: the partial sums [images, entries] added to
+// it in the order of the images, one rounding each.
+template <typename acc_t, typename index_t>
+C10_HOST_DEVICE inline acc_t add_image_partials(acc_t total, const acc_t* partials, index_t images,
+                                                index_t entries, index_t e) {
+  for (index_t k = 0; k < images; ++k) total += partials[k * entries + e];
+  return total;
 }
 
 }  // namespace torch_convbp

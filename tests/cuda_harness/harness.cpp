@@ -223,6 +223,51 @@ void grouped_conv2d(const at::Tensor& input, const at::Tensor& weight, IntArrayR
   });
 }
 
+// The direct grouped weight gradient's two kernels, pass by pass: every thread of the partial
+// sums' grid, then every thread of the one that adds them to the totals (the last pass writing
+// the weight gradient).
+void grouped_weight_grad(const at::Tensor& input, const at::Tensor& grad_output,
+                         IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
+                         int64_t groups, int64_t index_bits, const at::Tensor& grad_weight) {
+  const ConvShape s = check_grouped("harness.grouped_weight_grad", input, grad_weight,
+                                    grad_output, stride, padding, dilation, groups);
+  const int64_t entries = grad_weight.numel();
+  if (entries == 0) return;
+  if (s.batch == 0) {
+    grad_weight.zero_();
+    return;
+  }
+  const int64_t pass = images_per_pass(entries, s.batch);
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "harness", [&] {
+    using acc_t = at::opmath_type<scalar_t>;
+    with_index_bits(index_bits, [&](auto tag) {
+      using index_t = decltype(tag);
+      const GroupedDims<index_t> dims(s);
+      const scalar_t* x = input.const_data_ptr<scalar_t>();
+      const scalar_t* dy = grad_output.const_data_ptr<scalar_t>();
+      scalar_t* dw = grad_weight.mutable_data_ptr<scalar_t>();
+      std::vector<acc_t> totals(entries, acc_t(0)), partials(pass * entries);
+      for (int64_t first = 0; first < s.batch; first += pass) {
+        const int64_t images = std::min(pass, s.batch - first);
+        run_grid<index_t>(images * entries, [&](index_t t) {
+          partials[t] = grouped_weight_grad_image(x, dy, dims, index_t(first + t / entries),
+                                                  WeightEntry<index_t>(t % index_t(entries), dims));
+        });
+        const bool last = first + images == s.batch;
+        run_grid<index_t>(entries, [&](index_t e) {
+          const acc_t total = add_image_partials(totals[e], partials.data(), index_t(images),
+                                                 index_t(entries), e);
+          if (last) {
+            dw[WeightEntry<index_t>(e, dims).in_weight(dims)] = static_cast<scalar_t>(total);
+          } else {
+            totals[e] = total;
+          }
+        });
+      }
+    });
+  });
+}
+
 // The indices that thread `thread` of block `block` takes in a grid-stride loop over `total`,
 // computed in the index type, as the kernel computes them.
 std::vector<int64_t> grid_indices(int64_t total, int64_t blocks, int64_t block, int64_t thread,
@@ -263,6 +308,10 @@ TORCH_LIBRARY(torch_convbp_cuda_harness, m) {
         "int[2] dilation, int index_bits, Tensor(a!) grad_weight) -> ()", &depthwise_weight_grad);
   m.def("grouped_conv2d(Tensor input, Tensor weight, int[2] stride, int[2] padding, "
         "int[2] dilation, int groups, int index_bits, Tensor(a!) output) -> ()", &grouped_conv2d);
+  m.def("grouped_weight_grad(Tensor input, Tensor grad_output, int[2] stride, int[2] padding, "
+        "int[2] dilation, int groups, int index_bits, Tensor(a!) grad_weight) -> ()",
+        &grouped_weight_grad);
+  m.def("images_per_pass(int entries, int batch) -> int", &images_per_pass);
   m.def("grid_indices(int total, int blocks, int block, int thread, int index_bits) -> int[]",
         &grid_indices);
   m.def("launch_constants() -> int[]", &launch_constants);

@@ -1,0 +1,281 @@
+// The CPU kernel of the direct grouped weight gradient: the layers whose forward the direct
+// grouped kernel computes (several groups of at most 32 output channels, layout.h,
+// has_direct_grouped_kernel), on channels_last (NHWC) activations. Each group's GEMM
+// dW_g = dY_g @ col_g^T would be [Cout/G, P] @ [P, C/G*kh*kw]: a few rows thin, and the column
+// matrix written and read for so little work ran at 1.3-1.9x oneDNN's time.
+//
+// Entry (o, i, ki, kj), of group g = o / (Cout/G), is summed in the order of the CUDA kernel
+// (cuda/grouped_thread.h), so both devices give the same bits (the CPU harness checks it):
+//   image n's partial sum = the multiply-adds, from 0, over image n's output pixels (oh, ow) in
+//                           row-major order whose tap reads inside the image, of
+//                           dy[n, oh, ow, o] * x[n, ih, iw, g * C/G + i], one rounding each;
+//   the entry             = 0 + partial(0) + partial(1) + ... in the order of the images, one
+//                           rounding per addition, then one rounding to scalar_t.
+// Each entry is summed by one thread, so the bits do not depend on the thread count either.
+//
+// For one image, tap and group, a block of CB input channels x NV vectors of output channels
+// (a tile of that tap's entries) is held in vector registers while the image's pixels are summed
+// into it, each term one broadcast input value times a vector of output gradients: a GEMM
+// micro-kernel's tile with P as its inner dimension, read straight from the NHWC tensors. The
+// block is then added to the group's totals, in the sums' type. The image's channels of the
+// group stay in cache over its taps.
+#include <ATen/ATen.h>
+#include <ATen/Dispatch.h>
+#include <ATen/OpMathType.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "depthwise_cpu.h"
+#include "vector_ops.h"
+
+namespace torch_convbp {
+namespace {
+
+// One tap of one image: the output pixels whose tap reads inside the image (a rectangle,
+// `rows` x `columns`), where the first one's terms are (element offsets in the image of x and
+// of dy), and the steps to the next row and column of that rectangle in each.
+struct TapPixels {
+  int64_t rows, columns;
+  int64_t x_first, dy_first;
+  int64_t x_row, x_column, dy_row, dy_column;
+};
+
+TapPixels tap_pixels(const ConvShape& s, int64_t ki, int64_t kj) {
+  const Span rows = valid_columns(ki * s.dilation_h - s.pad_h, s.stride_h, s.height, s.out_height);
+  const Tap tap = tap_columns(s, kj);
+  const int64_t ih = rows.begin * s.stride_h - s.pad_h + ki * s.dilation_h;
+  const int64_t iw = tap.columns.begin * s.stride_w + tap.offset;
+  return {rows.end - rows.begin,
+          tap.columns.end - tap.columns.begin,
+          (ih * s.width + iw) * s.in_channels,
+          (rows.begin * s.out_width + tap.columns.begin) * s.out_channels,
+          s.stride_h * s.width * s.in_channels,
+          s.stride_w * s.in_channels,
+          s.out_width * s.out_channels,
+          s.out_channels};
+}
+
+// NV whole vectors of acc_t from p, of which the first `count` values are a group's output
+// gradients: the lanes past them hold the next group's, whose sums land in the totals' padding
+// and are never written out. (Zeroing them lane by lane, per pixel, had kept the sums out of
+// registers.)
+template <int NV, typename acc_t, typename scalar_t>
+TORCH_CONVBP_INLINE void load_vectors(const scalar_t* p, typename Vector<acc_t>::type (&out)[NV]) {
+  constexpr int64_t lanes = Vector<acc_t>::lanes;
+  for (int v = 0; v < NV; ++v) {  // a vector at a time: one copy of the whole array went through
+                                  // the stack, and stalled each load on four stores
+    if constexpr (std::is_same_v<scalar_t, acc_t>) {
+      std::memcpy(&out[v], p + v * lanes, sizeof(out[v]));
+    } else {
+      acc_t values[lanes];
+      for (int64_t l = 0; l < lanes; ++l) values[l] = static_cast<acc_t>(p[v * lanes + l]);
+      std::memcpy(&out[v], values, sizeof(values));
+    }
+  }
+}
+
+// The block below, entry by entry, for a block whose whole vectors would read past dy's end
+// (the last group's last pixels, where its channels fill no whole vector): the same terms in the
+// same order, each rounded once (std::fma, as each lane of the vectors).
+template <typename scalar_t, typename acc_t>
+void sum_tap_block_by_entries(const TapPixels& t, const scalar_t* x, const scalar_t* dy,
+                              int64_t channels, int64_t count, acc_t* total, int64_t total_row) {
+  for (int64_t c = 0; c < channels; ++c) {
+    for (int64_t o = 0; o < count; ++o) {
+      acc_t sum = 0;
+      for (int64_t r = 0; r < t.rows; ++r) {
+        for (int64_t k = 0; k < t.columns; ++k) {
+          const acc_t value = static_cast<acc_t>(x[t.x_first + r * t.x_row + k * t.x_column + c]);
+          const acc_t grad = static_cast<acc_t>(dy[t.dy_first + r * t.dy_row + k * t.dy_column + o]);
+          sum = std::fma(value, grad, sum);
+        }
+      }
+      total[c * total_row + o] += sum;
+    }
+  }
+}
+
+// The block of CB input channels (from `x`'s first) x NV vectors of output channels (from
+// `dy`'s first, `count` of them real), over the pixels of one tap of one image: summed in
+// registers from 0, then added to the group's totals at `total` (rows of `total_row`).
+template <class Ops, int NV, int CB, typename scalar_t, typename acc_t>
+TORCH_CONVBP_INLINE void sum_tap_block(const TapPixels& t, const scalar_t* x, const scalar_t* dy,
+                                       int64_t count, const scalar_t* dy_end, acc_t* total,
+                                       int64_t total_row) {
+  using V = typename Vector<acc_t>::type;
+  constexpr int64_t lanes = Vector<acc_t>::lanes;
+  if (t.rows > 0 && t.columns > 0) {
+    const int64_t last = t.dy_first + (t.rows - 1) * t.dy_row + (t.columns - 1) * t.dy_column;
+    if (dy_end - (dy + last) < NV * lanes) {
+      return sum_tap_block_by_entries(t, x, dy, CB, count, total, total_row);
+    }
+  }
+  V sum[CB][NV] = {};
+  for (int64_t r = 0; r < t.rows; ++r) {
+    const scalar_t* x_row = x + t.x_first + r * t.x_row;
+    const scalar_t* dy_row = dy + t.dy_first + r * t.dy_row;
+    for (int64_t k = 0; k < t.columns; ++k) {
+      V grads[NV];
+      load_vectors<NV, acc_t>(dy_row + k * t.dy_column, grads);
+      const scalar_t* x_pixel = x_row + k * t.x_column;
+      for (int c = 0; c < CB; ++c) {
+        const V value = Ops::template splat<V>(static_cast<acc_t>(x_pixel[c]));
+        for (int v = 0; v < NV; ++v) sum[c][v] = Ops::multiply_add(value, grads[v], sum[c][v]);
+      }
+    }
+  }
+  for (int c = 0; c < CB; ++c) {
+    for (int v = 0; v < NV; ++v) {
+      V partial;
+      std::memcpy(&partial, total + c * total_row + v * lanes, sizeof(V));
+      partial += sum[c][v];
+      std::memcpy(total + c * total_row + v * lanes, &partial, sizeof(V));
+    }
+  }
+}
+
+// Input channels per block for NV vectors of output channels: CB * NV sums, NV gradient vectors
+// and a splat in the 16 AVX2 registers.
+constexpr int channels_per_block(int nv) { return nv == 1 ? 8 : 6; }
+
+// One tap of one image for a slice of NV vectors of a group's output channels: the group's
+// input channels in blocks of CB, then the rest in blocks of 4, 2 and 1.
+template <class Ops, int NV, typename scalar_t, typename acc_t>
+TORCH_CONVBP_INLINE void sum_tap_slice(const TapPixels& t, const scalar_t* x, const scalar_t* dy,
+                                       int64_t group_in, int64_t count, const scalar_t* dy_end,
+                                       acc_t* total, int64_t total_row) {
+  constexpr int CB = channels_per_block(NV);
+  int64_t c = 0;  // input channels done
+  for (; c + CB <= group_in; c += CB) {
+    sum_tap_block<Ops, NV, CB>(t, x + c, dy, count, dy_end, total + c * total_row, total_row);
+  }
+  if (c + 4 <= group_in) {
+    sum_tap_block<Ops, NV, 4>(t, x + c, dy, count, dy_end, total + c * total_row, total_row);
+    c += 4;
+  }
+  if (c + 2 <= group_in) {
+    sum_tap_block<Ops, NV, 2>(t, x + c, dy, count, dy_end, total + c * total_row, total_row);
+    c += 2;
+  }
+  if (c < group_in) sum_tap_block<Ops, NV, 1>(t, x + c, dy, count, dy_end, total + c * total_row, total_row);
+}
+
+// What a task shares: the group's channel counts and the totals' row length (Cout/G rounded up
+// to whole vectors).
+struct GroupDims {
+  int64_t group_in, group_out, total_row;
+};
+
+// Group g's totals [taps, C/G, total_row] for taps [first_tap, end_tap), summed over the images in
+// order: for each image, each tap, and each slice of at most 2 vectors of output channels (as
+// the forward's blocks, grouped_nhwc_cpu.cpp), the blocks above.
+template <class Ops, typename scalar_t, typename acc_t>
+TORCH_CONVBP_INLINE void group_totals_body(const scalar_t* input, const scalar_t* grad_output,
+                                           int64_t g, int64_t first_tap, int64_t end_tap,
+                                           const ConvShape& s, const GroupDims& d, acc_t* totals) {
+  constexpr int64_t lanes = Vector<acc_t>::lanes;
+  constexpr int64_t slice = 2 * lanes;
+  const int64_t image_size = s.height * s.width * s.in_channels;
+  const int64_t grad_image_size = s.out_height * s.out_width * s.out_channels;
+  const scalar_t* dy_end = grad_output + s.batch * grad_image_size;
+  for (int64_t n = 0; n < s.batch; ++n) {
+    const scalar_t* x = input + n * image_size + g * d.group_in;
+    const scalar_t* dy = grad_output + n * grad_image_size + g * d.group_out;
+    for (int64_t tap = first_tap; tap < end_tap; ++tap) {
+      const TapPixels t = tap_pixels(s, tap / s.kernel_w, tap % s.kernel_w);
+      acc_t* tap_totals = totals + tap * d.group_in * d.total_row;
+      for (int64_t first = 0; first < d.group_out; first += slice) {
+        const int64_t count = std::min(slice, d.group_out - first);
+        if (count > lanes) {
+          sum_tap_slice<Ops, 2>(t, x, dy + first, d.group_in, count, dy_end, tap_totals + first,
+                                 d.total_row);
+        } else {
+          sum_tap_slice<Ops, 1>(t, x, dy + first, d.group_in, count, dy_end, tap_totals + first,
+                                 d.total_row);
+        }
+      }
+    }
+  }
+}
+
+// The task compiled twice: for any x86-64 CPU and, where GCC builds it, for AVX2 with FMA.
+template <typename scalar_t, typename acc_t>
+void group_totals_baseline(const scalar_t* input, const scalar_t* grad_output, int64_t g,
+                           int64_t first_tap, int64_t end_tap, const ConvShape& s,
+                           const GroupDims& d, acc_t* totals) {
+  group_totals_body<LaneOps>(input, grad_output, g, first_tap, end_tap, s, d, totals);
+}
+
+#ifdef TORCH_CONVBP_AVX2_BANDS
+template <typename scalar_t, typename acc_t>
+__attribute__((target("avx2,fma"))) void group_totals_avx2(
+    const scalar_t* input, const scalar_t* grad_output, int64_t g, int64_t first_tap,
+    int64_t end_tap, const ConvShape& s, const GroupDims& d, acc_t* totals) {
+  group_totals_body<Avx2Ops>(input, grad_output, g, first_tap, end_tap, s, d, totals);
+}
+#endif
+
+// The tasks are groups; where the groups are fewer than the threads, each group's taps are cut
+// into parts as well (a tap's entries never span two tasks). Only the cut into tasks depends on
+// the thread count, never an entry's sum.
+template <typename scalar_t>
+void weight_grad_kernel(const scalar_t* input, const scalar_t* grad_output, scalar_t* grad_weight,
+                        const ConvShape& s) {
+  using acc_t = at::opmath_type<scalar_t>;
+  constexpr int64_t lanes = Vector<acc_t>::lanes;
+  const int64_t group_in = s.in_channels / s.groups, group_out = s.out_channels / s.groups;
+  const GroupDims d{group_in, group_out, (group_out + lanes - 1) / lanes * lanes};
+  const int64_t taps = s.kernel_h * s.kernel_w;
+  const int64_t threads = at::get_num_threads();
+  const int64_t tap_parts = std::min(taps, (threads + s.groups - 1) / s.groups);
+  at::parallel_for(0, s.groups * tap_parts, 1, [&](int64_t begin, int64_t end) {
+    std::vector<acc_t> totals(taps * group_in * d.total_row);
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t g = task / tap_parts, part = task % tap_parts;
+      const int64_t first_tap = part * taps / tap_parts, end_tap = (part + 1) * taps / tap_parts;
+      std::fill(totals.begin(), totals.end(), acc_t(0));
+#ifdef TORCH_CONVBP_AVX2_BANDS
+      if (cpu_has_avx2_fma()) {
+        group_totals_avx2(input, grad_output, g, first_tap, end_tap, s, d, totals.data());
+      } else {
+        group_totals_baseline(input, grad_output, g, first_tap, end_tap, s, d, totals.data());
+      }
+#else
+      group_totals_baseline(input, grad_output, g, first_tap, end_tap, s, d, totals.data());
+#endif
+      // grad_weight [Cout, C/G, kh, kw] from the totals [taps, C/G, total_row].
+      for (int64_t j = 0; j < group_out; ++j) {
+        scalar_t* w = grad_weight + (g * group_out + j) * group_in * taps;
+        for (int64_t i = 0; i < group_in; ++i) {
+          for (int64_t tap = first_tap; tap < end_tap; ++tap) {
+            w[i * taps + tap] = static_cast<scalar_t>(totals[(tap * group_in + i) * d.total_row + j]);
+          }
+        }
+      }
+    }
+  });
+}
+
+void grouped_weight_grad_cpu(const Tensor& input, const Tensor& grad_output, IntArrayRef stride,
+                             IntArrayRef padding, IntArrayRef dilation, int64_t groups,
+                             const Tensor& grad_weight) {
+  const ConvShape s = check_grouped("torch_convbp.grouped_weight_grad", input, grad_weight,
+                                    grad_output, stride, padding, dilation, groups);
+  if (grad_weight.numel() == 0) return;
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "grouped_weight_grad", [&] {
+    weight_grad_kernel(input.const_data_ptr<scalar_t>(), grad_output.const_data_ptr<scalar_t>(),
+                       grad_weight.mutable_data_ptr<scalar_t>(), s);
+  });
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(torch_convbp, CPU, m) { m.impl("grouped_weight_grad", &grouped_weight_grad_cpu); }
+
+}  // namespace torch_convbp
