@@ -3,10 +3,11 @@
 // With y = conv2d(x, W) and <a, b> the sum of a*b, the two gradient operators are the adjoints
 //     <conv2d(x, W), g> = <x, conv2d_input_grad(g, W)> = <W, conv2d_weight_grad(x, g)>,
 // so each is linear in both of its tensors, and its gradients are again among the three:
-//     conv2d(x, W) + b, incoming g:        dx = conv2d_input_grad(g, W), dW = conv2d_weight_grad(x, g),
-//                                          db = the sum of g over batch and pixels
-//     conv2d_input_grad(g, W), incoming v: dg = conv2d(v, W),             dW = conv2d_weight_grad(v, g)
-//     conv2d_weight_grad(x, g), incoming u: dx = conv2d_input_grad(g, u),  dg = conv2d(x, u)
+//   conv2d(x, W) + b, incoming g:         dx = conv2d_input_grad(g, W), dW = conv2d_weight_grad(x,
+//   g),
+//                                         db = the sum of g over batch and pixels
+//   conv2d_input_grad(g, W), incoming v:  dg = conv2d(v, W),            dW = conv2d_weight_grad(v,
+//   g) conv2d_weight_grad(x, g), incoming u: dx = conv2d_input_grad(g, u), dg = conv2d(x, u)
 // The backward functions call the operators through the dispatcher, so each call records its own
 // autograd node when a higher order is asked for: gradients of any order need nothing else.
 // Only the gradients asked for are computed.
@@ -39,27 +40,28 @@ Tensor call_conv2d(const Tensor& input, const Tensor& weight, const std::optiona
 }
 
 // The sizes are SymInt, so that a traced graph (torch.compile, torch.export) keeps them symbolic.
-Tensor call_input_grad(const Tensor& grad_output, const Tensor& weight, c10::SymIntArrayRef input_size,
-                       IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation, int64_t groups) {
-  static const auto op =
-      c10::Dispatcher::singleton()
-          .findSchemaOrThrow("torch_convbp::conv2d_input_grad", "")
-          .typed<Tensor(const Tensor&, const Tensor&, c10::SymIntArrayRef, IntArrayRef,
-                        IntArrayRef, IntArrayRef, int64_t)>();
+Tensor call_input_grad(const Tensor& grad_output, const Tensor& weight,
+                       c10::SymIntArrayRef input_size, IntArrayRef stride, IntArrayRef padding,
+                       IntArrayRef dilation, int64_t groups) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("torch_convbp::conv2d_input_grad", "")
+                             .typed<Tensor(const Tensor&, const Tensor&, c10::SymIntArrayRef,
+                                           IntArrayRef, IntArrayRef, IntArrayRef, int64_t)>();
   return op.call(grad_output, weight, input_size, stride, padding, dilation, groups);
 }
 
-Tensor call_weight_grad(const Tensor& input, const Tensor& grad_output, c10::SymIntArrayRef weight_size,
-                        IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation, int64_t groups) {
-  static const auto op =
-      c10::Dispatcher::singleton()
-          .findSchemaOrThrow("torch_convbp::conv2d_weight_grad", "")
-          .typed<Tensor(const Tensor&, const Tensor&, c10::SymIntArrayRef, IntArrayRef,
-                        IntArrayRef, IntArrayRef, int64_t)>();
+Tensor call_weight_grad(const Tensor& input, const Tensor& grad_output,
+                        c10::SymIntArrayRef weight_size, IntArrayRef stride, IntArrayRef padding,
+                        IntArrayRef dilation, int64_t groups) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("torch_convbp::conv2d_weight_grad", "")
+                             .typed<Tensor(const Tensor&, const Tensor&, c10::SymIntArrayRef,
+                                           IntArrayRef, IntArrayRef, IntArrayRef, int64_t)>();
   return op.call(input, grad_output, weight_size, stride, padding, dilation, groups);
 }
 
-// ---- What every node saves ------------------------------------------------------------------------
+// ---- What every node saves
+// ------------------------------------------------------------------------
 
 // The convolution's arguments, which every operator takes last and its gradients reuse.
 struct ConvArgs {
@@ -106,10 +108,12 @@ struct Conv2dNode : torch::autograd::Function<Conv2dNode> {
     const auto [stride, padding, dilation, groups] = saved_args(ctx);
     Tensor grad_input, grad_weight, grad_bias;
     if (ctx->needs_input_grad(0)) {
-      grad_input = call_input_grad(grad, weight, input.sym_sizes(), stride, padding, dilation, groups);
+      grad_input =
+          call_input_grad(grad, weight, input.sym_sizes(), stride, padding, dilation, groups);
     }
     if (ctx->needs_input_grad(1)) {
-      grad_weight = call_weight_grad(input, grad, weight.sym_sizes(), stride, padding, dilation, groups);
+      grad_weight =
+          call_weight_grad(input, grad, weight.sym_sizes(), stride, padding, dilation, groups);
     }
     // The bias is an edge only when it was given.
     if (ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2)) {
@@ -137,7 +141,8 @@ struct InputGradNode : torch::autograd::Function<InputGradNode> {
       d_grad_output = call_conv2d(v, weight, std::nullopt, stride, padding, dilation, groups);
     }
     if (ctx->needs_input_grad(1)) {
-      d_weight = call_weight_grad(v, grad_output, weight.sym_sizes(), stride, padding, dilation, groups);
+      d_weight =
+          call_weight_grad(v, grad_output, weight.sym_sizes(), stride, padding, dilation, groups);
     }
     return two_gradients(d_grad_output, d_weight);
   }
@@ -158,7 +163,8 @@ struct WeightGradNode : torch::autograd::Function<WeightGradNode> {
     const auto [stride, padding, dilation, groups] = saved_args(ctx);
     Tensor d_input, d_grad_output;
     if (ctx->needs_input_grad(0)) {
-      d_input = call_input_grad(grad_output, u, input.sym_sizes(), stride, padding, dilation, groups);
+      d_input =
+          call_input_grad(grad_output, u, input.sym_sizes(), stride, padding, dilation, groups);
     }
     if (ctx->needs_input_grad(1)) {
       d_grad_output = call_conv2d(input, u, std::nullopt, stride, padding, dilation, groups);
@@ -170,17 +176,20 @@ struct WeightGradNode : torch::autograd::Function<WeightGradNode> {
 // ---- The kernels at the Autograd key ------------------------------------------------------------
 
 Tensor conv2d_autograd(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias,
-                       IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation, int64_t groups) {
+                       IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
+                       int64_t groups) {
   return Conv2dNode::apply(input, weight, bias, stride, padding, dilation, groups);
 }
 
-Tensor input_grad_autograd(const Tensor& grad_output, const Tensor& weight, c10::SymIntArrayRef input_size,
-                           IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation, int64_t groups) {
+Tensor input_grad_autograd(const Tensor& grad_output, const Tensor& weight,
+                           c10::SymIntArrayRef input_size, IntArrayRef stride, IntArrayRef padding,
+                           IntArrayRef dilation, int64_t groups) {
   return InputGradNode::apply(grad_output, weight, input_size, stride, padding, dilation, groups);
 }
 
-Tensor weight_grad_autograd(const Tensor& input, const Tensor& grad_output, c10::SymIntArrayRef weight_size,
-                            IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation, int64_t groups) {
+Tensor weight_grad_autograd(const Tensor& input, const Tensor& grad_output,
+                            c10::SymIntArrayRef weight_size, IntArrayRef stride,
+                            IntArrayRef padding, IntArrayRef dilation, int64_t groups) {
   return WeightGradNode::apply(input, grad_output, weight_size, stride, padding, dilation, groups);
 }
 

@@ -37,13 +37,14 @@ void check_pair(const char* op, const char* name, IntArrayRef value) {
 
 }  // namespace
 
-void check_operands(const char* op, std::initializer_list<std::pair<const char*, const Tensor*>> operands) {
+void check_operands(const char* op,
+                    std::initializer_list<std::pair<const char*, const Tensor*>> operands) {
   const auto& [first_name, first] = *operands.begin();
   const auto dtype = first->scalar_type();
-  TORCH_CHECK(dtype == at::kDouble || dtype == at::kFloat || dtype == at::kHalf ||
-                  dtype == at::kBFloat16,
-              op, ": ", first_name, " must be float64, float32, float16 or bfloat16, got ",
-              dtype_name(dtype));
+  TORCH_CHECK(
+      dtype == at::kDouble || dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16,
+      op, ": ", first_name, " must be float64, float32, float16 or bfloat16, got ",
+      dtype_name(dtype));
   for (const auto& [name, tensor] : operands) {
     TORCH_CHECK(tensor->layout() == at::kStrided, op, ": ", name,
                 " must be a dense (strided) tensor, got layout ", tensor->layout());
@@ -100,18 +101,17 @@ ConvShape check_conv2d(const char* op, IntArrayRef input_size, IntArrayRef weigh
               ", dimension 0) must be divisible by groups");
   TORCH_CHECK(s.in_channels == weight_size[1] * groups, op, ": given groups=", groups,
               " and weight of size ", sizes_str(weight_size), ", expected input of size ",
-              sizes_str(input_size), " to have ", weight_size[1] * groups,
-              " channels, but got ", s.in_channels, " channels instead");
+              sizes_str(input_size), " to have ", weight_size[1] * groups, " channels, but got ",
+              s.in_channels, " channels instead");
   TORCH_CHECK(s.height > 0 && s.width > 0, op, ": input height and width must be non-zero, got ",
               sizes_str(input_size));
 
   const int64_t padded_h = s.height + 2 * s.pad_h, padded_w = s.width + 2 * s.pad_w;
   const int64_t reach_h = s.dilation_h * (s.kernel_h - 1) + 1;  // kernel extent with dilation
   const int64_t reach_w = s.dilation_w * (s.kernel_w - 1) + 1;
-  TORCH_CHECK(padded_h >= reach_h && padded_w >= reach_w, op,
-              ": padded input size per channel (", padded_h, " x ", padded_w,
-              ") is smaller than the dilated kernel (", reach_h, " x ", reach_w,
-              "); the kernel can't be larger than the padded input");
+  TORCH_CHECK(padded_h >= reach_h && padded_w >= reach_w, op, ": padded input size per channel (",
+              padded_h, " x ", padded_w, ") is smaller than the dilated kernel (", reach_h, " x ",
+              reach_w, "); the kernel can't be larger than the padded input");
   s.out_height = (padded_h - reach_h) / s.stride_h + 1;
   s.out_width = (padded_w - reach_w) / s.stride_w + 1;
   return s;
@@ -127,8 +127,9 @@ ColumnGeometry check_columns(const char* op, Layout layout, const Tensor& images
   const bool nhwc = layout == Layout::nhwc;
   TORCH_CHECK(images.dim() == 4 && images.is_contiguous(nhwc ? at::MemoryFormat::ChannelsLast
                                                              : at::MemoryFormat::Contiguous),
-              op, nhwc ? ": expected dense channels_last images [N, C, H, W], got size "
-                       : ": expected contiguous images [N, C, H, W], got size ",
+              op,
+              nhwc ? ": expected dense channels_last images [N, C, H, W], got size "
+                   : ": expected contiguous images [N, C, H, W], got size ",
               sizes_str(images.sizes()), " and strides ", images.strides());
   TORCH_CHECK(columns.is_contiguous(), op, ": expected a contiguous column matrix");
   const auto image_dtype = images.scalar_type(), column_dtype = columns.scalar_type();
@@ -143,8 +144,7 @@ ColumnGeometry check_columns(const char* op, Layout layout, const Tensor& images
   check_pair(op, "kernel_size", kernel_size);
   const int64_t channels = images.size(1);
   const std::vector<int64_t> kernel_weight{1, channels, kernel_size[0], kernel_size[1]};
-  const ConvShape s =
-      check_conv2d(op, images.sizes(), kernel_weight, stride, padding, dilation, 1);
+  const ConvShape s = check_conv2d(op, images.sizes(), kernel_weight, stride, padding, dilation, 1);
   TORCH_CHECK(row_start >= 0 && rows >= 0 && row_start + rows <= s.out_height, op,
               ": output rows [", row_start, ", ", row_start + rows,
               ") are outside the output height ", s.out_height);
@@ -165,10 +165,9 @@ ColumnGeometry check_columns(const char* op, Layout layout, const Tensor& images
     TORCH_CHECK(columns.numel() == expected, op, ": expected a column matrix of ", expected,
                 " elements ([", s.column_rows(), ", ", pixels, "]), got ", columns.numel());
   }
-  return ColumnGeometry{s.batch,      channels,     s.height,    s.width,   s.kernel_h,
-                        s.kernel_w,   s.stride_h,   s.stride_w,  s.pad_h,   s.pad_w,
-                        s.dilation_h, s.dilation_w, s.out_width, row_start, rows,
-                        groups};
+  return ColumnGeometry{s.batch,     channels,   s.height, s.width, s.kernel_h,   s.kernel_w,
+                        s.stride_h,  s.stride_w, s.pad_h,  s.pad_w, s.dilation_h, s.dilation_w,
+                        s.out_width, row_start,  rows,     groups};
 }
 
 namespace {
@@ -196,14 +195,15 @@ ConvShape check_direct_kernel_call(const char* op, const Tensor& input, const Te
 DepthwiseCall check_depthwise(const char* op, const Tensor& input, const Tensor& weight,
                               const Tensor& output, IntArrayRef stride, IntArrayRef padding,
                               IntArrayRef dilation) {
-  const ConvShape s = check_direct_kernel_call(op, input, weight, output, stride, padding,
-                                               dilation, /*groups=*/std::nullopt);
+  const ConvShape s = check_direct_kernel_call(op, input, weight, output, stride, padding, dilation,
+                                               /*groups=*/std::nullopt);
   // NCHW where both are contiguous (also when both layouts are one, as for 1x1 images).
   if (input.is_contiguous() && output.is_contiguous()) return {s, /*channels_last=*/false};
   const auto nhwc = at::MemoryFormat::ChannelsLast;
   TORCH_CHECK(input.is_contiguous(nhwc) && output.is_contiguous(nhwc), op,
               ": expected input and output both contiguous or both channels_last (dense), got "
-              "strides ", input.strides(), " and ", output.strides());
+              "strides ",
+              input.strides(), " and ", output.strides());
   return {s, /*channels_last=*/true};
 }
 

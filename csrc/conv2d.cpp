@@ -111,8 +111,7 @@ void call_grouped_kernel(GroupedOp which, const Tensor& a, const Tensor& b, cons
   using GroupedKernel = void(const Tensor&, const Tensor&, IntArrayRef, IntArrayRef, IntArrayRef,
                              int64_t, const Tensor&);
   static const auto forward = kernel_handle<GroupedKernel>("torch_convbp::grouped_conv2d");
-  static const auto weight_grad =
-      kernel_handle<GroupedKernel>("torch_convbp::grouped_weight_grad");
+  static const auto weight_grad = kernel_handle<GroupedKernel>("torch_convbp::grouped_weight_grad");
   (which == GroupedOp::forward ? forward : weight_grad)
       .call(a, b, {s.stride_h, s.stride_w}, {s.pad_h, s.pad_w}, {s.dilation_h, s.dilation_w},
             s.groups, result);
@@ -231,17 +230,17 @@ at::ScalarType gemm_dtype(at::ScalarType dtype, const at::Device& device) {
   const char* forced = std::getenv("TORCH_CONVBP_HALF_GEMM");
   const std::string_view choice = forced ? forced : "auto";
   TORCH_CHECK(choice == "auto" || choice == "native" || choice == "float32",
-              "torch_convbp: TORCH_CONVBP_HALF_GEMM must be auto, native or float32, got '",
-              choice, "'");
+              "torch_convbp: TORCH_CONVBP_HALF_GEMM must be auto, native or float32, got '", choice,
+              "'");
   if (choice == "auto") {
     return device.is_cpu() && !cpu_has_native_half_gemm(dtype) ? at::kFloat : dtype;
   }
   return choice == "float32" ? at::kFloat : dtype;
 }
 
-Tensor conv2d_forward(const Tensor& input, const Tensor& weight,
-                      const std::optional<Tensor>& bias, IntArrayRef stride,
-                      IntArrayRef padding, IntArrayRef dilation, int64_t groups) {
+Tensor conv2d_forward(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias,
+                      IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
+                      int64_t groups) {
   constexpr const char* op = "torch_convbp.conv2d";
   if (bias) {
     check_operands(op, {{"input", &input}, {"weight", &weight}, {"bias", &*bias}});
@@ -275,9 +274,9 @@ Tensor conv2d_forward(const Tensor& input, const Tensor& weight,
   return output;
 }
 
-Tensor conv2d_weight_grad(const Tensor& input, const Tensor& grad_output,
-                          IntArrayRef weight_size, IntArrayRef stride, IntArrayRef padding,
-                          IntArrayRef dilation, int64_t groups) {
+Tensor conv2d_weight_grad(const Tensor& input, const Tensor& grad_output, IntArrayRef weight_size,
+                          IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
+                          int64_t groups) {
   constexpr const char* op = "torch_convbp.conv2d_weight_grad";
   check_operands(op, {{"input", &input}, {"grad_output", &grad_output}});
   const ConvShape s =
@@ -334,9 +333,9 @@ Tensor conv2d_weight_grad(const Tensor& input, const Tensor& grad_output,
   return weight_of_matrices(partial[0], weight_size, x.scalar_type(), layout);
 }
 
-Tensor conv2d_input_grad(const Tensor& grad_output, const Tensor& weight,
-                         IntArrayRef input_size, IntArrayRef stride, IntArrayRef padding,
-                         IntArrayRef dilation, int64_t groups) {
+Tensor conv2d_input_grad(const Tensor& grad_output, const Tensor& weight, IntArrayRef input_size,
+                         IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
+                         int64_t groups) {
   constexpr const char* op = "torch_convbp.conv2d_input_grad";
   check_operands(op, {{"grad_output", &grad_output}, {"weight", &weight}});
   const ConvShape s =
@@ -365,8 +364,8 @@ Tensor conv2d_input_grad(const Tensor& grad_output, const Tensor& weight,
   if (transposed) {
     Tensor grad_input = empty_in_layout(input_size, dy, layout);
     const Tensor w_flipped = flipped_transposed_weight(weight, s, layout);  // [Cin, Cout/G, kh, kw]
-    forward_by_chunks(dy, weight_matrices(w_flipped, *transposed, layout).to(compute),
-                      *transposed, layout, grad_input);
+    forward_by_chunks(dy, weight_matrices(w_flipped, *transposed, layout).to(compute), *transposed,
+                      layout, grad_input);
     return grad_input;
   }
   // [G, Cin/G*kh*kw, Cout/G], in the GEMMs' dtype

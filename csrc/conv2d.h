@@ -22,7 +22,7 @@ struct ConvShape {
   int64_t batch, in_channels, height, width;  // input [N, Cin, H, W]
   int64_t out_channels, kernel_h, kernel_w;   // weight [Cout, Cin/G, kh, kw]
   int64_t stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups;
-  int64_t out_height, out_width;              // output [N, Cout, OH, OW]
+  int64_t out_height, out_width;  // output [N, Cout, OH, OW]
 
   // Rows of the column matrix: one per (input channel, kernel row, kernel column).
   int64_t column_rows() const { return in_channels * kernel_h * kernel_w; }
@@ -106,15 +106,15 @@ ConvShape check_grouped(const char* op, const Tensor& input, const Tensor& weigh
                         IntArrayRef dilation, int64_t groups);
 
 // The three convolution operators (registered for every device in ops.cpp).
-Tensor conv2d_forward(const Tensor& input, const Tensor& weight,
-                      const std::optional<Tensor>& bias, IntArrayRef stride,
-                      IntArrayRef padding, IntArrayRef dilation, int64_t groups);
-Tensor conv2d_input_grad(const Tensor& grad_output, const Tensor& weight,
-                         IntArrayRef input_size, IntArrayRef stride, IntArrayRef padding,
-                         IntArrayRef dilation, int64_t groups);
-Tensor conv2d_weight_grad(const Tensor& input, const Tensor& grad_output,
-                          IntArrayRef weight_size, IntArrayRef stride, IntArrayRef padding,
-                          IntArrayRef dilation, int64_t groups);
+Tensor conv2d_forward(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias,
+                      IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
+                      int64_t groups);
+Tensor conv2d_input_grad(const Tensor& grad_output, const Tensor& weight, IntArrayRef input_size,
+                         IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
+                         int64_t groups);
+Tensor conv2d_weight_grad(const Tensor& input, const Tensor& grad_output, IntArrayRef weight_size,
+                          IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
+                          int64_t groups);
 
 // The dtype the GEMMs run in for operands of `dtype` on `device` (see conv2d.cpp).
 at::ScalarType gemm_dtype(at::ScalarType dtype, const at::Device& device);

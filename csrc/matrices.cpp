@@ -48,8 +48,8 @@ Tensor column_kernel_operand(const Tensor& column_matrix, Layout layout) {
 }
 
 Tensor weight_matrices(const Tensor& weight, const ConvShape& s, Layout layout) {
-  const Tensor rows = layout == Layout::nchw ? weight.contiguous()
-                                             : weight.permute({0, 2, 3, 1}).contiguous();
+  const Tensor rows =
+      layout == Layout::nchw ? weight.contiguous() : weight.permute({0, 2, 3, 1}).contiguous();
   return rows.view({s.groups, s.out_channels / s.groups, -1});
 }
 

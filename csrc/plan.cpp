@@ -71,8 +71,8 @@ Plan plan_chunks(const ConvShape& s, at::TensorOptions workspace, bool pixels_co
   const bool whole_images =
       cpu && s.is_pointwise() && (pixels_contracted || image_pixels >= kMinGemmWidth);
   const int64_t target = std::min(
-      chunk_budget, whole_images ? image_pixels
-                                 : target_chunk_pixels(s.column_rows() * element_size, cpu));
+      chunk_budget,
+      whole_images ? image_pixels : target_chunk_pixels(s.column_rows() * element_size, cpu));
   Plan plan{};
   if (image_pixels > chunk_budget || image_pixels > 2 * target) {
     // Row bands of one image, of about the target's width, when a whole image is over the
@@ -82,8 +82,8 @@ Plan plan_chunks(const ConvShape& s, at::TensorOptions workspace, bool pixels_co
       bands = ceil_div(bands, kChunkMultiple) * kChunkMultiple;  // an even chunk count
     }
     plan.images = 1;
-    plan.rows = std::max<int64_t>(
-        1, std::min(chunk_budget / s.out_width, ceil_div(s.out_height, bands)));
+    plan.rows =
+        std::max<int64_t>(1, std::min(chunk_budget / s.out_width, ceil_div(s.out_height, bands)));
   } else {
     const int64_t wanted = ceil_div(target, image_pixels);
     plan.images = std::clamp<int64_t>(std::min(wanted, chunk_budget / image_pixels), 1, batch);

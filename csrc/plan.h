@@ -26,9 +26,9 @@ struct Chunk {
 // The chunks of a call, in a fixed order: image chunk by image chunk, and the row bands of each
 // in order. Chunk index i is image chunk i / bands, band i % bands.
 struct Plan {
-  int64_t images, rows;          // per chunk; rows < out_height only when images == 1
-  int64_t image_chunks, bands;   // ceil(batch / images), ceil(out_height / rows)
-  int64_t lanes_that_fit;        // how many chunks' workspaces fit the limit at once (>= 1)
+  int64_t images, rows;         // per chunk; rows < out_height only when images == 1
+  int64_t image_chunks, bands;  // ceil(batch / images), ceil(out_height / rows)
+  int64_t lanes_that_fit;       // how many chunks' workspaces fit the limit at once (>= 1)
 
   int64_t chunks() const { return image_chunks * bands; }
   Chunk chunk(const ConvShape& s, int64_t index) const {

@@ -24,8 +24,8 @@ C10_HOST_DEVICE inline index_t output_index(index_t in, index_t pad, index_t k, 
 // where none does.
 template <typename Dims, typename index_t>
 C10_HOST_DEVICE inline index_t band_row_reading(const Dims& g, index_t ih, index_t ki) {
-  const index_t oh = output_index<index_t>(ih, g.pad_h, ki, g.dilation_h, g.stride_h,
-                                           g.row_start + g.rows);
+  const index_t oh =
+      output_index<index_t>(ih, g.pad_h, ki, g.dilation_h, g.stride_h, g.row_start + g.rows);
   return oh >= g.row_start ? oh - g.row_start : -1;
 }
 

@@ -158,8 +158,8 @@ TORCH_CONVBP_VECTOR_CLONES void im2col_nhwc_rows(const image_t* images, column_t
         std::fill_n(dst, tap_row_length, column_t(0));
         continue;
       }
-      const image_t* src_row = images + (out.image * g.height + ih) * g.width * g.channels +
-                               group * group_channels;
+      const image_t* src_row =
+          images + (out.image * g.height + ih) * g.width * g.channels + group * group_channels;
       const auto tap_source = [&](int64_t kj) {  // the group's channels that tap kj reads
         return src_row + (iw_first + kj * g.dilation_w) * g.channels;
       };
@@ -247,8 +247,8 @@ void im2col_cpu(const at::Tensor& images, IntArrayRef kernel_size, IntArrayRef s
                 IntArrayRef padding, IntArrayRef dilation, int64_t row_start, int64_t rows,
                 const at::Tensor& columns) {
   const char* op = layout == Layout::nhwc ? "torch_convbp.im2col_nhwc" : "torch_convbp.im2col";
-  const ColumnGeometry g = check_columns(op, layout, images, columns, kernel_size, stride,
-                                         padding, dilation, row_start, rows);
+  const ColumnGeometry g = check_columns(op, layout, images, columns, kernel_size, stride, padding,
+                                         dilation, row_start, rows);
   dispatch_column_types(images, columns, [&](auto image_type, auto column_type) {
     using image_t = typename decltype(image_type)::type;
     using column_t = typename decltype(column_type)::type;
@@ -263,8 +263,8 @@ void col2im_cpu(const at::Tensor& columns, IntArrayRef kernel_size, IntArrayRef 
                 IntArrayRef padding, IntArrayRef dilation, int64_t row_start, int64_t rows,
                 const at::Tensor& images) {
   const char* op = layout == Layout::nhwc ? "torch_convbp.col2im_nhwc" : "torch_convbp.col2im";
-  const ColumnGeometry g = check_columns(op, layout, images, columns, kernel_size, stride,
-                                         padding, dilation, row_start, rows);
+  const ColumnGeometry g = check_columns(op, layout, images, columns, kernel_size, stride, padding,
+                                         dilation, row_start, rows);
   dispatch_column_types(images, columns, [&](auto image_type, auto column_type) {
     using image_t = typename decltype(image_type)::type;
     using column_t = typename decltype(column_type)::type;

@@ -56,7 +56,7 @@ TORCH_CONVBP_VECTOR_CLONES void forward_plane(const scalar_t* x, const scalar_t*
 // to that channel's output gradient dy.
 template <typename scalar_t, typename acc_t>
 TORCH_CONVBP_VECTOR_CLONES void add_input_grad_plane(const scalar_t* dy, const scalar_t* w,
-                                                    acc_t* acc, const ConvShape& s) {
+                                                     acc_t* acc, const ConvShape& s) {
   for (int64_t ki = 0; ki < s.kernel_h; ++ki) {
     for (int64_t kj = 0; kj < s.kernel_w; ++kj) {
       const acc_t weight = static_cast<acc_t>(w[ki * s.kernel_w + kj]);
@@ -80,8 +80,8 @@ TORCH_CONVBP_VECTOR_CLONES void add_input_grad_plane(const scalar_t* dy, const s
 // around, so that each piece is a unit-stride run of lanes (a vectorizable loop).
 template <typename scalar_t, typename acc_t>
 TORCH_CONVBP_VECTOR_CLONES void add_weight_grad_lanes(const scalar_t* x, const scalar_t* dy,
-                                                     int64_t first_position, acc_t* lanes,
-                                                     const ConvShape& s) {
+                                                      int64_t first_position, acc_t* lanes,
+                                                      const ConvShape& s) {
   for (int64_t oh = 0; oh < s.out_height; ++oh) {
     const scalar_t* dy_row = dy + oh * s.out_width;
     const int64_t row_position = first_position + oh * s.out_width;
@@ -98,7 +98,8 @@ TORCH_CONVBP_VECTOR_CLONES void add_weight_grad_lanes(const scalar_t* x, const s
           const int64_t shift = first_lane - start;  // column ow's lane is ow + shift
           for_each_column(s.stride_w, Tap{tap.offset, {start, stop}}, [&](int64_t ow, int64_t iw) {
             acc_t& lane = tap_lanes[ow + shift];
-            lane = multiply_add(static_cast<acc_t>(dy_row[ow]), static_cast<acc_t>(x_row[iw]), lane);
+            lane =
+                multiply_add(static_cast<acc_t>(dy_row[ow]), static_cast<acc_t>(x_row[iw]), lane);
           });
           start = stop;
         }
@@ -141,8 +142,8 @@ void input_grad_kernel(const scalar_t* grad_output, const scalar_t* weight, scal
       const int64_t n = plane / s.in_channels, c = plane % s.in_channels;
       std::fill(acc.begin(), acc.end(), acc_t(0));
       for (int64_t o = c * multiplier; o < (c + 1) * multiplier; ++o) {
-        add_input_grad_plane(grad_output + (n * s.out_channels + o) * out_plane,
-                             weight + o * taps, acc.data(), s);
+        add_input_grad_plane(grad_output + (n * s.out_channels + o) * out_plane, weight + o * taps,
+                             acc.data(), s);
       }
       std::copy(acc.begin(), acc.end(), grad_input + plane * plane_size);
     }
@@ -196,8 +197,8 @@ Tensor empty_nhwc_like(const Tensor& activation) {
 
 void depthwise_conv2d_cpu(const Tensor& input, const Tensor& weight, IntArrayRef stride,
                           IntArrayRef padding, IntArrayRef dilation, const Tensor& output) {
-  const DepthwiseCall call = check_depthwise("torch_convbp.depthwise_conv2d", input, weight,
-                                              output, stride, padding, dilation);
+  const DepthwiseCall call = check_depthwise("torch_convbp.depthwise_conv2d", input, weight, output,
+                                             stride, padding, dilation);
   const ConvShape& s = call.shape;
   if (call.channels_last) return depthwise_nhwc_forward(input, weight, s, output);
   if (small_planes(s)) {
@@ -206,16 +207,17 @@ void depthwise_conv2d_cpu(const Tensor& input, const Tensor& weight, IntArrayRef
     output.copy_(output_nhwc);
     return;
   }
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "depthwise_conv2d", [&] {
-    forward_kernel(input.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(),
-                   output.mutable_data_ptr<scalar_t>(), s);
-  });
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, input.scalar_type(), "depthwise_conv2d", [&] {
+        forward_kernel(input.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(),
+                       output.mutable_data_ptr<scalar_t>(), s);
+      });
 }
 
 void depthwise_input_grad_cpu(const Tensor& grad_output, const Tensor& weight, IntArrayRef stride,
                               IntArrayRef padding, IntArrayRef dilation, const Tensor& grad_input) {
-  const DepthwiseCall call = check_depthwise("torch_convbp.depthwise_input_grad", grad_input, weight,
-                                              grad_output, stride, padding, dilation);
+  const DepthwiseCall call = check_depthwise("torch_convbp.depthwise_input_grad", grad_input,
+                                             weight, grad_output, stride, padding, dilation);
   const ConvShape& s = call.shape;
   if (call.channels_last) return depthwise_nhwc_input_grad(grad_output, weight, s, grad_input);
   if (small_planes(s)) {
@@ -224,24 +226,27 @@ void depthwise_input_grad_cpu(const Tensor& grad_output, const Tensor& weight, I
     grad_input.copy_(grad_input_nhwc);
     return;
   }
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad_output.scalar_type(), "depthwise_input_grad", [&] {
-    input_grad_kernel(grad_output.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(),
-                      grad_input.mutable_data_ptr<scalar_t>(), s);
-  });
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, grad_output.scalar_type(), "depthwise_input_grad", [&] {
+        input_grad_kernel(grad_output.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(),
+                          grad_input.mutable_data_ptr<scalar_t>(), s);
+      });
 }
 
 void depthwise_weight_grad_cpu(const Tensor& input, const Tensor& grad_output, IntArrayRef stride,
-                               IntArrayRef padding, IntArrayRef dilation, const Tensor& grad_weight) {
-  const DepthwiseCall call = check_depthwise("torch_convbp.depthwise_weight_grad", input, grad_weight,
-                                              grad_output, stride, padding, dilation);
+                               IntArrayRef padding, IntArrayRef dilation,
+                               const Tensor& grad_weight) {
+  const DepthwiseCall call = check_depthwise("torch_convbp.depthwise_weight_grad", input,
+                                             grad_weight, grad_output, stride, padding, dilation);
   const ConvShape& s = call.shape;
   if (call.channels_last || small_planes(s)) {
     return depthwise_nhwc_weight_grad(as_nhwc(input), as_nhwc(grad_output), s, grad_weight);
   }
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "depthwise_weight_grad", [&] {
-    weight_grad_kernel(input.const_data_ptr<scalar_t>(), grad_output.const_data_ptr<scalar_t>(),
-                       grad_weight.mutable_data_ptr<scalar_t>(), s);
-  });
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, input.scalar_type(), "depthwise_weight_grad", [&] {
+        weight_grad_kernel(input.const_data_ptr<scalar_t>(), grad_output.const_data_ptr<scalar_t>(),
+                           grad_weight.mutable_data_ptr<scalar_t>(), s);
+      });
 }
 
 }  // namespace

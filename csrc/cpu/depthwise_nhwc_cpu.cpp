@@ -97,9 +97,8 @@ class RowTerms {
 // a store loop of a run-time length it kept them as 16 scalars, and the forward ran 4x slower
 // (benchmarks/NOTES.md, section 18).
 template <typename scalar_t, typename acc_t, typename Channel>
-TORCH_CONVBP_INLINE void sum_full_block(const Terms& terms, const acc_t* w,
-                                        const scalar_t* operand, int64_t first,
-                                        Channel operand_channel, scalar_t* result) {
+TORCH_CONVBP_INLINE void sum_full_block(const Terms& terms, const acc_t* w, const scalar_t* operand,
+                                        int64_t first, Channel operand_channel, scalar_t* result) {
   acc_t sum[kChannelBlock] = {};
   for (size_t i = 0; i < terms.weight_offset.size(); ++i) {
     const acc_t* wt = w + terms.weight_offset[i] + first;
@@ -113,9 +112,9 @@ TORCH_CONVBP_INLINE void sum_full_block(const Terms& terms, const acc_t* w,
 
 // Any block: `block` channels from `first`, `step` apart.
 template <typename scalar_t, typename acc_t, typename Channel>
-TORCH_CONVBP_INLINE void sum_any_block(const Terms& terms, const acc_t* w,
-                                       const scalar_t* operand, int64_t first, int64_t block,
-                                       int64_t step, Channel operand_channel, scalar_t* result) {
+TORCH_CONVBP_INLINE void sum_any_block(const Terms& terms, const acc_t* w, const scalar_t* operand,
+                                       int64_t first, int64_t block, int64_t step,
+                                       Channel operand_channel, scalar_t* result) {
   acc_t sum[kChannelBlock] = {};
   for (size_t i = 0; i < terms.weight_offset.size(); ++i) {
     const acc_t* wt = w + terms.weight_offset[i];
@@ -157,15 +156,16 @@ TORCH_CONVBP_VECTOR_CLONES void forward_row(const scalar_t* image, const acc_t* 
   // The columns every tap reads inside the image: those of the first and of the last kernel
   // column. The next output column reads stride_w input columns on.
   const Span first = tap_columns(s, 0).columns, last = tap_columns(s, s.kernel_w - 1).columns;
-  const RepeatingColumns inner{{std::max(first.begin, last.begin), std::min(first.end, last.end)},
-                               1, s.stride_w * c};
+  const RepeatingColumns inner{
+      {std::max(first.begin, last.begin), std::min(first.end, last.end)}, 1, s.stride_w * c};
   const auto build = [&](int64_t ow, Terms& terms) {
     for (int64_t ki = 0; ki < s.kernel_h; ++ki) {
       const int64_t ih = input_row(s, oh, ki);
       if (ih < 0) continue;
       for (int64_t kj = 0; kj < s.kernel_w; ++kj) {
         const int64_t iw = ow * s.stride_w - s.pad_w + kj * s.dilation_w;
-        if (iw >= 0 && iw < s.width) terms.add((ki * s.kernel_w + kj) * cout, (ih * s.width + iw) * c);
+        if (iw >= 0 && iw < s.width)
+          terms.add((ki * s.kernel_w + kj) * cout, (ih * s.width + iw) * c);
       }
     }
   };
@@ -204,15 +204,17 @@ TORCH_CONVBP_VECTOR_CLONES void input_grad_row(const scalar_t* grad_image, const
         if (oh < 0) continue;
         for (int64_t kj = 0; kj < s.kernel_w; ++kj) {
           const int64_t ow = output_index(iw, s.pad_w, kj, s.dilation_w, s.stride_w, s.out_width);
-          if (ow >= 0) terms.add((ki * s.kernel_w + kj) * cout + k, (oh * s.out_width + ow) * cout + k);
+          if (ow >= 0)
+            terms.add((ki * s.kernel_w + kj) * cout + k, (oh * s.out_width + ow) * cout + k);
         }
       }
     }
   };
   for (int64_t iw = 0; iw < s.width; ++iw) {
     const RowTerms::Use use = row_terms.for_pixel(iw, repeating, build);
-    sum_terms(use.terms, w_by_tap, grad_image + use.operand_shift, c, m, [](int64_t o) { return o; },
-              grad_in + iw * c);
+    sum_terms(
+        use.terms, w_by_tap, grad_image + use.operand_shift, c, m, [](int64_t o) { return o; },
+        grad_in + iw * c);
   }
 }
 
@@ -229,8 +231,8 @@ TORCH_CONVBP_INLINE void add_products(acc_t* l, const scalar_t* dy, const scalar
     acc_t sum[kVector];
     for (int64_t v = 0; v < kVector; ++v) sum[v] = l[b + v];
     for (int64_t v = 0; v < kVector; ++v) {
-      sum[v] = multiply_add(static_cast<acc_t>(dy[b + v]),
-                            static_cast<acc_t>(x[x_channel(b + v)]), sum[v]);
+      sum[v] = multiply_add(static_cast<acc_t>(dy[b + v]), static_cast<acc_t>(x[x_channel(b + v)]),
+                            sum[v]);
     }
     for (int64_t v = 0; v < kVector; ++v) l[b + v] = sum[v];
   }
@@ -294,14 +296,15 @@ void input_grad_kernel(const scalar_t* grad_output, const scalar_t* weight, scal
   const int64_t taps = s.kernel_h * s.kernel_w, m = s.out_channels / s.in_channels;
   const int64_t row_size = s.width * s.in_channels, rows = s.batch * s.height;
   const int64_t grad_image_size = s.out_height * s.out_width * s.out_channels;
-  at::parallel_for(0, rows, grain_for(s.width * s.out_channels * taps), [&](int64_t begin, int64_t end) {
-    RowTerms terms(taps * m, s.stride_w);
-    for (int64_t row = begin; row < end; ++row) {
-      const int64_t n = row / s.height, ih = row % s.height;
-      input_grad_row(grad_output + n * grad_image_size, w_by_tap.data(), ih, terms,
-                     grad_input + row * row_size, s);
-    }
-  });
+  at::parallel_for(0, rows, grain_for(s.width * s.out_channels * taps),
+                   [&](int64_t begin, int64_t end) {
+                     RowTerms terms(taps * m, s.stride_w);
+                     for (int64_t row = begin; row < end; ++row) {
+                       const int64_t n = row / s.height, ih = row % s.height;
+                       input_grad_row(grad_output + n * grad_image_size, w_by_tap.data(), ih, terms,
+                                      grad_input + row * row_size, s);
+                     }
+                   });
 }
 
 // One level of summation.h's tree for `block` channels: lanes[lane][b] += lanes[lane + half][b]
@@ -331,7 +334,8 @@ template <typename acc_t>
 TORCH_CONVBP_VECTOR_CLONES void sum_lanes(acc_t* lanes, int64_t count) {
   for (int64_t first = 0; first < count; first += kChannelBlock) {
     const int64_t block = std::min(kChannelBlock, count - first);
-    for (int half = kSumLanes / 2; half > 0; half /= 2) tree_level(lanes + first, count, block, half);
+    for (int half = kSumLanes / 2; half > 0; half /= 2)
+      tree_level(lanes + first, count, block, half);
   }
 }
 
@@ -375,11 +379,13 @@ void weight_grad_kernel(const scalar_t* input, const scalar_t* grad_output, scal
         const scalar_t* x = input + n * image_size;
         const scalar_t* dy = grad_output + n * grad_image_size;
         if (m == 1) {  // output channel o reads input channel o
-          add_weight_grad_lanes(x + first, dy, n * out_plane, first, count,
-                                [](int64_t b) { return b; }, lanes.data(), s);
-        } else {       // output channel o reads input channel o / m
-          add_weight_grad_lanes(x, dy, n * out_plane, first, count,
-                                [first, m](int64_t b) { return (first + b) / m; }, lanes.data(), s);
+          add_weight_grad_lanes(
+              x + first, dy, n * out_plane, first, count, [](int64_t b) { return b; }, lanes.data(),
+              s);
+        } else {  // output channel o reads input channel o / m
+          add_weight_grad_lanes(
+              x, dy, n * out_plane, first, count, [first, m](int64_t b) { return (first + b) / m; },
+              lanes.data(), s);
         }
       }
       for (int64_t t = 0; t < taps; ++t) {
@@ -397,26 +403,29 @@ void weight_grad_kernel(const scalar_t* input, const scalar_t* grad_output, scal
 
 void depthwise_nhwc_forward(const Tensor& input, const Tensor& weight, const ConvShape& s,
                             const Tensor& output) {
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "depthwise_nhwc", [&] {
-    forward_kernel(input.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(),
-                   output.mutable_data_ptr<scalar_t>(), s);
-  });
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, input.scalar_type(), "depthwise_nhwc", [&] {
+        forward_kernel(input.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(),
+                       output.mutable_data_ptr<scalar_t>(), s);
+      });
 }
 
 void depthwise_nhwc_input_grad(const Tensor& grad_output, const Tensor& weight, const ConvShape& s,
                                const Tensor& grad_input) {
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad_output.scalar_type(), "depthwise_nhwc", [&] {
-    input_grad_kernel(grad_output.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(),
-                      grad_input.mutable_data_ptr<scalar_t>(), s);
-  });
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, grad_output.scalar_type(), "depthwise_nhwc", [&] {
+        input_grad_kernel(grad_output.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(),
+                          grad_input.mutable_data_ptr<scalar_t>(), s);
+      });
 }
 
 void depthwise_nhwc_weight_grad(const Tensor& input, const Tensor& grad_output, const ConvShape& s,
                                 const Tensor& grad_weight) {
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "depthwise_nhwc", [&] {
-    weight_grad_kernel(input.const_data_ptr<scalar_t>(), grad_output.const_data_ptr<scalar_t>(),
-                       grad_weight.mutable_data_ptr<scalar_t>(), s);
-  });
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, input.scalar_type(), "depthwise_nhwc", [&] {
+        weight_grad_kernel(input.const_data_ptr<scalar_t>(), grad_output.const_data_ptr<scalar_t>(),
+                           grad_weight.mutable_data_ptr<scalar_t>(), s);
+      });
 }
 
 }  // namespace torch_convbp

@@ -61,7 +61,8 @@ TORCH_CONVBP_INLINE void sum_block(const std::vector<TapOffsets>& taps, const sc
         std::memcpy(&weights[v], w_tap + i * d.weight_row + v * lanes, sizeof(V));
       }
       for (int q = 0; q < PB; ++q) {
-        const V value = Ops::template splat<V>(static_cast<acc_t>(x_tap[q * d.input_pixel_step + i]));
+        const V value =
+            Ops::template splat<V>(static_cast<acc_t>(x_tap[q * d.input_pixel_step + i]));
         for (int v = 0; v < NV; ++v) sum[q][v] = Ops::multiply_add(weights[v], value, sum[q][v]);
       }
     }
@@ -69,7 +70,8 @@ TORCH_CONVBP_INLINE void sum_block(const std::vector<TapOffsets>& taps, const sc
   for (int q = 0; q < PB; ++q) {
     for (int v = 0; v < NV; ++v) {
       for (int64_t l = 0; l < lanes; ++l) {
-        if (v * lanes + l < count) y[q * d.out_channels + v * lanes + l] = static_cast<scalar_t>(sum[q][v][l]);
+        if (v * lanes + l < count)
+          y[q * d.out_channels + v * lanes + l] = static_cast<scalar_t>(sum[q][v][l]);
       }
     }
   }
@@ -139,8 +141,8 @@ void build_taps(const ConvShape& s, int64_t oh, int64_t ow, bool all_columns,
       const int64_t shift = kj * s.dilation_w - s.pad_w;  // iw = ow * stride_w + shift
       const int64_t iw = ow * s.stride_w + shift;
       if (!all_columns && (iw < 0 || iw >= s.width)) continue;
-      taps.push_back({(ih * s.width + shift) * s.in_channels,
-                      (ki * s.kernel_w + kj) * weight_tap_size});
+      taps.push_back(
+          {(ih * s.width + shift) * s.in_channels, (ki * s.kernel_w + kj) * weight_tap_size});
     }
   }
 }
@@ -149,13 +151,13 @@ void build_taps(const ConvShape& s, int64_t oh, int64_t ow, bool all_columns,
 // Group by group, so that a group's weights stay in cache over the band's pixels (row by row,
 // all groups each, a 32-per-group layer of 7x7 pixels reloaded 36 KiB of weights per group for
 // every 7 pixels: benchmarks/NOTES.md, section 21); the band's input rows stay in the L2 cache
-// across the groups. The columns whose every tap reads inside the image share one list of taps; each column
-// nearer the edge has its own.
+// across the groups. The columns whose every tap reads inside the image share one list of taps;
+// each column nearer the edge has its own.
 template <class Ops, typename scalar_t, typename acc_t>
-TORCH_CONVBP_INLINE void forward_band_body(const scalar_t* image, const acc_t* w,
-                                           int64_t first_row, int64_t rows,
-                                           std::vector<TapOffsets>& taps, scalar_t* out_image,
-                                           const ConvShape& s, const RowDims& d) {
+TORCH_CONVBP_INLINE void forward_band_body(const scalar_t* image, const acc_t* w, int64_t first_row,
+                                           int64_t rows, std::vector<TapOffsets>& taps,
+                                           scalar_t* out_image, const ConvShape& s,
+                                           const RowDims& d) {
   const Span first = tap_columns(s, 0).columns, last = tap_columns(s, s.kernel_w - 1).columns;
   const int64_t inner_begin = std::max(first.begin, last.begin);
   const Span inner{inner_begin, std::max(inner_begin, std::min(first.end, last.end))};
@@ -186,9 +188,11 @@ void forward_band_baseline(const scalar_t* image, const acc_t* w, int64_t first_
 
 #ifdef TORCH_CONVBP_AVX2_BANDS
 template <typename scalar_t, typename acc_t>
-__attribute__((target("avx2,fma"))) void forward_band_avx2(
-    const scalar_t* image, const acc_t* w, int64_t first_row, int64_t rows,
-    std::vector<TapOffsets>& taps, scalar_t* out_image, const ConvShape& s, const RowDims& d) {
+__attribute__((target("avx2,fma"))) void forward_band_avx2(const scalar_t* image, const acc_t* w,
+                                                           int64_t first_row, int64_t rows,
+                                                           std::vector<TapOffsets>& taps,
+                                                           scalar_t* out_image, const ConvShape& s,
+                                                           const RowDims& d) {
   forward_band_body<Avx2Ops>(image, w, first_row, rows, taps, out_image, s, d);
 }
 
@@ -208,15 +212,15 @@ int64_t band_rows(const ConvShape& s, int64_t element_size) {
 // The weight [Cout, C/G, kh, kw] as [G, kh*kw, C/G, weight_row] in the sums' type, each tap's
 // rows of one group's output channels adjacent, zero past Cout/G.
 template <typename scalar_t, typename acc_t>
-std::vector<acc_t> rearranged_weight(const scalar_t* weight, const ConvShape& s,
-                                     const RowDims& d) {
+std::vector<acc_t> rearranged_weight(const scalar_t* weight, const ConvShape& s, const RowDims& d) {
   const int64_t taps = s.kernel_h * s.kernel_w;
   std::vector<acc_t> w(s.groups * taps * d.group_in * d.weight_row, acc_t(0));
   for (int64_t o = 0; o < s.out_channels; ++o) {
     const int64_t g = o / d.group_out, j = o % d.group_out;
     for (int64_t i = 0; i < d.group_in; ++i) {
       for (int64_t t = 0; t < taps; ++t) {
-        w[((g * taps + t) * d.group_in + i) * d.weight_row + j] = weight[(o * d.group_in + i) * taps + t];
+        w[((g * taps + t) * d.group_in + i) * d.weight_row + j] =
+            weight[(o * d.group_in + i) * taps + t];
       }
     }
   }
@@ -261,10 +265,11 @@ void grouped_conv2d_cpu(const Tensor& input, const Tensor& weight, IntArrayRef s
   const ConvShape s = check_grouped("torch_convbp.grouped_conv2d", input, weight, output, stride,
                                     padding, dilation, groups);
   if (output.numel() == 0) return;
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "grouped_conv2d", [&] {
-    forward_kernel(input.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(),
-                   output.mutable_data_ptr<scalar_t>(), s);
-  });
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, input.scalar_type(), "grouped_conv2d", [&] {
+        forward_kernel(input.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(),
+                       output.mutable_data_ptr<scalar_t>(), s);
+      });
 }
 
 }  // namespace

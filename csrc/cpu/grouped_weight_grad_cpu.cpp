@@ -92,7 +92,8 @@ void sum_tap_block_by_entries(const TapPixels& t, const scalar_t* x, const scala
       for (int64_t r = 0; r < t.rows; ++r) {
         for (int64_t k = 0; k < t.columns; ++k) {
           const acc_t value = static_cast<acc_t>(x[t.x_first + r * t.x_row + k * t.x_column + c]);
-          const acc_t grad = static_cast<acc_t>(dy[t.dy_first + r * t.dy_row + k * t.dy_column + o]);
+          const acc_t grad =
+              static_cast<acc_t>(dy[t.dy_first + r * t.dy_row + k * t.dy_column + o]);
           sum = std::fma(value, grad, sum);
         }
       }
@@ -163,7 +164,8 @@ TORCH_CONVBP_INLINE void sum_tap_slice(const TapPixels& t, const scalar_t* x, co
     sum_tap_block<Ops, NV, 2>(t, x + c, dy, count, dy_end, total + c * total_row, total_row);
     c += 2;
   }
-  if (c < group_in) sum_tap_block<Ops, NV, 1>(t, x + c, dy, count, dy_end, total + c * total_row, total_row);
+  if (c < group_in)
+    sum_tap_block<Ops, NV, 1>(t, x + c, dy, count, dy_end, total + c * total_row, total_row);
 }
 
 // What a task shares: the group's channel counts and the totals' row length (Cout/G rounded up
@@ -194,10 +196,10 @@ TORCH_CONVBP_INLINE void group_totals_body(const scalar_t* input, const scalar_t
         const int64_t count = std::min(slice, d.group_out - first);
         if (count > lanes) {
           sum_tap_slice<Ops, 2>(t, x, dy + first, d.group_in, count, dy_end, tap_totals + first,
-                                 d.total_row);
+                                d.total_row);
         } else {
           sum_tap_slice<Ops, 1>(t, x, dy + first, d.group_in, count, dy_end, tap_totals + first,
-                                 d.total_row);
+                                d.total_row);
         }
       }
     }
@@ -214,9 +216,11 @@ void group_totals_baseline(const scalar_t* input, const scalar_t* grad_output, i
 
 #ifdef TORCH_CONVBP_AVX2_BANDS
 template <typename scalar_t, typename acc_t>
-__attribute__((target("avx2,fma"))) void group_totals_avx2(
-    const scalar_t* input, const scalar_t* grad_output, int64_t g, int64_t first_tap,
-    int64_t end_tap, const ConvShape& s, const GroupDims& d, acc_t* totals) {
+__attribute__((target("avx2,fma"))) void group_totals_avx2(const scalar_t* input,
+                                                           const scalar_t* grad_output, int64_t g,
+                                                           int64_t first_tap, int64_t end_tap,
+                                                           const ConvShape& s, const GroupDims& d,
+                                                           acc_t* totals) {
   group_totals_body<Avx2Ops>(input, grad_output, g, first_tap, end_tap, s, d, totals);
 }
 #endif
@@ -254,7 +258,8 @@ void weight_grad_kernel(const scalar_t* input, const scalar_t* grad_output, scal
         scalar_t* w = grad_weight + (g * group_out + j) * group_in * taps;
         for (int64_t i = 0; i < group_in; ++i) {
           for (int64_t tap = first_tap; tap < end_tap; ++tap) {
-            w[i * taps + tap] = static_cast<scalar_t>(totals[(tap * group_in + i) * d.total_row + j]);
+            w[i * taps + tap] =
+                static_cast<scalar_t>(totals[(tap * group_in + i) * d.total_row + j]);
           }
         }
       }
@@ -268,14 +273,17 @@ void grouped_weight_grad_cpu(const Tensor& input, const Tensor& grad_output, Int
   const ConvShape s = check_grouped("torch_convbp.grouped_weight_grad", input, grad_weight,
                                     grad_output, stride, padding, dilation, groups);
   if (grad_weight.numel() == 0) return;
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "grouped_weight_grad", [&] {
-    weight_grad_kernel(input.const_data_ptr<scalar_t>(), grad_output.const_data_ptr<scalar_t>(),
-                       grad_weight.mutable_data_ptr<scalar_t>(), s);
-  });
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, input.scalar_type(), "grouped_weight_grad", [&] {
+        weight_grad_kernel(input.const_data_ptr<scalar_t>(), grad_output.const_data_ptr<scalar_t>(),
+                           grad_weight.mutable_data_ptr<scalar_t>(), s);
+      });
 }
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(torch_convbp, CPU, m) { m.impl("grouped_weight_grad", &grouped_weight_grad_cpu); }
+TORCH_LIBRARY_IMPL(torch_convbp, CPU, m) {
+  m.impl("grouped_weight_grad", &grouped_weight_grad_cpu);
+}
 
 }  // namespace torch_convbp

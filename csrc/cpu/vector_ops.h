@@ -66,11 +66,12 @@ struct Avx2Ops {
   __attribute__((target("avx2,fma"))) static inline V splat(double value) {
     return _mm256_set1_pd(value);
   }
-  __attribute__((target("avx2,fma"))) static inline Floats multiply_add(Floats a, Floats b, Floats c) {
+  __attribute__((target("avx2,fma"))) static inline Floats multiply_add(Floats a, Floats b,
+                                                                        Floats c) {
     return _mm256_fmadd_ps(a, b, c);
   }
   __attribute__((target("avx2,fma"))) static inline Doubles multiply_add(Doubles a, Doubles b,
-                                                                        Doubles c) {
+                                                                         Doubles c) {
     return _mm256_fmadd_pd(a, b, c);
   }
 };

@@ -6,8 +6,8 @@
 // entries (one thread per entry spent most of its time dividing: NOTES); in NHWC one thread per
 // channel of each output pixel, likewise. col2im: a gather, one thread per input pixel (NCHW) or
 // per channel of one (NHWC), summing in the fixed order (ki, kj) with no atomics, so the result
-// is bitwise the same on every run and equal to the CPU's. Index arithmetic is 32-bit where every index fits, 64-bit
-// where it does not (past 2^31 elements).
+// is bitwise the same on every run and equal to the CPU's. Index arithmetic is 32-bit where every
+// index fits, 64-bit where it does not (past 2^31 elements).
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -56,8 +56,8 @@ void im2col_cuda(const at::Tensor& images, IntArrayRef kernel_size, IntArrayRef 
                  IntArrayRef padding, IntArrayRef dilation, int64_t row_start, int64_t rows,
                  const at::Tensor& columns) {
   const char* op = layout == Layout::nhwc ? "torch_convbp.im2col_nhwc" : "torch_convbp.im2col";
-  const ColumnGeometry g = check_columns(op, layout, images, columns, kernel_size, stride,
-                                         padding, dilation, row_start, rows);
+  const ColumnGeometry g = check_columns(op, layout, images, columns, kernel_size, stride, padding,
+                                         dilation, row_start, rows);
   if (columns.numel() == 0) return;
   const int64_t total = layout == Layout::nhwc ? im2col_nhwc_threads(g) : im2col_threads(g);
   const c10::cuda::CUDAGuard guard(images.device());
@@ -69,9 +69,8 @@ void im2col_cuda(const at::Tensor& images, IntArrayRef kernel_size, IntArrayRef 
     column_t* dst = columns.mutable_data_ptr<column_t>();
     with_index_type(std::max(columns.numel(), images.numel()), [&](auto tag) {
       using index_t = decltype(tag);
-      im2col_kernel<layout, image_t, column_t, index_t>
-          <<<blocks_for(total), kThreads, 0, stream>>>(src, dst, ColumnDims<index_t>(g),
-                                                        static_cast<index_t>(total));
+      im2col_kernel<layout, image_t, column_t, index_t><<<blocks_for(total), kThreads, 0, stream>>>(
+          src, dst, ColumnDims<index_t>(g), static_cast<index_t>(total));
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     });
   });
@@ -82,8 +81,8 @@ void col2im_cuda(const at::Tensor& columns, IntArrayRef kernel_size, IntArrayRef
                  IntArrayRef padding, IntArrayRef dilation, int64_t row_start, int64_t rows,
                  const at::Tensor& images) {
   const char* op = layout == Layout::nhwc ? "torch_convbp.col2im_nhwc" : "torch_convbp.col2im";
-  const ColumnGeometry g = check_columns(op, layout, images, columns, kernel_size, stride,
-                                         padding, dilation, row_start, rows);
+  const ColumnGeometry g = check_columns(op, layout, images, columns, kernel_size, stride, padding,
+                                         dilation, row_start, rows);
   const InputRows reached = input_rows_reached(g);
   if (reached.count == 0 || images.numel() == 0) return;
   const int64_t total = layout == Layout::nhwc ? col2im_nhwc_threads(g, reached.count)
@@ -97,10 +96,9 @@ void col2im_cuda(const at::Tensor& columns, IntArrayRef kernel_size, IntArrayRef
     image_t* dst = images.mutable_data_ptr<image_t>();
     with_index_type(std::max(columns.numel(), images.numel()), [&](auto tag) {
       using index_t = decltype(tag);
-      col2im_kernel<layout, image_t, column_t, index_t>
-          <<<blocks_for(total), kThreads, 0, stream>>>(
-              src, dst, ColumnDims<index_t>(g), static_cast<index_t>(reached.first),
-              static_cast<index_t>(reached.count), static_cast<index_t>(total));
+      col2im_kernel<layout, image_t, column_t, index_t><<<blocks_for(total), kThreads, 0, stream>>>(
+          src, dst, ColumnDims<index_t>(g), static_cast<index_t>(reached.first),
+          static_cast<index_t>(reached.count), static_cast<index_t>(total));
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     });
   });

@@ -17,10 +17,22 @@ struct ColumnDims {
   index_t images, channels, height, width, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w,
       dilation_h, dilation_w, out_width, row_start, rows, groups;
   explicit ColumnDims(const ColumnGeometry& g)
-      : images(g.images), channels(g.channels), height(g.height), width(g.width),
-        kernel_h(g.kernel_h), kernel_w(g.kernel_w), stride_h(g.stride_h), stride_w(g.stride_w),
-        pad_h(g.pad_h), pad_w(g.pad_w), dilation_h(g.dilation_h), dilation_w(g.dilation_w),
-        out_width(g.out_width), row_start(g.row_start), rows(g.rows), groups(g.groups) {}
+      : images(g.images),
+        channels(g.channels),
+        height(g.height),
+        width(g.width),
+        kernel_h(g.kernel_h),
+        kernel_w(g.kernel_w),
+        stride_h(g.stride_h),
+        stride_w(g.stride_w),
+        pad_h(g.pad_h),
+        pad_w(g.pad_w),
+        dilation_h(g.dilation_h),
+        dilation_w(g.dilation_w),
+        out_width(g.out_width),
+        row_start(g.row_start),
+        rows(g.rows),
+        groups(g.groups) {}
 };
 
 // How many threads each kernel's grid-stride loop covers: im2col one per patch (output pixel of
@@ -96,8 +108,8 @@ C10_HOST_DEVICE inline void col2im_pixel(const column_t* columns, image_t* image
   acc_t sum = 0;
   for_each_tap_reading(g, ih, iw, [&](index_t ki, index_t kj, index_t band_row, index_t ow) {
     const index_t row = (c * g.kernel_h + ki) * g.kernel_w + kj;
-    sum += static_cast<acc_t>(
-        columns[(row * g.images + image) * block + band_row * g.out_width + ow]);
+    sum +=
+        static_cast<acc_t>(columns[(row * g.images + image) * block + band_row * g.out_width + ow]);
   });
   const index_t pixel = (plane * g.height + ih) * g.width + iw;
   images[pixel] = static_cast<image_t>(static_cast<acc_t>(images[pixel]) + sum);
@@ -152,8 +164,8 @@ C10_HOST_DEVICE inline void col2im_nhwc_channel(const column_t* columns, image_t
   const index_t pixels = g.images * g.rows * g.out_width;
   const index_t row_length = g.kernel_h * g.kernel_w * group_channels;
   // Row p of this channel's group, at entry (0, 0, c mod C/G).
-  const column_t* group_rows = columns + c / group_channels * pixels * row_length +
-                               c % group_channels;
+  const column_t* group_rows =
+      columns + c / group_channels * pixels * row_length + c % group_channels;
   acc_t sum = 0;
   for_each_tap_reading(g, ih, iw, [&](index_t ki, index_t kj, index_t band_row, index_t ow) {
     const index_t p = (image * g.rows + band_row) * g.out_width + ow;

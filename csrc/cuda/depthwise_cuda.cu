@@ -30,12 +30,10 @@ namespace {
 
 template <typename scalar_t, typename index_t>
 __global__ void forward_kernel(const scalar_t* __restrict__ input,
-                               const scalar_t* __restrict__ weight,
-                               scalar_t* __restrict__ output, DepthwiseDims<index_t> s,
-                               index_t total) {
-  grid_stride_loop<index_t>(total, blockIdx.x, threadIdx.x, gridDim.x, [&](index_t i) {
-    output[i] = depthwise_output(input, weight, s, i);
-  });
+                               const scalar_t* __restrict__ weight, scalar_t* __restrict__ output,
+                               DepthwiseDims<index_t> s, index_t total) {
+  grid_stride_loop<index_t>(total, blockIdx.x, threadIdx.x, gridDim.x,
+                            [&](index_t i) { output[i] = depthwise_output(input, weight, s, i); });
 }
 
 template <typename scalar_t, typename index_t>
@@ -86,11 +84,11 @@ __global__ void weight_grad_lanes_kernel(const scalar_t* __restrict__ input,
                                          DepthwiseDims<index_t> s, index_t first_channel,
                                          index_t channels) {
   const index_t taps = s.kernel_h * s.kernel_w;
-  grid_stride_loop<index_t>(channels * taps * kSumLanes, blockIdx.x, threadIdx.x, gridDim.x,
-                            [&](index_t t) {
-    const auto l = slice_lane(t, first_channel, channels, taps);
-    scratch[l.scratch] = depthwise_weight_grad_lane(input, grad_output, s, l.entry, l.lane);
-  });
+  grid_stride_loop<index_t>(
+      channels * taps * kSumLanes, blockIdx.x, threadIdx.x, gridDim.x, [&](index_t t) {
+        const auto l = slice_lane(t, first_channel, channels, taps);
+        scratch[l.scratch] = depthwise_weight_grad_lane(input, grad_output, s, l.entry, l.lane);
+      });
 }
 
 // NHWC, second kernel: one block per entry of the slice sums its lanes.
@@ -108,43 +106,47 @@ __global__ void sum_lanes_kernel(const at::opmath_type<scalar_t>* __restrict__ s
 
 void depthwise_conv2d_cuda(const Tensor& input, const Tensor& weight, IntArrayRef stride,
                            IntArrayRef padding, IntArrayRef dilation, const Tensor& output) {
-  const DepthwiseCall call = check_depthwise("torch_convbp.depthwise_conv2d", input, weight,
-                                              output, stride, padding, dilation);
+  const DepthwiseCall call = check_depthwise("torch_convbp.depthwise_conv2d", input, weight, output,
+                                             stride, padding, dilation);
   const ConvShape& s = call.shape;
   const int64_t total = output.numel();
   if (total == 0) return;
   const c10::cuda::CUDAGuard guard(input.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "depthwise_conv2d", [&] {
-    with_index_type(std::max(total, input.numel()), [&](auto tag) {
-      using index_t = decltype(tag);
-      forward_kernel<scalar_t, index_t><<<blocks_for(total), kThreads, 0, stream>>>(
-          input.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(),
-          output.mutable_data_ptr<scalar_t>(), DepthwiseDims<index_t>(s, call.channels_last), static_cast<index_t>(total));
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
-    });
-  });
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, input.scalar_type(), "depthwise_conv2d", [&] {
+        with_index_type(std::max(total, input.numel()), [&](auto tag) {
+          using index_t = decltype(tag);
+          forward_kernel<scalar_t, index_t><<<blocks_for(total), kThreads, 0, stream>>>(
+              input.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(),
+              output.mutable_data_ptr<scalar_t>(), DepthwiseDims<index_t>(s, call.channels_last),
+              static_cast<index_t>(total));
+          C10_CUDA_KERNEL_LAUNCH_CHECK();
+        });
+      });
 }
 
-void depthwise_input_grad_cuda(const Tensor& grad_output, const Tensor& weight,
-                               IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
+void depthwise_input_grad_cuda(const Tensor& grad_output, const Tensor& weight, IntArrayRef stride,
+                               IntArrayRef padding, IntArrayRef dilation,
                                const Tensor& grad_input) {
-  const DepthwiseCall call = check_depthwise("torch_convbp.depthwise_input_grad", grad_input, weight,
-                                              grad_output, stride, padding, dilation);
+  const DepthwiseCall call = check_depthwise("torch_convbp.depthwise_input_grad", grad_input,
+                                             weight, grad_output, stride, padding, dilation);
   const ConvShape& s = call.shape;
   const int64_t total = grad_input.numel();
   if (total == 0) return;
   const c10::cuda::CUDAGuard guard(grad_output.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad_output.scalar_type(), "depthwise_input_grad", [&] {
-    with_index_type(std::max(total, grad_output.numel()), [&](auto tag) {
-      using index_t = decltype(tag);
-      input_grad_kernel<scalar_t, index_t><<<blocks_for(total), kThreads, 0, stream>>>(
-          grad_output.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(),
-          grad_input.mutable_data_ptr<scalar_t>(), DepthwiseDims<index_t>(s, call.channels_last), static_cast<index_t>(total));
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
-    });
-  });
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, grad_output.scalar_type(), "depthwise_input_grad", [&] {
+        with_index_type(std::max(total, grad_output.numel()), [&](auto tag) {
+          using index_t = decltype(tag);
+          input_grad_kernel<scalar_t, index_t><<<blocks_for(total), kThreads, 0, stream>>>(
+              grad_output.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(),
+              grad_input.mutable_data_ptr<scalar_t>(),
+              DepthwiseDims<index_t>(s, call.channels_last), static_cast<index_t>(total));
+          C10_CUDA_KERNEL_LAUNCH_CHECK();
+        });
+      });
 }
 
 // The NHWC weight gradient, slice by slice of output channels: the lanes into scratch
@@ -175,28 +177,31 @@ void weight_grad_nhwc(const Tensor& input, const Tensor& grad_output, const Conv
   }
 }
 
-void depthwise_weight_grad_cuda(const Tensor& input, const Tensor& grad_output,
-                                IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
+void depthwise_weight_grad_cuda(const Tensor& input, const Tensor& grad_output, IntArrayRef stride,
+                                IntArrayRef padding, IntArrayRef dilation,
                                 const Tensor& grad_weight) {
-  const DepthwiseCall call = check_depthwise("torch_convbp.depthwise_weight_grad", input, grad_weight,
-                                              grad_output, stride, padding, dilation);
+  const DepthwiseCall call = check_depthwise("torch_convbp.depthwise_weight_grad", input,
+                                             grad_weight, grad_output, stride, padding, dilation);
   const ConvShape& s = call.shape;
   if (grad_weight.numel() == 0) return;
   const c10::cuda::CUDAGuard guard(input.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "depthwise_weight_grad", [&] {
-    if (call.channels_last) {
-      weight_grad_nhwc<scalar_t>(input, grad_output, s, grad_weight, stream);
-      return;
-    }
-    with_index_type(std::max(input.numel(), grad_output.numel()), [&](auto tag) {
-      using index_t = decltype(tag);
-      weight_grad_kernel<scalar_t, index_t><<<blocks_per_item(grad_weight.numel()), kThreads, 0, stream>>>(
-          input.const_data_ptr<scalar_t>(), grad_output.const_data_ptr<scalar_t>(),
-          grad_weight.mutable_data_ptr<scalar_t>(), DepthwiseDims<index_t>(s, /*channels_last=*/false));
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
-    });
-  });
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, input.scalar_type(), "depthwise_weight_grad", [&] {
+        if (call.channels_last) {
+          weight_grad_nhwc<scalar_t>(input, grad_output, s, grad_weight, stream);
+          return;
+        }
+        with_index_type(std::max(input.numel(), grad_output.numel()), [&](auto tag) {
+          using index_t = decltype(tag);
+          weight_grad_kernel<scalar_t, index_t>
+              <<<blocks_per_item(grad_weight.numel()), kThreads, 0, stream>>>(
+                  input.const_data_ptr<scalar_t>(), grad_output.const_data_ptr<scalar_t>(),
+                  grad_weight.mutable_data_ptr<scalar_t>(),
+                  DepthwiseDims<index_t>(s, /*channels_last=*/false));
+          C10_CUDA_KERNEL_LAUNCH_CHECK();
+        });
+      });
 }
 
 }  // namespace

@@ -27,11 +27,23 @@ struct DepthwiseDims {
       stride_w, pad_h, pad_w, dilation_h, dilation_w, out_height, out_width;
   bool channels_last;
   DepthwiseDims(const ConvShape& s, bool channels_last)
-      : batch(s.batch), channels(s.in_channels), height(s.height), width(s.width),
-        out_channels(s.out_channels), multiplier(s.out_channels / s.in_channels),
-        kernel_h(s.kernel_h), kernel_w(s.kernel_w), stride_h(s.stride_h), stride_w(s.stride_w),
-        pad_h(s.pad_h), pad_w(s.pad_w), dilation_h(s.dilation_h), dilation_w(s.dilation_w),
-        out_height(s.out_height), out_width(s.out_width), channels_last(channels_last) {}
+      : batch(s.batch),
+        channels(s.in_channels),
+        height(s.height),
+        width(s.width),
+        out_channels(s.out_channels),
+        multiplier(s.out_channels / s.in_channels),
+        kernel_h(s.kernel_h),
+        kernel_w(s.kernel_w),
+        stride_h(s.stride_h),
+        stride_w(s.stride_w),
+        pad_h(s.pad_h),
+        pad_w(s.pad_w),
+        dilation_h(s.dilation_h),
+        dilation_w(s.dilation_w),
+        out_height(s.out_height),
+        out_width(s.out_width),
+        channels_last(channels_last) {}
 };
 
 // One channel of one image of an activation [N, C, H, W]: element (h, w) lies at
@@ -102,8 +114,7 @@ C10_HOST_DEVICE inline scalar_t depthwise_input_grad_element(const scalar_t* gra
   const index_t c = e.c, ih = e.h, iw = e.w;
   acc_t sum = 0;
   for (index_t o = c * s.multiplier; o < (c + 1) * s.multiplier; ++o) {
-    const auto dy =
-        plane_of(s.channels_last, e.n, o, s.out_channels, s.out_height, s.out_width);
+    const auto dy = plane_of(s.channels_last, e.n, o, s.out_channels, s.out_height, s.out_width);
     const scalar_t* w = weight + o * s.kernel_h * s.kernel_w;
     for (index_t ki = 0; ki < s.kernel_h; ++ki) {
       const index_t oh = output_index(ih, s.pad_h, ki, s.dilation_h, s.stride_h, s.out_height);

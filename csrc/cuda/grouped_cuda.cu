@@ -24,12 +24,10 @@ namespace {
 
 template <typename scalar_t, typename index_t>
 __global__ void grouped_kernel(const scalar_t* __restrict__ input,
-                               const scalar_t* __restrict__ weight,
-                               scalar_t* __restrict__ output, GroupedDims<index_t> s,
-                               index_t total) {
-  grid_stride_loop<index_t>(total, blockIdx.x, threadIdx.x, gridDim.x, [&](index_t i) {
-    output[i] = grouped_output(input, weight, s, i);
-  });
+                               const scalar_t* __restrict__ weight, scalar_t* __restrict__ output,
+                               GroupedDims<index_t> s, index_t total) {
+  grid_stride_loop<index_t>(total, blockIdx.x, threadIdx.x, gridDim.x,
+                            [&](index_t i) { output[i] = grouped_output(input, weight, s, i); });
 }
 
 template <typename scalar_t, typename index_t>
@@ -70,15 +68,17 @@ void grouped_conv2d_cuda(const Tensor& input, const Tensor& weight, IntArrayRef 
   if (total == 0) return;
   const c10::cuda::CUDAGuard guard(input.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "grouped_conv2d", [&] {
-    with_index_type(std::max({total, input.numel(), weight.numel()}), [&](auto tag) {
-      using index_t = decltype(tag);
-      grouped_kernel<scalar_t, index_t><<<blocks_for(total), kThreads, 0, stream>>>(
-          input.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(),
-          output.mutable_data_ptr<scalar_t>(), GroupedDims<index_t>(s), static_cast<index_t>(total));
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
-    });
-  });
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, input.scalar_type(), "grouped_conv2d", [&] {
+        with_index_type(std::max({total, input.numel(), weight.numel()}), [&](auto tag) {
+          using index_t = decltype(tag);
+          grouped_kernel<scalar_t, index_t><<<blocks_for(total), kThreads, 0, stream>>>(
+              input.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(),
+              output.mutable_data_ptr<scalar_t>(), GroupedDims<index_t>(s),
+              static_cast<index_t>(total));
+          C10_CUDA_KERNEL_LAUNCH_CHECK();
+        });
+      });
 }
 
 void grouped_weight_grad_cuda(const Tensor& input, const Tensor& grad_output, IntArrayRef stride,
@@ -98,26 +98,31 @@ void grouped_weight_grad_cuda(const Tensor& input, const Tensor& grad_output, In
   const auto acc = input.options().dtype(at::toOpMathType(input.scalar_type()));
   const Tensor totals = at::zeros({entries}, acc);
   const Tensor partials = at::empty({pass * entries}, acc);
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "grouped_weight_grad", [&] {
-    using acc_t = at::opmath_type<scalar_t>;
-    with_index_type(std::max({partials.numel(), input.numel(), grad_output.numel()}), [&](auto tag) {
-      using index_t = decltype(tag);
-      const GroupedDims<index_t> dims(s);
-      for (int64_t first = 0; first < s.batch; first += pass) {
-        const int64_t images = std::min(pass, s.batch - first), work = images * entries;
-        weight_grad_partials_kernel<scalar_t, index_t><<<blocks_for(work), kThreads, 0, stream>>>(
-            input.const_data_ptr<scalar_t>(), grad_output.const_data_ptr<scalar_t>(),
-            partials.mutable_data_ptr<acc_t>(), dims, static_cast<index_t>(first),
-            static_cast<index_t>(entries), static_cast<index_t>(work));
-        C10_CUDA_KERNEL_LAUNCH_CHECK();
-        scalar_t* out = first + images == s.batch ? grad_weight.mutable_data_ptr<scalar_t>() : nullptr;
-        add_partials_kernel<scalar_t, index_t><<<blocks_for(entries), kThreads, 0, stream>>>(
-            totals.mutable_data_ptr<acc_t>(), partials.const_data_ptr<acc_t>(), out, dims,
-            static_cast<index_t>(images), static_cast<index_t>(entries));
-        C10_CUDA_KERNEL_LAUNCH_CHECK();
-      }
-    });
-  });
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, input.scalar_type(), "grouped_weight_grad", [&] {
+        using acc_t = at::opmath_type<scalar_t>;
+        with_index_type(
+            std::max({partials.numel(), input.numel(), grad_output.numel()}), [&](auto tag) {
+              using index_t = decltype(tag);
+              const GroupedDims<index_t> dims(s);
+              for (int64_t first = 0; first < s.batch; first += pass) {
+                const int64_t images = std::min(pass, s.batch - first), work = images * entries;
+                weight_grad_partials_kernel<scalar_t, index_t>
+                    <<<blocks_for(work), kThreads, 0, stream>>>(
+                        input.const_data_ptr<scalar_t>(), grad_output.const_data_ptr<scalar_t>(),
+                        partials.mutable_data_ptr<acc_t>(), dims, static_cast<index_t>(first),
+                        static_cast<index_t>(entries), static_cast<index_t>(work));
+                C10_CUDA_KERNEL_LAUNCH_CHECK();
+                scalar_t* out =
+                    first + images == s.batch ? grad_weight.mutable_data_ptr<scalar_t>() : nullptr;
+                add_partials_kernel<scalar_t, index_t>
+                    <<<blocks_for(entries), kThreads, 0, stream>>>(
+                        totals.mutable_data_ptr<acc_t>(), partials.const_data_ptr<acc_t>(), out,
+                        dims, static_cast<index_t>(images), static_cast<index_t>(entries));
+                C10_CUDA_KERNEL_LAUNCH_CHECK();
+              }
+            });
+      });
 }
 
 }  // namespace

@@ -5,9 +5,9 @@
 // which sum in the same orders.
 //
 // A grouped convolution whose groups are too narrow for the column matrix's GEMMs (layout.h,
-// has_direct_grouped_kernel), on NHWC activations: input [N, H, W, C] and output [N, OH, OW, Cout] in memory
-// (dense channels_last), the weight [Cout, C/G, kh, kw] contiguous. Output channel o of group
-// g = o / (Cout/G) reads the group's input channels g * C/G + i.
+// has_direct_grouped_kernel), on NHWC activations: input [N, H, W, C] and output [N, OH, OW, Cout]
+// in memory (dense channels_last), the weight [Cout, C/G, kh, kw] contiguous. Output channel o of
+// group g = o / (Cout/G) reads the group's input channels g * C/G + i.
 #pragma once
 
 #include <ATen/OpMathType.h>
@@ -24,10 +24,21 @@ struct GroupedDims {
   index_t channels, height, width, out_channels, kernel_h, kernel_w, stride_h, stride_w, pad_h,
       pad_w, dilation_h, dilation_w, out_height, out_width, group_in, group_out;
   explicit GroupedDims(const ConvShape& s)
-      : channels(s.in_channels), height(s.height), width(s.width), out_channels(s.out_channels),
-        kernel_h(s.kernel_h), kernel_w(s.kernel_w), stride_h(s.stride_h), stride_w(s.stride_w),
-        pad_h(s.pad_h), pad_w(s.pad_w), dilation_h(s.dilation_h), dilation_w(s.dilation_w),
-        out_height(s.out_height), out_width(s.out_width), group_in(s.in_channels / s.groups),
+      : channels(s.in_channels),
+        height(s.height),
+        width(s.width),
+        out_channels(s.out_channels),
+        kernel_h(s.kernel_h),
+        kernel_w(s.kernel_w),
+        stride_h(s.stride_h),
+        stride_w(s.stride_w),
+        pad_h(s.pad_h),
+        pad_w(s.pad_w),
+        dilation_h(s.dilation_h),
+        dilation_w(s.dilation_w),
+        out_height(s.out_height),
+        out_width(s.out_width),
+        group_in(s.in_channels / s.groups),
         group_out(s.out_channels / s.groups) {}
 };
 
@@ -79,7 +90,8 @@ template <typename index_t>
 struct WeightEntry {
   index_t o, i, tap;
   C10_HOST_DEVICE WeightEntry(index_t e, const GroupedDims<index_t>& s)
-      : o(e % s.out_channels), i(e / s.out_channels % s.group_in),
+      : o(e % s.out_channels),
+        i(e / s.out_channels % s.group_in),
         tap(e / (s.out_channels * s.group_in)) {}
   C10_HOST_DEVICE index_t in_weight(const GroupedDims<index_t>& s) const {
     return (o * s.group_in + i) * (s.kernel_h * s.kernel_w) + tap;

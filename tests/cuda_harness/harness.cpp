@@ -25,7 +25,8 @@ namespace {
 // Runs launch(index_t{}) with the index type a test asks for (the launchers choose by size).
 template <typename Launch>
 void with_index_bits(int64_t index_bits, Launch&& launch) {
-  TORCH_CHECK(index_bits == 32 || index_bits == 64, "index_bits must be 32 or 64, got ", index_bits);
+  TORCH_CHECK(index_bits == 32 || index_bits == 64, "index_bits must be 32 or 64, got ",
+              index_bits);
   if (index_bits == 32) {
     launch(int32_t{0});
   } else {
@@ -107,8 +108,8 @@ void col2im(const at::Tensor& columns, IntArrayRef kernel_size, IntArrayRef stri
 void depthwise_conv2d(const at::Tensor& input, const at::Tensor& weight, IntArrayRef stride,
                       IntArrayRef padding, IntArrayRef dilation, int64_t index_bits,
                       const at::Tensor& output) {
-  const DepthwiseCall call = check_depthwise("harness.depthwise_conv2d", input, weight,
-                                              output, stride, padding, dilation);
+  const DepthwiseCall call =
+      check_depthwise("harness.depthwise_conv2d", input, weight, output, stride, padding, dilation);
   const ConvShape& s = call.shape;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "harness", [&] {
     with_index_bits(index_bits, [&](auto tag) {
@@ -126,7 +127,7 @@ void depthwise_input_grad(const at::Tensor& grad_output, const at::Tensor& weigh
                           IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
                           int64_t index_bits, const at::Tensor& grad_input) {
   const DepthwiseCall call = check_depthwise("harness.depthwise_input_grad", grad_input, weight,
-                                              grad_output, stride, padding, dilation);
+                                             grad_output, stride, padding, dilation);
   const ConvShape& s = call.shape;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, weight.scalar_type(), "harness", [&] {
     with_index_bits(index_bits, [&](auto tag) {
@@ -135,9 +136,8 @@ void depthwise_input_grad(const at::Tensor& grad_output, const at::Tensor& weigh
       const scalar_t* dy = grad_output.const_data_ptr<scalar_t>();
       const scalar_t* w = weight.const_data_ptr<scalar_t>();
       scalar_t* dx = grad_input.mutable_data_ptr<scalar_t>();
-      run_grid<index_t>(grad_input.numel(), [&](index_t i) {
-        dx[i] = depthwise_input_grad_element(dy, w, dims, i);
-      });
+      run_grid<index_t>(grad_input.numel(),
+                        [&](index_t i) { dx[i] = depthwise_input_grad_element(dy, w, dims, i); });
     });
   });
 }
@@ -179,7 +179,7 @@ void depthwise_weight_grad(const at::Tensor& input, const at::Tensor& grad_outpu
                            IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
                            int64_t index_bits, const at::Tensor& grad_weight) {
   const DepthwiseCall call = check_depthwise("harness.depthwise_weight_grad", input, grad_weight,
-                                              grad_output, stride, padding, dilation);
+                                             grad_output, stride, padding, dilation);
   const ConvShape& s = call.shape;
   const int64_t entries = grad_weight.numel();
   const int blocks = blocks_per_item(entries);
@@ -226,11 +226,11 @@ void grouped_conv2d(const at::Tensor& input, const at::Tensor& weight, IntArrayR
 // The direct grouped weight gradient's two kernels, pass by pass: every thread of the partial
 // sums' grid, then every thread of the one that adds them to the totals (the last pass writing
 // the weight gradient).
-void grouped_weight_grad(const at::Tensor& input, const at::Tensor& grad_output,
-                         IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
-                         int64_t groups, int64_t index_bits, const at::Tensor& grad_weight) {
-  const ConvShape s = check_grouped("harness.grouped_weight_grad", input, grad_weight,
-                                    grad_output, stride, padding, dilation, groups);
+void grouped_weight_grad(const at::Tensor& input, const at::Tensor& grad_output, IntArrayRef stride,
+                         IntArrayRef padding, IntArrayRef dilation, int64_t groups,
+                         int64_t index_bits, const at::Tensor& grad_weight) {
+  const ConvShape s = check_grouped("harness.grouped_weight_grad", input, grad_weight, grad_output,
+                                    stride, padding, dilation, groups);
   const int64_t entries = grad_weight.numel();
   if (entries == 0) return;
   if (s.batch == 0) {
@@ -255,8 +255,8 @@ void grouped_weight_grad(const at::Tensor& input, const at::Tensor& grad_output,
         });
         const bool last = first + images == s.batch;
         run_grid<index_t>(entries, [&](index_t e) {
-          const acc_t total = add_image_partials(totals[e], partials.data(), index_t(images),
-                                                 index_t(entries), e);
+          const acc_t total =
+              add_image_partials(totals[e], partials.data(), index_t(images), index_t(entries), e);
           if (last) {
             dw[WeightEntry<index_t>(e, dims).in_weight(dims)] = static_cast<scalar_t>(total);
           } else {
@@ -290,27 +290,42 @@ bool fits_int32_op(int64_t n) { return fits_int32(n); }
 }  // namespace
 
 TORCH_LIBRARY(torch_convbp_cuda_harness, m) {
-  m.def("im2col(Tensor images, int[2] kernel_size, int[2] stride, int[2] padding, int[2] dilation, "
-        "int row_start, int rows, int index_bits, Tensor(a!) columns) -> ()", &im2col<Layout::nchw>);
-  m.def("col2im(Tensor columns, int[2] kernel_size, int[2] stride, int[2] padding, int[2] dilation, "
-        "int row_start, int rows, int index_bits, Tensor(a!) images) -> ()", &col2im<Layout::nchw>);
-  m.def("im2col_nhwc(Tensor images, int[2] kernel_size, int[2] stride, int[2] padding, "
-        "int[2] dilation, int row_start, int rows, int index_bits, Tensor(a!) columns) -> ()",
-        &im2col<Layout::nhwc>);
-  m.def("col2im_nhwc(Tensor columns, int[2] kernel_size, int[2] stride, int[2] padding, "
-        "int[2] dilation, int row_start, int rows, int index_bits, Tensor(a!) images) -> ()",
-        &col2im<Layout::nhwc>);
-  m.def("depthwise_conv2d(Tensor input, Tensor weight, int[2] stride, int[2] padding, "
-        "int[2] dilation, int index_bits, Tensor(a!) output) -> ()", &depthwise_conv2d);
-  m.def("depthwise_input_grad(Tensor grad_output, Tensor weight, int[2] stride, int[2] padding, "
-        "int[2] dilation, int index_bits, Tensor(a!) grad_input) -> ()", &depthwise_input_grad);
-  m.def("depthwise_weight_grad(Tensor input, Tensor grad_output, int[2] stride, int[2] padding, "
-        "int[2] dilation, int index_bits, Tensor(a!) grad_weight) -> ()", &depthwise_weight_grad);
-  m.def("grouped_conv2d(Tensor input, Tensor weight, int[2] stride, int[2] padding, "
-        "int[2] dilation, int groups, int index_bits, Tensor(a!) output) -> ()", &grouped_conv2d);
-  m.def("grouped_weight_grad(Tensor input, Tensor grad_output, int[2] stride, int[2] padding, "
-        "int[2] dilation, int groups, int index_bits, Tensor(a!) grad_weight) -> ()",
-        &grouped_weight_grad);
+  m.def(
+      "im2col(Tensor images, int[2] kernel_size, int[2] stride, int[2] padding, int[2] dilation, "
+      "int row_start, int rows, int index_bits, Tensor(a!) columns) -> ()",
+      &im2col<Layout::nchw>);
+  m.def(
+      "col2im(Tensor columns, int[2] kernel_size, int[2] stride, int[2] padding, int[2] dilation, "
+      "int row_start, int rows, int index_bits, Tensor(a!) images) -> ()",
+      &col2im<Layout::nchw>);
+  m.def(
+      "im2col_nhwc(Tensor images, int[2] kernel_size, int[2] stride, int[2] padding, "
+      "int[2] dilation, int row_start, int rows, int index_bits, Tensor(a!) columns) -> ()",
+      &im2col<Layout::nhwc>);
+  m.def(
+      "col2im_nhwc(Tensor columns, int[2] kernel_size, int[2] stride, int[2] padding, "
+      "int[2] dilation, int row_start, int rows, int index_bits, Tensor(a!) images) -> ()",
+      &col2im<Layout::nhwc>);
+  m.def(
+      "depthwise_conv2d(Tensor input, Tensor weight, int[2] stride, int[2] padding, "
+      "int[2] dilation, int index_bits, Tensor(a!) output) -> ()",
+      &depthwise_conv2d);
+  m.def(
+      "depthwise_input_grad(Tensor grad_output, Tensor weight, int[2] stride, int[2] padding, "
+      "int[2] dilation, int index_bits, Tensor(a!) grad_input) -> ()",
+      &depthwise_input_grad);
+  m.def(
+      "depthwise_weight_grad(Tensor input, Tensor grad_output, int[2] stride, int[2] padding, "
+      "int[2] dilation, int index_bits, Tensor(a!) grad_weight) -> ()",
+      &depthwise_weight_grad);
+  m.def(
+      "grouped_conv2d(Tensor input, Tensor weight, int[2] stride, int[2] padding, "
+      "int[2] dilation, int groups, int index_bits, Tensor(a!) output) -> ()",
+      &grouped_conv2d);
+  m.def(
+      "grouped_weight_grad(Tensor input, Tensor grad_output, int[2] stride, int[2] padding, "
+      "int[2] dilation, int groups, int index_bits, Tensor(a!) grad_weight) -> ()",
+      &grouped_weight_grad);
   m.def("images_per_pass(int entries, int batch) -> int", &images_per_pass);
   m.def("grid_indices(int total, int blocks, int block, int thread, int index_bits) -> int[]",
         &grid_indices);
