@@ -8,6 +8,10 @@
 #include <algorithm>
 #include <vector>
 
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+
 // MKL's per-thread thread count: the C function behind mkl_service.h's mkl_set_num_threads_local
 // macro (the lower-case symbols are the Fortran interface, which takes a pointer). libtorch_cpu
 // exports it on x86 builds. A weak reference: where
@@ -22,21 +26,34 @@ constexpr int64_t kMaxGemmBlocks = 4;
 constexpr int64_t kMinBlockLength = 64;
 constexpr int64_t kMinShareLength = 1024;  // of K, per share of gemm_out_contracting
 
-// Makes the BLAS calls of this thread single-threaded while it lives.
+// Makes the GEMMs of this thread single-threaded while it lives: MKL's (float32, float64), and
+// oneDNN's, which ATen runs for bfloat16 and float16 on a CPU with instructions for them, and
+// which takes as many OpenMP threads as the calling thread may start (measured on an AMX CPU:
+// bfloat16 bits that changed with the thread count; benchmarks/NOTES.md, section 24).
 class SingleThreadedBlas {
  public:
-  explicit SingleThreadedBlas(bool cpu) : active_(cpu && MKL_Set_Num_Threads_Local != nullptr) {
-    if (active_) previous_ = MKL_Set_Num_Threads_Local(1);
+  explicit SingleThreadedBlas(bool cpu) : cpu_(cpu) {
+    if (!cpu_) return;
+    if (MKL_Set_Num_Threads_Local != nullptr) previous_mkl_ = MKL_Set_Num_Threads_Local(1);
+#if defined(_OPENMP)
+    previous_omp_ = omp_get_max_threads();
+    omp_set_num_threads(1);
+#endif
   }
   ~SingleThreadedBlas() {
-    if (active_) MKL_Set_Num_Threads_Local(previous_);  // 0: back to the global setting
+    if (!cpu_) return;
+    if (MKL_Set_Num_Threads_Local != nullptr) MKL_Set_Num_Threads_Local(previous_mkl_);
+#if defined(_OPENMP)
+    omp_set_num_threads(previous_omp_);
+#endif
   }
   SingleThreadedBlas(const SingleThreadedBlas&) = delete;
   SingleThreadedBlas& operator=(const SingleThreadedBlas&) = delete;
 
  private:
-  bool active_;
-  int previous_ = 0;
+  bool cpu_;
+  int previous_mkl_ = 0;  // 0: back to the global setting
+  int previous_omp_ = 1;
 };
 
 // out = a @ b (beta 0) or out += a @ b, for [G, M, K] @ [G, K, N]; a plain mm for one group.
