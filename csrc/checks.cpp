@@ -1,10 +1,10 @@
-// Every check of the operators' arguments, in one place (declared in conv2d.h).
+// Every check of the operators' arguments, in one place (declared in checks.h).
 // The fake (meta) kernels in torch_convbp/_meta.py mirror these checks for torch.compile.
 #include <ATen/ATen.h>
 
 #include <optional>
 
-#include "conv2d.h"
+#include "checks.h"
 
 namespace torch_convbp {
 namespace {
@@ -54,6 +54,12 @@ void check_operands(const char* op,
     TORCH_CHECK(tensor->device() == first->device(), op, ": ", first_name, " (", first->device(),
                 ") and ", name, " (", tensor->device(), ") must be on the same device");
   }
+}
+
+void check_grad_output(const char* op, const Tensor& grad_output, const ConvShape& s) {
+  const std::vector<int64_t> expected{s.batch, s.out_channels, s.out_height, s.out_width};
+  TORCH_CHECK(grad_output.sizes() == IntArrayRef(expected), op, ": expected grad_output of size ",
+              IntArrayRef(expected), " (the convolution's output), got ", grad_output.sizes());
 }
 
 ConvShape check_conv2d(const char* op, IntArrayRef input_size, IntArrayRef weight_size,

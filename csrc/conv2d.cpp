@@ -1,44 +1,40 @@
-// The orchestration of torch_convbp, written once for every device.
+// The orchestration of torch_convbp, written once for every device and layout: each operator
+// checks its arguments, asks route.h how to compute the call, and runs that route.
 //
 // For one group g of G, with col = im2col(x) the [Cin/G*kh*kw, P] column matrix of P output
 // pixels (a chunk of images side by side), W_g the [Cout/G, Cin/G*kh*kw] weight matrix and
-// dY_g the [Cout/G, P] output gradient:
+// dY_g the [Cout/G, P] output gradient, the column routes compute
 //   forward       Y_g   = W_g  @ col                  [Cout/G, P]
 //   grad-weight   dW_g += dY_g @ col^T                [Cout/G, Cin/G*kh*kw], summed over chunks
 //   grad-input    dcol  = W_g^T @ dY_g,  dx = col2im(dcol)
 //                 or, for stride 1, dx = the forward convolution of dY with W rotated by 180°
 //                 and transposed (im2col of dY, a GEMM straight into dx; no col2im)
 // The G groups are the batch dimension of one bmm. The batch is processed in chunks whose
-// buffers fit the workspace limit; the device is reached only through the im2col and col2im
-// operators (cpu/ and cuda/), and the GEMMs go through ATen (MKL, cuBLAS).
-// Each operator computes in one memory layout, NCHW or NHWC, chosen from its operands' strides
-// (layout.h). The GEMMs above are written once for both: matrices.h sees each layout's tensors as
-// these matrices (in NHWC, transposed views), and each layout has its own im2col and col2im.
-// Special cases skip parts of this: a 1x1 convolution's input is its own column matrix (no
-// im2col; and with one group, in NHWC one GEMM over the batch: pointwise_nhwc.h); a depthwise one
-// (one input channel per group, whose GEMMs would be a few rows thin) goes to direct device
-// kernels (no im2col, no GEMM, no workspace), in either layout; and so do, in NHWC, the forward
-// and the grad-weight of a convolution whose groups are narrow (layout.h,
-// has_direct_grouped_kernel), and its stride-1 grad-input, itself such a convolution.
-// The GEMMs run in gemm_dtype(): the operands' dtype, or float32 for float16 and bfloat16 on a CPU
-// that would emulate half-precision GEMMs; the column matrices and staging are then float32.
-// How the work is cut (chunks, lanes, partial sums, the workspace) is in plan.h, and how each GEMM
-// is run so that its bits do not depend on the thread count is in gemm.h.
+// buffers fit the workspace limit (plan.h); the device is reached only through the kernels of
+// device_kernels.h, and the GEMMs go through gemm.h. matrices.h sees each layout's tensors as
+// these matrices (in NHWC, transposed views), so each GEMM is written once for both layouts.
+// The other routes (route.h) skip parts of this: the pointwise ones im2col, the direct ones
+// (depthwise, narrow groups) the GEMMs too.
+//
+// Every operator returns its activation result in result_format() (route.h), whatever layout
+// its route computed in.
+#include "conv2d.h"
+
 #include <ATen/ATen.h>
 #include <ATen/OpMathType.h>
-#include <ATen/core/dispatch/Dispatcher.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <optional>
-#include <string_view>
 
-#include "conv2d.h"
+#include "checks.h"
+#include "device_kernels.h"
 #include "gemm.h"
+#include "gemm_dtype.h"
 #include "layout.h"
 #include "matrices.h"
 #include "plan.h"
 #include "pointwise_nhwc.h"
+#include "route.h"
 
 namespace torch_convbp {
 namespace {
@@ -48,73 +44,18 @@ Tensor chunk_of(const Tensor& t, const Chunk& c) {
   return t.narrow(0, c.image, c.images).narrow(2, c.row, c.rows);
 }
 
-// The device kernels im2col and col2im share one signature: (source, geometry, chunk, target).
-using ColumnKernel = void(const Tensor&, IntArrayRef, IntArrayRef, IntArrayRef, IntArrayRef,
-                          int64_t, int64_t, const Tensor&);
-
-// A device kernel's operator handle (looked up once by each caller's static, not per chunk).
-template <class Signature>
-c10::TypedOperatorHandle<Signature> kernel_handle(const char* name) {
-  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Signature>();
-}
-
-// im2col(images -> columns) of a chunk, or col2im(columns -> images), in `layout`: the
-// operators of that layout, given the column matrix in the form they take.
+// im2col of a chunk of `images` into its column matrix, or col2im of a column matrix back into
+// the chunk's images.
 void im2col(Layout layout, const Tensor& images, const ConvShape& s, const Chunk& c,
             const Tensor& column_matrix) {
-  static const auto nchw = kernel_handle<ColumnKernel>("torch_convbp::im2col");
-  static const auto nhwc = kernel_handle<ColumnKernel>("torch_convbp::im2col_nhwc");
-  (layout == Layout::nhwc ? nhwc : nchw)
-      .call(images, {s.kernel_h, s.kernel_w}, {s.stride_h, s.stride_w}, {s.pad_h, s.pad_w},
-            {s.dilation_h, s.dilation_w}, c.row, c.rows,
-            column_kernel_operand(column_matrix, layout));
+  call_im2col(layout, images.narrow(0, c.image, c.images), s, c.row, c.rows,
+              column_kernel_operand(column_matrix, layout));
 }
 
 void col2im(Layout layout, const Tensor& column_matrix, const ConvShape& s, const Chunk& c,
             const Tensor& images) {
-  static const auto nchw = kernel_handle<ColumnKernel>("torch_convbp::col2im");
-  static const auto nhwc = kernel_handle<ColumnKernel>("torch_convbp::col2im_nhwc");
-  (layout == Layout::nhwc ? nhwc : nchw)
-      .call(column_kernel_operand(column_matrix, layout), {s.kernel_h, s.kernel_w},
-            {s.stride_h, s.stride_w}, {s.pad_h, s.pad_w}, {s.dilation_h, s.dilation_w}, c.row,
-            c.rows, images);
-}
-
-// The depthwise kernels share one signature too: (operand, operand, geometry, result), and
-// write their result whole.
-using DepthwiseKernel = void(const Tensor&, const Tensor&, IntArrayRef, IntArrayRef, IntArrayRef,
-                             const Tensor&);
-
-enum class DepthwiseOp { forward, input_grad, weight_grad };
-
-void call_depthwise_kernel(DepthwiseOp which, const Tensor& a, const Tensor& b, const ConvShape& s,
-                           const Tensor& result) {
-  static const auto forward = kernel_handle<DepthwiseKernel>("torch_convbp::depthwise_conv2d");
-  static const auto input_grad =
-      kernel_handle<DepthwiseKernel>("torch_convbp::depthwise_input_grad");
-  static const auto weight_grad =
-      kernel_handle<DepthwiseKernel>("torch_convbp::depthwise_weight_grad");
-  const auto& kernel = which == DepthwiseOp::forward      ? forward
-                       : which == DepthwiseOp::input_grad ? input_grad
-                                                          : weight_grad;
-  kernel.call(a, b, {s.stride_h, s.stride_w}, {s.pad_h, s.pad_w}, {s.dilation_h, s.dilation_w},
-              result);
-}
-
-// The direct grouped kernels (narrow groups, NHWC activations), which write their result whole:
-// the forward, output = the convolution of x with the contiguous weight [Cout, Cin/G, kh, kw];
-// and the weight gradient, grad_weight (contiguous) from x and dy.
-enum class GroupedOp { forward, weight_grad };
-
-void call_grouped_kernel(GroupedOp which, const Tensor& a, const Tensor& b, const ConvShape& s,
-                         const Tensor& result) {
-  using GroupedKernel = void(const Tensor&, const Tensor&, IntArrayRef, IntArrayRef, IntArrayRef,
-                             int64_t, const Tensor&);
-  static const auto forward = kernel_handle<GroupedKernel>("torch_convbp::grouped_conv2d");
-  static const auto weight_grad = kernel_handle<GroupedKernel>("torch_convbp::grouped_weight_grad");
-  (which == GroupedOp::forward ? forward : weight_grad)
-      .call(a, b, {s.stride_h, s.stride_w}, {s.pad_h, s.pad_w}, {s.dilation_h, s.dilation_w},
-            s.groups, result);
+  call_col2im(layout, column_kernel_operand(column_matrix, layout), s, c.row, c.rows,
+              images.narrow(0, c.image, c.images));
 }
 
 // The [G, Cin/G*kh*kw, P] column matrix of a chunk of x. A 1x1, stride-1, unpadded
@@ -125,28 +66,14 @@ Tensor columns_of(const Tensor& x, const ConvShape& s, const Chunk& c, Layout la
     if (auto view = group_matrix_view(chunk_of(x, c), s.groups, ws.dtype(), layout)) return *view;
   }
   Tensor columns = ws.columns(c.images * c.rows * s.out_width);
-  im2col(layout, x.narrow(0, c.image, c.images), s, c, columns);
+  im2col(layout, x, s, c, columns);
   return columns;
 }
 
-void check_grad_output(const char* op, const Tensor& grad_output, const ConvShape& s) {
-  const std::vector<int64_t> expected{s.batch, s.out_channels, s.out_height, s.out_width};
-  TORCH_CHECK(grad_output.sizes() == IntArrayRef(expected), op, ": expected grad_output of size ",
-              IntArrayRef(expected), " (the convolution's output), got ", grad_output.sizes());
-}
-
-// A pointwise convolution with one group, computed in the GEMMs' dtype: every image is its own
-// column matrix, so the whole batch is one batched GEMM, with the weight broadcast over the images
-// (a batch stride of 0). No im2col, no staging copies, no workspace, where chunks of several images
-// would be copied into a column matrix and their outputs copied back (benchmarks/NOTES.md §16).
-// The blocks (gemm.h) are of whole images, each one GEMM, so the bits do not depend on the thread
-// count either.
-bool takes_pointwise_by_images(const Tensor& x, const Tensor& w, const ConvShape& s,
-                               Layout layout) {
-  return layout == Layout::nchw && s.is_pointwise() && s.groups == 1 &&
-         x.scalar_type() == w.scalar_type();
-}
-
+// Route pointwise_by_images: every image is its own column matrix, so the whole batch is one
+// batched GEMM, with the weight broadcast over the images (a batch stride of 0). No im2col, no
+// staging, no workspace (benchmarks/NOTES.md, section 16). The blocks (gemm.h) are of whole
+// images, each one GEMM, so the bits do not depend on the thread count.
 // [N, Cout, H*W] = [N (broadcast), Cout, Cin] @ [N, Cin, H*W]
 void forward_pointwise_by_images(const Tensor& x, const Tensor& w, const ConvShape& s,
                                  const Tensor& output) {
@@ -157,14 +84,11 @@ void forward_pointwise_by_images(const Tensor& x, const Tensor& w, const ConvSha
            gemm_blocks(/*units=*/1, y.sizes(), x.device()));
 }
 
-// output = W @ im2col(x), chunk by chunk, for the G weight matrices w [G, Cout/G, Cin/G*kh*kw]
-// (in the GEMMs' dtype, and K in the layout's order); x and output in `layout`. Every chunk
-// writes its own part of the output: each is a unit.
+// Route columns (forward) and transposed_columns: output = W @ im2col(x), chunk by chunk, for the
+// G weight matrices w [G, Cout/G, Cin/G*kh*kw] (in the GEMMs' dtype, and K in the layout's
+// order); x and output in `layout`. Every chunk writes its own part of the output: each is a unit.
 void forward_by_chunks(const Tensor& x, const Tensor& w, const ConvShape& s, Layout layout,
                        const Tensor& output) {
-  if (takes_pointwise_by_images(x, w, s, layout)) {
-    return forward_pointwise_by_images(x, w, s, output);
-  }
   const auto workspace = w.options();
   const Plan plan = plan_chunks(s, workspace);
   const int64_t blocks = gemm_blocks(
@@ -185,134 +109,23 @@ void forward_by_chunks(const Tensor& x, const Tensor& w, const ConvShape& s, Lay
   });
 }
 
-// The grad-input of a stride-1 convolution is itself a stride-1 convolution: of dY, padded by
-// dilation*(k-1) - padding on each side, with the weight rotated by 180° and the input and
-// output channels of each group swapped (docs/backprop.md). Computed that way, it is im2col and
-// a GEMM that writes dx directly, in place of a GEMM and col2im's sum into a zeroed dx: 0.88-1.0x
-// the time on the 3x3 layers (benchmarks/NOTES.md). Returns that convolution's shape, or nothing
-// where the padding is wider than the kernel's reach (it would need a negative padding) or the
-// stride is not 1 (it would need dY dilated with zeros).
-std::optional<ConvShape> input_grad_convolution(const ConvShape& s) {
-  const int64_t pad_h = s.dilation_h * (s.kernel_h - 1) - s.pad_h;
-  const int64_t pad_w = s.dilation_w * (s.kernel_w - 1) - s.pad_w;
-  if (s.stride_h != 1 || s.stride_w != 1 || pad_h < 0 || pad_w < 0) return std::nullopt;
-  ConvShape t = s;
-  std::swap(t.in_channels, t.out_channels);
-  std::swap(t.height, t.out_height);
-  std::swap(t.width, t.out_width);
-  t.pad_h = pad_h;
-  t.pad_w = pad_w;
-  return t;
-}
-
-// The weight [Cout, Cin/G, kh, kw] of that convolution: [Cin, Cout/G, kh, kw], each group's
-// channels swapped and each kernel rotated by 180°, written once in `layout`'s memory order so
-// that weight_matrices takes it without another copy (flip itself always copies).
-Tensor flipped_transposed_weight(const Tensor& weight, const ConvShape& s, Layout layout) {
-  const int64_t g = s.groups, in = s.in_channels / g, out = s.out_channels / g;
-  Tensor flipped = at::empty({s.in_channels, out, s.kernel_h, s.kernel_w},
-                             weight.options().memory_format(memory_format(layout)));
-  flipped.view({g, in, out, s.kernel_h, s.kernel_w})
-      .copy_(weight.view({g, out, in, s.kernel_h, s.kernel_w}).transpose(1, 2).flip({3, 4}));
-  return flipped;
-}
-
-}  // namespace
-
-// The dtype the GEMMs run in: the operands' own, except for float16 and bfloat16 on a CPU
-// without instructions for them, where ATen emulates those GEMMs at a few percent of float32's
-// speed (benchmarks/NOTES.md, section 6). There im2col builds the column matrices in float32
-// (converting as it copies), the GEMMs run in float32, and each result is rounded once, as it is
-// written out: as accurate as a native GEMM that accumulates in float32, and tens of times
-// faster. TORCH_CONVBP_HALF_GEMM=native or =float32 forces one or the other (auto: this rule).
-at::ScalarType gemm_dtype(at::ScalarType dtype, const at::Device& device) {
-  if (dtype != at::kHalf && dtype != at::kBFloat16) return dtype;
-  const char* forced = std::getenv("TORCH_CONVBP_HALF_GEMM");
-  const std::string_view choice = forced ? forced : "auto";
-  TORCH_CHECK(choice == "auto" || choice == "native" || choice == "float32",
-              "torch_convbp: TORCH_CONVBP_HALF_GEMM must be auto, native or float32, got '", choice,
-              "'");
-  if (choice == "auto") {
-    return device.is_cpu() && !cpu_has_native_half_gemm(dtype) ? at::kFloat : dtype;
-  }
-  return choice == "float32" ? at::kFloat : dtype;
-}
-
-Tensor conv2d_forward(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias,
-                      IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
-                      int64_t groups) {
-  constexpr const char* op = "torch_convbp.conv2d";
-  if (bias) {
-    check_operands(op, {{"input", &input}, {"weight", &weight}, {"bias", &*bias}});
-  } else {
-    check_operands(op, {{"input", &input}, {"weight", &weight}});
-  }
-  const ConvShape s =
-      check_conv2d(op, input.sizes(), weight.sizes(), stride, padding, dilation, groups);
-  TORCH_CHECK(!bias || (bias->dim() == 1 && bias->size(0) == s.out_channels), op,
-              ": expected bias of size [", s.out_channels, "] (one per output channel), got ",
-              bias->sizes());
-
-  Tensor output;
-  if (takes_pointwise_nhwc(s, {&input})) {
-    output = pointwise_nhwc_forward(input, weight, s);
-  } else {
-    const bool grouped = has_direct_grouped_kernel(s);
-    const Layout layout = operator_layout(s, {&input}, s.is_depthwise() || grouped);
-    const Tensor x = in_layout(input, layout);
-    output = empty_in_layout({s.batch, s.out_channels, s.out_height, s.out_width}, x, layout);
-    if (s.is_depthwise()) {
-      call_depthwise_kernel(DepthwiseOp::forward, x, weight.contiguous(), s, output);
-    } else if (grouped && layout == Layout::nhwc) {
-      call_grouped_kernel(GroupedOp::forward, x, weight.contiguous(), s, output);
-    } else {
-      const auto compute = gemm_dtype(x.scalar_type(), x.device());
-      forward_by_chunks(x, weight_matrices(weight, s, layout).to(compute), s, layout, output);
-    }
-  }
-  if (bias) output.add_(bias->view({1, s.out_channels, 1, 1}));
-  return output;
-}
-
-Tensor conv2d_weight_grad(const Tensor& input, const Tensor& grad_output, IntArrayRef weight_size,
-                          IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
-                          int64_t groups) {
-  constexpr const char* op = "torch_convbp.conv2d_weight_grad";
-  check_operands(op, {{"input", &input}, {"grad_output", &grad_output}});
-  const ConvShape s =
-      check_conv2d(op, input.sizes(), weight_size, stride, padding, dilation, groups);
-  check_grad_output(op, grad_output, s);
-  if (takes_pointwise_nhwc(s, {&input, &grad_output})) {
-    return pointwise_nhwc_weight_grad(input, grad_output, weight_size, s);
-  }
-  const bool grouped = has_direct_grouped_kernel(s);
-  const Layout layout = operator_layout(s, {&input, &grad_output}, s.is_depthwise() || grouped);
-  const Tensor x = in_layout(input, layout);
-  const Tensor dy = in_layout(grad_output, layout);
-  if (s.is_depthwise()) {
-    Tensor grad_weight = at::empty(weight_size, x.options());
-    call_depthwise_kernel(DepthwiseOp::weight_grad, x, dy, s, grad_weight);
-    return grad_weight;
-  }
-  if (grouped && layout == Layout::nhwc) {
-    Tensor grad_weight = at::empty(weight_size, x.options());
-    call_grouped_kernel(GroupedOp::weight_grad, x, dy, s, grad_weight);
-    return grad_weight;
-  }
+// Route columns (weight grad): the chunks are dealt in contiguous runs to a fixed number of
+// partial sums (a unit each), which sum their chunks in order, in float32 for float16 and
+// bfloat16; the partial sums are then added in order. Nothing here depends on the thread count.
+Tensor weight_grad_by_chunks(const Tensor& x, const Tensor& dy, IntArrayRef weight_size,
+                             const ConvShape& s, Layout layout) {
   if (s.batch == 0) return at::zeros(weight_size, x.options());
-  // The chunks are dealt in contiguous runs to a fixed number of partial sums (a unit each),
-  // which sum their chunks in order, in float32 for float16 and bfloat16; the partial sums are
-  // then added in order. Nothing here depends on the thread count.
   const auto acc_dtype = at::toOpMathType(x.scalar_type());
   const auto workspace = x.options().dtype(gemm_dtype(x.scalar_type(), x.device()));
   const Plan plan = plan_chunks(s, workspace, /*pixels_contracted=*/true);
   const int64_t sums = partial_sums(plan, workspace);
-  const int64_t blocks = gemm_blocks(
-      sums, {s.groups, s.out_channels / s.groups, s.column_rows() / s.groups}, x.device());
+  const int64_t group_rows = s.column_rows() / s.groups;
+  const int64_t blocks =
+      gemm_blocks(sums, {s.groups, s.out_channels / s.groups, group_rows}, x.device());
   std::vector<Tensor> partial(sums);
   run_units(s, plan, sums, workspace, layout, [&](int64_t sum, Workspace& ws) {
-    partial[sum] = at::empty({s.groups, s.out_channels / s.groups, s.column_rows() / s.groups},
-                             x.options().dtype(acc_dtype));
+    partial[sum] =
+        at::empty({s.groups, s.out_channels / s.groups, group_rows}, x.options().dtype(acc_dtype));
     const int64_t first = sum * plan.chunks() / sums, end = (sum + 1) * plan.chunks() / sums;
     for (int64_t index = first; index < end; ++index) {
       const Chunk c = plan.chunk(s, index);
@@ -333,48 +146,17 @@ Tensor conv2d_weight_grad(const Tensor& input, const Tensor& grad_output, IntArr
   return weight_of_matrices(partial[0], weight_size, x.scalar_type(), layout);
 }
 
-Tensor conv2d_input_grad(const Tensor& grad_output, const Tensor& weight, IntArrayRef input_size,
-                         IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
-                         int64_t groups) {
-  constexpr const char* op = "torch_convbp.conv2d_input_grad";
-  check_operands(op, {{"grad_output", &grad_output}, {"weight", &weight}});
-  const ConvShape s =
-      check_conv2d(op, input_size, weight.sizes(), stride, padding, dilation, groups);
-  check_grad_output(op, grad_output, s);
-  if (takes_pointwise_nhwc(s, {&grad_output})) {
-    return pointwise_nhwc_input_grad(grad_output, weight, s);
-  }
-  const std::optional<ConvShape> transposed = input_grad_convolution(s);
-  const bool grouped = transposed && has_direct_grouped_kernel(*transposed);
-  const Layout layout = operator_layout(s, {&grad_output}, s.is_depthwise() || grouped);
-  const Tensor dy = in_layout(grad_output, layout);
-  if (s.is_depthwise()) {
-    Tensor grad_input = empty_in_layout(input_size, dy, layout);
-    call_depthwise_kernel(DepthwiseOp::input_grad, dy, weight.contiguous(), s, grad_input);
-    return grad_input;
-  }
-
-  if (grouped && layout == Layout::nhwc) {
-    Tensor grad_input = empty_in_layout(input_size, dy, layout);
-    call_grouped_kernel(GroupedOp::forward, dy, flipped_transposed_weight(weight, s, Layout::nchw),
-                        *transposed, grad_input);
-    return grad_input;
-  }
+// Route columns (input grad): dcol = W^T @ dY chunk by chunk, then col2im adds dcol into a
+// zeroed dx. The row bands of one image overlap in dx, so a unit is an image chunk with all its
+// bands, in order.
+void input_grad_by_col2im(const Tensor& dy, const Tensor& weight, const ConvShape& s, Layout layout,
+                          const Tensor& grad_input) {
   const auto compute = gemm_dtype(dy.scalar_type(), dy.device());
-  if (transposed) {
-    Tensor grad_input = empty_in_layout(input_size, dy, layout);
-    const Tensor w_flipped = flipped_transposed_weight(weight, s, layout);  // [Cin, Cout/G, kh, kw]
-    forward_by_chunks(dy, weight_matrices(w_flipped, *transposed, layout).to(compute), *transposed,
-                      layout, grad_input);
-    return grad_input;
-  }
   // [G, Cin/G*kh*kw, Cout/G], in the GEMMs' dtype
   const Tensor w_t = weight_matrices(weight, s, layout).to(compute).transpose(1, 2);
-  Tensor grad_input = empty_in_layout(input_size, dy, layout).zero_();
+  grad_input.zero_();
   const auto workspace = w_t.options();
   const Plan plan = plan_chunks(s, workspace);
-  // The row bands of one image overlap in dx (col2im adds into it), so a unit is an image
-  // chunk with all its bands, in order.
   const int64_t blocks = gemm_blocks(
       plan.image_chunks,
       {s.groups, s.column_rows() / s.groups, plan.images * plan.rows * s.out_width}, dy.device());
@@ -385,10 +167,149 @@ Tensor conv2d_input_grad(const Tensor& grad_output, const Tensor& weight, IntArr
       // [G, Cin/G*kh*kw, P] = [G, Cin/G*kh*kw, Cout/G] @ [G, Cout/G, P], then summed into dx.
       const Tensor grad_columns = ws.columns(c.images * c.rows * s.out_width);
       gemm_out(grad_columns, w_t, dy_g, blocks);
-      col2im(layout, grad_columns, s, c, grad_input.narrow(0, c.image, c.images));
+      col2im(layout, grad_columns, s, c, grad_input);
     }
   });
-  return grad_input;
+}
+
+// The weight [Cout, Cin/G, kh, kw] of the input gradient's convolution (input_grad_convolution):
+// [Cin, Cout/G, kh, kw], each group's channels swapped and each kernel rotated by 180°, written
+// once in `layout`'s memory order so that weight_matrices takes it without another copy (flip
+// itself always copies).
+Tensor flipped_transposed_weight(const Tensor& weight, const ConvShape& s, Layout layout) {
+  const int64_t g = s.groups, in = s.in_channels / g, out = s.out_channels / g;
+  Tensor flipped = at::empty({s.in_channels, out, s.kernel_h, s.kernel_w},
+                             weight.options().memory_format(memory_format(layout)));
+  flipped.view({g, in, out, s.kernel_h, s.kernel_w})
+      .copy_(weight.view({g, out, in, s.kernel_h, s.kernel_w}).transpose(1, 2).flip({3, 4}));
+  return flipped;
+}
+
+// The weight as the G matrices of `layout` in the GEMMs' dtype.
+Tensor gemm_weight(const Tensor& weight, const ConvShape& s, Layout layout) {
+  const auto compute = gemm_dtype(weight.scalar_type(), weight.device());
+  return weight_matrices(weight, s, layout).to(compute);
+}
+
+[[noreturn]] void not_this_operators_route(const char* op, const RouteChoice& route) {
+  TORCH_INTERNAL_ASSERT(false, op, ": route ", route_name(route.route),
+                        " is not one of its routes");
+}
+
+// `result` in `format`: a copy where the route computed in the other layout.
+Tensor in_format(const Tensor& result, at::MemoryFormat format) {
+  return result.contiguous(format);
+}
+
+}  // namespace
+
+Tensor conv2d_forward(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias,
+                      IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
+                      int64_t groups) {
+  constexpr const char* op = "torch_convbp.conv2d";
+  if (bias) {
+    check_operands(op, {{"input", &input}, {"weight", &weight}, {"bias", &*bias}});
+  } else {
+    check_operands(op, {{"input", &input}, {"weight", &weight}});
+  }
+  const ConvShape s =
+      check_conv2d(op, input.sizes(), weight.sizes(), stride, padding, dilation, groups);
+  TORCH_CHECK(!bias || (bias->dim() == 1 && bias->size(0) == s.out_channels), op,
+              ": expected bias of size [", s.out_channels, "] (one per output channel), got ",
+              bias->sizes());
+
+  const RouteChoice route = choose_route(Operator::forward, s, {input});
+  const Tensor x = in_layout(input, route.layout);
+  Tensor output =
+      empty_in_layout({s.batch, s.out_channels, s.out_height, s.out_width}, x, route.layout);
+  switch (route.route) {
+    case Route::depthwise:
+      call_depthwise(DepthwiseKernel::forward, x, weight.contiguous(), s, output);
+      break;
+    case Route::grouped:
+      call_grouped(GroupedKernel::forward, x, weight.contiguous(), s, output);
+      break;
+    case Route::pointwise_nhwc: pointwise_nhwc_forward(x, weight, s, output); break;
+    case Route::pointwise_by_images:
+      forward_pointwise_by_images(x, gemm_weight(weight, s, route.layout), s, output);
+      break;
+    case Route::columns:
+      forward_by_chunks(x, gemm_weight(weight, s, route.layout), s, route.layout, output);
+      break;
+    case Route::transposed_columns: not_this_operators_route(op, route);
+  }
+  if (bias) output.add_(bias->view({1, s.out_channels, 1, 1}));
+  return in_format(output, result_format(input, weight));
+}
+
+Tensor conv2d_weight_grad(const Tensor& input, const Tensor& grad_output, IntArrayRef weight_size,
+                          IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
+                          int64_t groups) {
+  constexpr const char* op = "torch_convbp.conv2d_weight_grad";
+  check_operands(op, {{"input", &input}, {"grad_output", &grad_output}});
+  const ConvShape s =
+      check_conv2d(op, input.sizes(), weight_size, stride, padding, dilation, groups);
+  check_grad_output(op, grad_output, s);
+
+  const RouteChoice route = choose_route(Operator::weight_grad, s, {input, grad_output});
+  const Tensor x = in_layout(input, route.layout);
+  const Tensor dy = in_layout(grad_output, route.layout);
+  switch (route.route) {
+    case Route::depthwise: {
+      Tensor grad_weight = at::empty(weight_size, x.options());
+      call_depthwise(DepthwiseKernel::weight_grad, x, dy, s, grad_weight);
+      return grad_weight;
+    }
+    case Route::grouped: {
+      Tensor grad_weight = at::empty(weight_size, x.options());
+      call_grouped(GroupedKernel::weight_grad, x, dy, s, grad_weight);
+      return grad_weight;
+    }
+    case Route::pointwise_nhwc: return pointwise_nhwc_weight_grad(x, dy, weight_size, s);
+    case Route::columns: return weight_grad_by_chunks(x, dy, weight_size, s, route.layout);
+    case Route::pointwise_by_images:
+    case Route::transposed_columns: not_this_operators_route(op, route);
+  }
+  return Tensor();  // not reached
+}
+
+Tensor conv2d_input_grad(const Tensor& grad_output, const Tensor& weight, IntArrayRef input_size,
+                         IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
+                         int64_t groups) {
+  constexpr const char* op = "torch_convbp.conv2d_input_grad";
+  check_operands(op, {{"grad_output", &grad_output}, {"weight", &weight}});
+  const ConvShape s =
+      check_conv2d(op, input_size, weight.sizes(), stride, padding, dilation, groups);
+  check_grad_output(op, grad_output, s);
+
+  const RouteChoice route = choose_route(Operator::input_grad, s, {grad_output});
+  const Tensor dy = in_layout(grad_output, route.layout);
+  Tensor grad_input = empty_in_layout(input_size, dy, route.layout);
+  switch (route.route) {
+    case Route::depthwise:
+      call_depthwise(DepthwiseKernel::input_grad, dy, weight.contiguous(), s, grad_input);
+      break;
+    case Route::grouped:  // the stride-1 convolution of dY, whose groups are narrow
+      call_grouped(GroupedKernel::forward, dy, flipped_transposed_weight(weight, s, Layout::nchw),
+                   *input_grad_convolution(s), grad_input);
+      break;
+    case Route::pointwise_nhwc: pointwise_nhwc_input_grad(dy, weight, s, grad_input); break;
+    case Route::pointwise_by_images:
+    case Route::transposed_columns: {
+      const ConvShape transposed = *input_grad_convolution(s);
+      // [Cin, Cout/G, kh, kw] as the matrices [G, Cin/G, Cout/G*kh*kw]
+      const Tensor w =
+          gemm_weight(flipped_transposed_weight(weight, s, route.layout), transposed, route.layout);
+      if (route.route == Route::pointwise_by_images) {
+        forward_pointwise_by_images(dy, w, transposed, grad_input);
+      } else {
+        forward_by_chunks(dy, w, transposed, route.layout, grad_input);
+      }
+      break;
+    }
+    case Route::columns: input_grad_by_col2im(dy, weight, s, route.layout, grad_input); break;
+  }
+  return in_format(grad_input, result_format(grad_output, weight));
 }
 
 }  // namespace torch_convbp

@@ -16,9 +16,12 @@
 
 #include <optional>
 
-#include "conv2d.h"
+#include "shape.h"
 
 namespace torch_convbp {
+
+using at::IntArrayRef;
+using at::Tensor;
 
 // A chunk [n, C, h, w] of an activation in `layout` as its group matrices [G, C/G, n*h*w], when
 // its memory allows a view (in NCHW: one image at a time) and it has `dtype`.
@@ -31,8 +34,8 @@ std::optional<Tensor> group_matrix_view(const Tensor& chunk, int64_t groups, at:
 Tensor staging_chunk(const Tensor& buffer, IntArrayRef size, Layout layout);
 
 // The column matrix [G, K, P] of `pixels` pixels laid over `buffer`, and the tensor the layout's
-// im2col/col2im operators take for it (conv2d.h): [G, K, P] in NCHW, [G, P, K] in NHWC, both
-// contiguous.
+// im2col/col2im operators take for it (shape.h, ColumnGeometry): [G, K, P] in NCHW, [G, P, K] in
+// NHWC, both contiguous.
 Tensor column_matrix(const Tensor& buffer, const ConvShape& s, int64_t pixels, Layout layout);
 Tensor column_kernel_operand(const Tensor& column_matrix, Layout layout);
 

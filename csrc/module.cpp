@@ -1,11 +1,45 @@
 // The Python module torch_convbp._C: loading it registers the operators; it also carries the
-// workspace limit, which is process-wide state rather than an operator, and the torch version it
-// was compiled against (torch has no stable C++ ABI: __init__.py refuses another version).
+// workspace limit, which is process-wide state rather than an operator, the choice of route for
+// torch_convbp.explain(), and the torch version it was compiled against (torch has no stable C++
+// ABI: __init__.py refuses another version).
 #include <torch/extension.h>
 
 #include <string>
+#include <tuple>
+#include <vector>
 
-#include "conv2d.h"
+#include "checks.h"
+#include "gemm_dtype.h"
+#include "plan.h"
+#include "route.h"
+
+namespace {
+
+// The route that operator `op` ("forward", "input_grad" or "weight_grad") takes for a
+// convolution of these sizes and arguments, given its activation operands (route.h):
+// (route, layout, reason).
+std::tuple<std::string, std::string, std::string> route(
+    const std::string& op, std::vector<int64_t> input_size, std::vector<int64_t> weight_size,
+    std::vector<int64_t> stride, std::vector<int64_t> padding, std::vector<int64_t> dilation,
+    int64_t groups, const std::vector<at::Tensor>& activations) {
+  using torch_convbp::Operator;
+  const Operator which = op == "forward"      ? Operator::forward
+                         : op == "input_grad" ? Operator::input_grad
+                                              : Operator::weight_grad;
+  TORCH_CHECK(op == "forward" || op == "input_grad" || op == "weight_grad",
+              "torch_convbp: the operator must be forward, input_grad or weight_grad, got '", op,
+              "'");
+  TORCH_CHECK(activations.size() == (which == Operator::weight_grad ? 2u : 1u),
+              "torch_convbp: the ", op, " operator has ", which == Operator::weight_grad ? 2 : 1,
+              " activation operands, got ", activations.size());
+  const auto s = torch_convbp::check_conv2d("torch_convbp.explain", input_size, weight_size, stride,
+                                            padding, dilation, groups);
+  const auto choice = torch_convbp::choose_route(which, s, activations);
+  return {torch_convbp::route_name(choice.route), torch_convbp::layout_name(choice.layout),
+          std::string(choice.why_route) + "; " + choice.why_layout};
+}
+
+}  // namespace
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "torch_convbp: im2col + GEMM 2-D convolution operators (torch.ops.torch_convbp)";
@@ -16,6 +50,10 @@ PYBIND11_MODULE(_C, m) {
         "The most workspace held at once since the last reset, in bytes.");
   m.def("gemm_dtype", &torch_convbp::gemm_dtype, py::arg("dtype"), py::arg("device"),
         "The dtype the GEMMs run in for operands of this dtype on this device.");
+  m.def("_route", &route, py::arg("op"), py::arg("input_size"), py::arg("weight_size"),
+        py::arg("stride"), py::arg("padding"), py::arg("dilation"), py::arg("groups"),
+        py::arg("activations"),
+        "(route, layout, reason) of one operator for a convolution and its activation operands.");
 #if defined(TORCH_VERSION_MAJOR) && defined(TORCH_VERSION_MINOR) && defined(TORCH_VERSION_PATCH)
   m.attr("built_with_torch") = std::to_string(TORCH_VERSION_MAJOR) + "." +
                                std::to_string(TORCH_VERSION_MINOR) + "." +

@@ -31,7 +31,7 @@ TORCH_LIBRARY(torch_convbp, m) {
       "col2im(Tensor columns, int[2] kernel_size, int[2] stride, int[2] padding, "
       "int[2] dilation, int row_start, int rows, Tensor(a!) images) -> ()");
   // The same two for channels_last images, with the NHWC column matrix [G, P, kh*kw*C/G]
-  // (conv2d.h): the groups are the columns' first dimension.
+  // (shape.h, ColumnGeometry): the groups are the columns' first dimension.
   m.def(
       "im2col_nhwc(Tensor images, int[2] kernel_size, int[2] stride, int[2] padding, "
       "int[2] dilation, int row_start, int rows, Tensor(a!) columns) -> ()");

@@ -17,9 +17,8 @@ std::atomic<int64_t> g_workspace_peak{0};    // the most held at once since the 
 // the GEMM, instead of staying in cache between the two. So small images are batched side by
 // side up to the target, and large ones are cut into row bands of about the target (see
 // benchmarks/NOTES.md for the measurements). On a GPU, whose GEMMs want to be far wider and
-// whose caches are not the point, a chunk aims at 256Ki pixels (on an H100 at batch 32, 64Ki,
-// 256Ki and 1Mi gave 2.16x, 2.07x and 2.14x cuDNN's time over the layers: a wide optimum;
-// NOTES section 12). TORCH_CONVBP_CHUNK_PIXELS fixes the target, for tuning.
+// whose caches are not the point, a chunk aims at 256Ki pixels (a sweep on an H100 found a wide
+// optimum: NOTES section 12). TORCH_CONVBP_CHUNK_PIXELS fixes the target, for tuning.
 constexpr int64_t kMinGemmWidth = 512;
 constexpr int64_t kColumnTileBytes = int64_t{5} << 19;  // 2.5 MiB
 int64_t target_chunk_pixels(int64_t column_bytes_per_pixel, bool cpu) {
@@ -62,12 +61,10 @@ Plan plan_chunks(const ConvShape& s, at::TensorOptions workspace, bool pixels_co
   // A pointwise convolution takes one whole image at a time when that makes a good GEMM: then
   // its input is its column matrix and its output the GEMM's destination, with no copy at all
   // (the lanes keep the threads busy). That is when an image is wide enough, or when the pixels
-  // are the GEMM's inner dimension, whose length matters little (measured: 1x1 1024>256@14,
-  // grad-weight 5.5 -> 5.1 ms; its grad-input goes the other way, 5.4 -> 6.2 ms). Other
+  // are the GEMM's inner dimension, whose length matters little (NOTES section 3). Other
   // images are batched like any other layer's. Not on a GPU: there a GEMM per image is far too
   // small (its launch and host overhead dominate) and a grad-weight GEMM per image, whose
-  // result is only Cout x Cin, fills few of the multiprocessors (measured on an H100: 1x1
-  // 64>256@56 at batch 32 took 7.5x cuDNN's time that way).
+  // result is only Cout x Cin, fills few of the multiprocessors (NOTES section 12).
   const bool whole_images =
       cpu && s.is_pointwise() && (pixels_contracted || image_pixels >= kMinGemmWidth);
   const int64_t target = std::min(

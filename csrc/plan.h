@@ -12,10 +12,20 @@
 
 #include <algorithm>
 
-#include "conv2d.h"
 #include "matrices.h"
+#include "shape.h"
 
 namespace torch_convbp {
+
+using at::IntArrayRef;
+using at::Tensor;
+
+// The largest column buffer (plus GEMM staging) one call may allocate, in bytes.
+void set_workspace_limit(int64_t bytes);
+int64_t workspace_limit();
+// The most workspace held at once (all calls, all threads) since the last reset, in bytes;
+// reset=true returns it and starts a new count.
+int64_t workspace_peak(bool reset);
 
 // A chunk of the work: `images` whole images from `image` on and, of each, output rows
 // [row, row + rows). Several images are taken only with all their rows.

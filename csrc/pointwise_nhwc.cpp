@@ -1,4 +1,5 @@
-// The pointwise convolution of channels_last operands, as three GEMMs over the whole batch.
+// Route pointwise_nhwc: the pointwise convolution of channels_last operands, as three GEMMs
+// over the whole batch.
 //
 // A dense channels_last [N, C, H, W] tensor is, in memory, the row-major matrix [P, C] of its
 // P = N*H*W pixels, and a 1x1 weight [Cout, C, 1, 1] is the matrix W [Cout, C]. So
@@ -13,7 +14,6 @@
 #include <ATen/ATen.h>
 
 #include "gemm.h"
-#include "layout.h"
 
 namespace torch_convbp {
 namespace {
@@ -36,31 +36,18 @@ int64_t gemm_blocks_for(const Tensor& result) {
 
 }  // namespace
 
-bool takes_pointwise_nhwc(const ConvShape& s, std::initializer_list<const Tensor*> operands) {
-  if (!s.is_pointwise() || s.groups != 1 || !computes_in_nhwc(operands)) return false;
-  for (const Tensor* t : operands) {
-    if (gemm_dtype(t->scalar_type(), t->device()) != t->scalar_type()) return false;
-  }
-  return true;
-}
-
-Tensor pointwise_nhwc_forward(const Tensor& input, const Tensor& weight, const ConvShape& s) {
-  Tensor output =
-      empty_in_layout({s.batch, s.out_channels, s.height, s.width}, input, Layout::nhwc);
+void pointwise_nhwc_forward(const Tensor& input, const Tensor& weight, const ConvShape& s,
+                            const Tensor& output) {
   const Tensor y = pixel_matrix(output);
   // [1, P, Cout] = [1, P, C] @ [1, C, Cout]
   gemm_out(y, pixel_matrix(input), weight_matrix(weight, s).transpose(1, 2), gemm_blocks_for(y));
-  return output;
 }
 
-Tensor pointwise_nhwc_input_grad(const Tensor& grad_output, const Tensor& weight,
-                                 const ConvShape& s) {
-  Tensor grad_input =
-      empty_in_layout({s.batch, s.in_channels, s.height, s.width}, grad_output, Layout::nhwc);
+void pointwise_nhwc_input_grad(const Tensor& grad_output, const Tensor& weight, const ConvShape& s,
+                               const Tensor& grad_input) {
   const Tensor dx = pixel_matrix(grad_input);
   // [1, P, C] = [1, P, Cout] @ [1, Cout, C]
   gemm_out(dx, pixel_matrix(grad_output), weight_matrix(weight, s), gemm_blocks_for(dx));
-  return grad_input;
 }
 
 Tensor pointwise_nhwc_weight_grad(const Tensor& input, const Tensor& grad_output,

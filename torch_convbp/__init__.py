@@ -6,6 +6,7 @@
     torch_convbp.convert(model)       # every nn.Conv1d/2d, nn.ConvTranspose1d/2d becomes ours
     torch_convbp.revert(model)        # and back to the stock classes
     torch_convbp.onnx_translation_table()     # for torch.onnx.export(..., dynamo=True)
+    torch_convbp.explain(x, w, padding=1)     # which route each operator takes, and why
     torch_convbp.set_workspace_limit(nbytes)
     torch_convbp.gemm_dtype(torch.bfloat16)   # the dtype the GEMMs run in (float32 on most CPUs)
 
@@ -36,6 +37,7 @@ _check_built_with(_C.built_with_torch, torch.__version__)
 
 from . import _meta  # noqa: E402, F401  (registers the fake kernels; autograd is in C++, csrc/autograd.cpp)
 from ._args import CUDA_KERNELS
+from ._explain import explain
 from ._onnx import onnx_translation_table
 from .functional import conv1d, conv2d, conv_transpose1d, conv_transpose2d
 from .modules import Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d, convert, revert
@@ -52,6 +54,7 @@ __all__ = [
     "convert",
     "revert",
     "onnx_translation_table",
+    "explain",
     "set_workspace_limit",
     "get_workspace_limit",
     "workspace_limit",

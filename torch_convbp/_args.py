@@ -60,8 +60,9 @@ def check_device(op: str, input) -> None:
 
 
 def autocast(device_type: str, *tensors):
-    """Under autocast, the tensors in the autocast dtype (the operators run in one dtype)."""
-    if not torch.is_autocast_enabled(device_type):
+    """Under autocast, the tensors in the autocast dtype (the operators run in one dtype). Devices
+    without autocast (meta, for one) are never under it."""
+    if not torch.amp.is_autocast_available(device_type) or not torch.is_autocast_enabled(device_type):
         return tensors
     dtype = torch.get_autocast_dtype(device_type)
     return tuple(t if t is None or not t.is_floating_point() else t.to(dtype) for t in tensors)

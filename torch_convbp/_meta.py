@@ -7,7 +7,7 @@ import torch
 from torch._prims_common import suggest_memory_format
 from torch.library import register_fake
 
-from . import _C
+from . import _C  # noqa: F401  (the operators exist before their fakes are registered)
 
 _FLOAT_DTYPES = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
 
@@ -82,63 +82,12 @@ def _check_grad_output(op, grad_output, expected):
     )
 
 
-def _computes_in_nhwc(*operands):
-    """Mirrors computes_in_nhwc (csrc/layout.h): every operand is channels_last by its strides,
-    dense in it, and not empty."""
-    return all(
-        t.dim() == 4
-        and t.numel() > 0
-        and suggest_memory_format(t) == torch.channels_last
-        and t.is_contiguous(memory_format=torch.channels_last)
-        for t in operands
-    )
-
-
-_MIN_NHWC_GROUP_CHANNELS = 16  # kMinNhwcGroupChannels in csrc/layout.h
-_MAX_DIRECT_GROUP_CHANNELS = 32  # kMaxDirectGroupChannels in csrc/layout.h
-
-
-def _has_direct_grouped_kernel(groups, in_channels, out_channels):
-    """Mirrors has_direct_grouped_kernel (csrc/layout.h) for a convolution of these channels:
-    several groups, not depthwise, at most 32 output channels per group."""
-    return groups > 1 and in_channels != groups and out_channels // groups <= _MAX_DIRECT_GROUP_CHANNELS
-
-
-def _forward_is_direct(weight_size, groups):
-    """The forward's direct kernel: depthwise, or narrow groups (conv2d_forward in csrc/conv2d.cpp)."""
-    out_channels, group_channels = weight_size[0], weight_size[1]
-    return (groups > 1 and group_channels == 1) or _has_direct_grouped_kernel(groups, group_channels * groups, out_channels)
-
-
-def _input_grad_is_direct(weight_size, stride, padding, dilation, groups):
-    """The grad-input's direct kernel: depthwise, or, where the grad-input is a stride-1
-    convolution with the flipped weight (input_grad_convolution in csrc/conv2d.cpp), narrow groups
-    in that convolution, whose output channels are the layer's input channels."""
-    out_channels, group_channels = weight_size[0], weight_size[1]
-    if groups > 1 and group_channels == 1:
-        return True
-    reach = [d * (k - 1) for d, k in zip(dilation, weight_size[2:])]
-    transposable = list(stride) == [1, 1] and all(r >= p for r, p in zip(reach, padding))
-    return transposable and _has_direct_grouped_kernel(groups, out_channels, group_channels * groups)
-
-
-def _returns_channels_last(weight_size, stride, padding, groups, direct, *operands):
-    """Whether the forward (operands: the input) or the grad-input (the output gradient) returns
-    channels_last: the operands compute in NHWC (_computes_in_nhwc) and the layer has an NHWC
-    route: the operator's direct kernel (`direct`: depthwise, or narrow groups), the pointwise one
-    (csrc/pointwise_nhwc.h: 1x1, stride 1, unpadded, ungrouped, GEMMs in the operands' dtype), or
-    the NHWC column matrix, taken where every group has at least 16 output channels and, with
-    several groups, at least 16 input channels (operator_layout in csrc/layout.h)."""
-    if not _computes_in_nhwc(*operands):
-        return False
-    out_channels, group_channels = weight_size[0], weight_size[1]
-    if direct:
-        return True
-    pointwise = list(weight_size[2:]) == [1, 1] and list(stride) == [1, 1] and list(padding) == [0, 0]
-    if pointwise and groups == 1 and all(_C.gemm_dtype(t.dtype, t.device) == t.dtype for t in operands):
-        return True
-    wide_inputs = groups == 1 or group_channels >= _MIN_NHWC_GROUP_CHANNELS
-    return wide_inputs and out_channels // groups >= _MIN_NHWC_GROUP_CHANNELS
+def _result_format(activation, weight):
+    """Mirrors result_format (csrc/route.h): an operator's activation result is channels_last
+    where its activation operand or the weight suggests it (as F.conv2d decides on the CPU), and
+    the batch is not empty; never does the route decide."""
+    channels_last = torch.channels_last in (suggest_memory_format(activation), suggest_memory_format(weight))
+    return channels_last and activation.dim() == 4 and activation.shape[0] > 0
 
 
 def _empty(like, size, channels_last):
@@ -160,9 +109,7 @@ def _conv2d_fake(input, weight, bias, stride, padding, dilation, groups):
             bias.dim() == 1 and bias.shape[0] == c_out,
             lambda: f"{op}: expected bias of size [{c_out}] (one per output channel), got {list(bias.shape)}",
         )
-    direct = _forward_is_direct(weight.shape, groups)
-    nhwc = _returns_channels_last(weight.shape, stride, padding, groups, direct, input)
-    return _empty(input, (input.shape[0], c_out, oh, ow), nhwc)
+    return _empty(input, (input.shape[0], c_out, oh, ow), _result_format(input, weight))
 
 
 @register_fake("torch_convbp::conv2d_input_grad")
@@ -171,8 +118,7 @@ def _conv2d_input_grad_fake(grad_output, weight, input_size, stride, padding, di
     check_operands(op, grad_output=grad_output, weight=weight)
     oh, ow = conv2d_output_size(op, input_size, weight.shape, stride, padding, dilation, groups)
     _check_grad_output(op, grad_output, (input_size[0], weight.shape[0], oh, ow))
-    direct = _input_grad_is_direct(weight.shape, stride, padding, dilation, groups)
-    return _empty(grad_output, input_size, _returns_channels_last(weight.shape, stride, padding, groups, direct, grad_output))
+    return _empty(grad_output, input_size, _result_format(grad_output, weight))
 
 
 @register_fake("torch_convbp::conv2d_weight_grad")

@@ -66,6 +66,19 @@ def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_paddi
 
 
 def _convolution(op, dims, input, weight, bias, stride, padding, dilation, groups):
+    unbatched = input.dim() == dims + 1
+    input, weight, bias, stride, padding, dilation = convolution_arguments(
+        op, dims, input, weight, bias, stride, padding, dilation, groups
+    )
+    output = _ops.conv2d(input, weight, bias, stride, padding, dilation, groups)
+    return _as_given(output, dims, unbatched, input, weight)
+
+
+def convolution_arguments(op, dims, input, weight, bias, stride, padding, dilation, groups):
+    """The arguments of a 1-D or 2-D convolution as the operators take them: a batched 4-D input
+    and weight (a unit height for 1-D), pairs of ints (a string padding resolved, the input padded
+    where 'same' needs an odd total), and the autocast dtype under autocast. Returns (input,
+    weight, bias, stride, padding, dilation)."""
     check_input_rank(op, input, dims)
     if dims == 1:
         check_weight_rank(op, weight, 1)
@@ -74,8 +87,7 @@ def _convolution(op, dims, input, weight, bias, stride, padding, dilation, group
     if not isinstance(padding, str):
         padding = int_tuple(op, "padding", padding, dims)
     check_groups(op, groups)
-    unbatched = input.dim() == dims + 1
-    if unbatched:
+    if input.dim() == dims + 1:  # unbatched
         input = input.unsqueeze(0)
     if dims == 1:  # a unit height: kernel 1, stride 1, no padding, in the first dimension
         input, weight = input.unsqueeze(2), weight.unsqueeze(2)
@@ -84,9 +96,7 @@ def _convolution(op, dims, input, weight, bias, stride, padding, dilation, group
     input, weight, bias = autocast(input.device.type, input, weight, bias)
     if isinstance(padding, str):
         input, padding = string_padding(op, padding, input, weight, stride, dilation)
-
-    output = _ops.conv2d(input, weight, bias, stride, padding, dilation, groups)
-    return _as_given(output, dims, unbatched, input, weight)
+    return input, weight, bias, stride, padding, dilation
 
 
 def _transposed_convolution(op, dims, input, weight, bias, stride, padding, output_padding, groups, dilation):

@@ -1,4 +1,4 @@
-// The CPU im2col and col2im kernels of both layouts (the column matrices: conv2d.h).
+// The CPU im2col and col2im kernels of both layouts (the column matrices: shape.h).
 //
 // Both are parallel over independent pieces of output (at::parallel_for), so they are race-free,
 // and every sum is taken in a fixed order, so they are deterministic whatever the thread count.
@@ -11,8 +11,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "../checks.h"
 #include "../column_types.h"
-#include "../conv2d.h"
 #include "../taps.h"
 #include "cpu_kernels.h"
 
@@ -24,7 +24,7 @@ constexpr int64_t kGrainElements = 32768;
 
 // dst[i] = src[i * stride] for i < n. Stride 1 is a copy (memmove for one dtype); stride 2, the
 // stride of most strided convolutions, is spelt out so that the compiler vectorizes it (with
-// AVX2 where the CPU has it): 1.4x faster than the general loop (benchmarks/NOTES.md).
+// AVX2 where the CPU has it), faster than the general loop (benchmarks/NOTES.md, section 8).
 template <typename image_t, typename column_t>
 TORCH_CONVBP_VECTOR_CLONES void gather_strided(const image_t* src, int64_t stride, int64_t n,
                                                column_t* dst) {
@@ -53,10 +53,11 @@ void im2col_kernel(const image_t* images, column_t* columns, const ColumnGeometr
                     kj = row % g.kernel_w;
       const image_t* src = images + (image * g.channels + c) * plane;
       column_t* dst = columns + task * block;
-      const int64_t iw_offset = kj * g.dilation_w - g.pad_w;  // iw = ow*stride_w + iw_offset
+      // iw = ow*stride_w + iw_offset
+      const int64_t iw_offset = input_index(int64_t{0}, g.stride_w, g.pad_w, kj, g.dilation_w);
       const Span valid = valid_columns(iw_offset, g.stride_w, g.width, g.out_width);
       for (int64_t oh = g.row_start; oh < g.row_start + g.rows; ++oh, dst += g.out_width) {
-        const int64_t ih = oh * g.stride_h - g.pad_h + ki * g.dilation_h;
+        const int64_t ih = input_index(oh, g.stride_h, g.pad_h, ki, g.dilation_h);
         if (ih < 0 || ih >= g.height) {
           std::fill_n(dst, g.out_width, column_t(0));
           continue;
@@ -93,10 +94,10 @@ void col2im_kernel(const column_t* columns, image_t* images, const ColumnGeometr
         for (int64_t kj = 0; kj < g.kernel_w; ++kj) {
           const int64_t row = (c * g.kernel_h + ki) * g.kernel_w + kj;
           const column_t* src = columns + (row * g.images + image) * block;
-          const int64_t iw_offset = kj * g.dilation_w - g.pad_w;
+          const int64_t iw_offset = input_index(int64_t{0}, g.stride_w, g.pad_w, kj, g.dilation_w);
           const Span valid = valid_columns(iw_offset, g.stride_w, g.width, g.out_width);
           for (int64_t oh = g.row_start; oh < g.row_start + g.rows; ++oh, src += g.out_width) {
-            const int64_t ih = oh * g.stride_h - g.pad_h + ki * g.dilation_h;
+            const int64_t ih = input_index(oh, g.stride_h, g.pad_h, ki, g.dilation_h);
             if (ih < 0 || ih >= g.height) continue;
             const int64_t sum_row = (ih - first_ih) * g.width + iw_offset;
             for (int64_t ow = valid.begin; ow < valid.end; ++ow) {
@@ -149,11 +150,12 @@ TORCH_CONVBP_VECTOR_CLONES void im2col_nhwc_rows(const image_t* images, column_t
   const bool adjacent_taps = g.groups == 1 && g.dilation_w == 1;
   for (int64_t p = begin; p < end; ++p) {
     const OutputPixel out = output_pixel(g, p);
-    const int64_t iw_first = out.ow * g.stride_w - g.pad_w;  // iw = iw_first + kj * dilation_w
+    // iw = iw_first + kj * dilation_w
+    const int64_t iw_first = input_index(out.ow, g.stride_w, g.pad_w, int64_t{0}, g.dilation_w);
     const Span taps = valid_columns(iw_first, g.dilation_w, g.width, g.kernel_w);
     column_t* dst = columns + p * g.kernel_h * tap_row_length;
     for (int64_t ki = 0; ki < g.kernel_h; ++ki, dst += tap_row_length) {
-      const int64_t ih = out.oh * g.stride_h - g.pad_h + ki * g.dilation_h;
+      const int64_t ih = input_index(out.oh, g.stride_h, g.pad_h, ki, g.dilation_h);
       if (ih < 0 || ih >= g.height) {
         std::fill_n(dst, tap_row_length, column_t(0));
         continue;

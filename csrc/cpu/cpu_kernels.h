@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "../shape.h"
+#include "../taps.h"
+
 // Compiles a function twice on x86-64, for AVX2+FMA and for the baseline, and picks one at load
 // time by what the CPU has (GCC function multiversioning). For the arithmetic kernels, which the
 // compiler vectorizes: the extension is built for the baseline x86-64 otherwise.
@@ -15,7 +18,7 @@
 
 // Forces a helper of those kernels to be inlined into its caller, so that it is compiled into
 // the caller's clone: GCC's own choice varied with the torch headers it was built against, and an
-// out-of-line copy (compiled for the baseline) ran the 32-channel depthwise forward 18x slower
+// out-of-line copy is compiled for the baseline, without the clone's vector instructions
 // (benchmarks/NOTES.md, section 19).
 #if defined(__GNUC__)
 #define TORCH_CONVBP_INLINE inline __attribute__((always_inline))
@@ -34,6 +37,42 @@ inline Span valid_columns(int64_t offset, int64_t stride, int64_t width, int64_t
   const int64_t last = width - 1 - offset;  // the largest ow*stride allowed
   const int64_t end = last < 0 ? 0 : std::min(out_width, last / stride + 1);
   return {std::min(begin, end), end};
+}
+
+// Enough multiply-adds per parallel task to be worth a thread.
+constexpr int64_t kGrainWork = 32768;
+inline int64_t grain_for(int64_t work_per_item) {
+  return std::max<int64_t>(1, kGrainWork / std::max<int64_t>(work_per_item, 1));
+}
+
+// The input row that output row oh reads at kernel row ki, or -1 in the padding.
+inline int64_t input_row(const ConvShape& s, int64_t oh, int64_t ki) {
+  const int64_t ih = input_index(oh, s.stride_h, s.pad_h, ki, s.dilation_h);
+  return ih >= 0 && ih < s.height ? ih : -1;
+}
+
+// The output columns of a row that kernel column kj reads inside the image, and the offset:
+// output column ow reads input column ow * stride_w + offset.
+struct Tap {
+  int64_t offset;
+  Span columns;
+};
+inline Tap tap_columns(const ConvShape& s, int64_t kj) {
+  const int64_t offset = input_index(int64_t{0}, s.stride_w, s.pad_w, kj, s.dilation_w);
+  return {offset, valid_columns(offset, s.stride_w, s.width, s.out_width)};
+}
+
+// Calls f(ow, iw) for each output column ow of the tap, with iw = ow * stride + offset its input
+// column. The unit stride is spelt out, so that the compiler vectorizes the (inlined) body.
+template <typename F>
+inline void for_each_column(int64_t stride, const Tap& tap, F&& f) {
+  if (stride == 1) {
+    for (int64_t ow = tap.columns.begin; ow < tap.columns.end; ++ow) f(ow, ow + tap.offset);
+  } else {
+    for (int64_t ow = tap.columns.begin; ow < tap.columns.end; ++ow) {
+      f(ow, ow * stride + tap.offset);
+    }
+  }
 }
 
 }  // namespace torch_convbp

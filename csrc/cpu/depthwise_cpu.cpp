@@ -9,8 +9,8 @@
 // multiply-add. So the results are the same whatever the thread count, and bitwise the same as
 // the CUDA kernels' (checked by the CPU harness of tests/cuda_harness/). Sums are taken in opmath
 // (float for float16 and bfloat16). These kernels read NCHW; a call whose activations are
-// channels_last goes to depthwise_nhwc_cpu.cpp, which keeps the same orders, and so does a call
-// with small planes, through layout copies (kMinNchwPlane).
+// channels_last goes to depthwise_nhwc_cpu.cpp, which keeps the same orders. (The route sends
+// NCHW calls with small planes there too, through layout copies: route.cpp.)
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
@@ -20,9 +20,10 @@
 #include <algorithm>
 #include <vector>
 
-#include "../conv2d.h"
+#include "../checks.h"
 #include "../summation.h"
-#include "depthwise_cpu.h"
+#include "cpu_kernels.h"
+#include "depthwise_nhwc_cpu.h"
 
 namespace torch_convbp {
 namespace {
@@ -180,33 +181,12 @@ void weight_grad_kernel(const scalar_t* input, const scalar_t* grad_output, scal
   });
 }
 
-// Output planes smaller than this go to the NHWC kernels through layout copies. Rows of 7 or 14
-// pixels are too short for the NCHW kernels' vector loops, whose per-row and per-plane costs
-// then dominate: mobilenet's 960@7 took 1.46 ms forward and 2.78 ms for the weight gradient,
-// against 0.16 and 0.60 ms in NHWC (benchmarks/NOTES.md, section 18). The NHWC kernels sum in
-// the same orders, so the bits do not change.
-constexpr int64_t kMinNchwPlane = 256;
-bool small_planes(const ConvShape& s) { return s.out_height * s.out_width < kMinNchwPlane; }
-
-Tensor as_nhwc(const Tensor& activation) {
-  return activation.contiguous(at::MemoryFormat::ChannelsLast);
-}
-Tensor empty_nhwc_like(const Tensor& activation) {
-  return at::empty_like(activation, at::MemoryFormat::ChannelsLast);
-}
-
 void depthwise_conv2d_cpu(const Tensor& input, const Tensor& weight, IntArrayRef stride,
                           IntArrayRef padding, IntArrayRef dilation, const Tensor& output) {
   const DepthwiseCall call = check_depthwise("torch_convbp.depthwise_conv2d", input, weight, output,
                                              stride, padding, dilation);
   const ConvShape& s = call.shape;
   if (call.channels_last) return depthwise_nhwc_forward(input, weight, s, output);
-  if (small_planes(s)) {
-    const Tensor output_nhwc = empty_nhwc_like(output);
-    depthwise_nhwc_forward(as_nhwc(input), weight, s, output_nhwc);
-    output.copy_(output_nhwc);
-    return;
-  }
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, input.scalar_type(), "depthwise_conv2d", [&] {
         forward_kernel(input.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(),
@@ -220,12 +200,6 @@ void depthwise_input_grad_cpu(const Tensor& grad_output, const Tensor& weight, I
                                              weight, grad_output, stride, padding, dilation);
   const ConvShape& s = call.shape;
   if (call.channels_last) return depthwise_nhwc_input_grad(grad_output, weight, s, grad_input);
-  if (small_planes(s)) {
-    const Tensor grad_input_nhwc = empty_nhwc_like(grad_input);
-    depthwise_nhwc_input_grad(as_nhwc(grad_output), weight, s, grad_input_nhwc);
-    grad_input.copy_(grad_input_nhwc);
-    return;
-  }
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, grad_output.scalar_type(), "depthwise_input_grad", [&] {
         input_grad_kernel(grad_output.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(),
@@ -239,9 +213,7 @@ void depthwise_weight_grad_cpu(const Tensor& input, const Tensor& grad_output, I
   const DepthwiseCall call = check_depthwise("torch_convbp.depthwise_weight_grad", input,
                                              grad_weight, grad_output, stride, padding, dilation);
   const ConvShape& s = call.shape;
-  if (call.channels_last || small_planes(s)) {
-    return depthwise_nhwc_weight_grad(as_nhwc(input), as_nhwc(grad_output), s, grad_weight);
-  }
+  if (call.channels_last) return depthwise_nhwc_weight_grad(input, grad_output, s, grad_weight);
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, input.scalar_type(), "depthwise_weight_grad", [&] {
         weight_grad_kernel(input.const_data_ptr<scalar_t>(), grad_output.const_data_ptr<scalar_t>(),

@@ -19,7 +19,8 @@
 #include <vector>
 
 #include "../summation.h"
-#include "depthwise_cpu.h"
+#include "cpu_kernels.h"
+#include "depthwise_nhwc_cpu.h"
 
 namespace torch_convbp {
 namespace {
@@ -54,7 +55,7 @@ struct Terms {
 // inside the output): there a pixel's terms are those of the pixel `period` columns before it,
 // with the operand `shift` elements further on. So a row builds their terms once per residue
 // modulo the period, where building them for every pixel cost more than the sums themselves on
-// narrow layers (32 channels: 4.4x oneDNN's forward; benchmarks/NOTES.md, section 19).
+// narrow layers (benchmarks/NOTES.md, section 19).
 struct RepeatingColumns {
   Span columns;
   int64_t period, shift;
@@ -94,8 +95,7 @@ class RowTerms {
 
 // One block of kChannelBlock adjacent channels (step 1): the sums in registers. The trip counts
 // are constants, down to the stores, so that the compiler keeps `sum` in vector registers: with
-// a store loop of a run-time length it kept them as 16 scalars, and the forward ran 4x slower
-// (benchmarks/NOTES.md, section 18).
+// a store loop of a run-time length it kept them as 16 scalars (benchmarks/NOTES.md, section 18).
 template <typename scalar_t, typename acc_t, typename Channel>
 TORCH_CONVBP_INLINE void sum_full_block(const Terms& terms, const acc_t* w, const scalar_t* operand,
                                         int64_t first, Channel operand_channel, scalar_t* result) {
@@ -163,7 +163,7 @@ TORCH_CONVBP_VECTOR_CLONES void forward_row(const scalar_t* image, const acc_t* 
       const int64_t ih = input_row(s, oh, ki);
       if (ih < 0) continue;
       for (int64_t kj = 0; kj < s.kernel_w; ++kj) {
-        const int64_t iw = ow * s.stride_w - s.pad_w + kj * s.dilation_w;
+        const int64_t iw = input_index(ow, s.stride_w, s.pad_w, kj, s.dilation_w);
         if (iw >= 0 && iw < s.width)
           terms.add((ki * s.kernel_w + kj) * cout, (ih * s.width + iw) * c);
       }
@@ -194,8 +194,11 @@ TORCH_CONVBP_VECTOR_CLONES void input_grad_row(const scalar_t* grad_image, const
   // The input columns that every kernel column on their stride reads from inside the output:
   // iw + pad_w - (kw-1)*dilation_w >= 0 and iw + pad_w <= (OW-1)*stride_w. Their taps repeat
   // with the stride's period, one output column on.
-  const Span inner{std::max<int64_t>(0, (s.kernel_w - 1) * s.dilation_w - s.pad_w),
-                   std::min(s.width, (s.out_width - 1) * s.stride_w - s.pad_w + 1)};
+  const Span inner{
+      std::max<int64_t>(0,
+                        input_index(int64_t{0}, s.stride_w, s.pad_w, s.kernel_w - 1, s.dilation_w)),
+      std::min(s.width,
+               input_index(s.out_width - 1, s.stride_w, s.pad_w, int64_t{0}, s.dilation_w) + 1)};
   const RepeatingColumns repeating{inner, s.stride_w, cout};
   const auto build = [&](int64_t iw, Terms& terms) {
     for (int64_t k = 0; k < m; ++k) {
@@ -341,13 +344,11 @@ TORCH_CONVBP_VECTOR_CLONES void sum_lanes(acc_t* lanes, int64_t count) {
 
 // The output channels of one task of the weight gradient. Each task streams the whole of x and
 // dy, reading its block's channels of every pixel, so:
-// - a multiple of 16 channels, a 64-byte cache line of float32: blocks of 8 (two tasks per
-//   thread) read half of every line they fetched, and took 1.6-1.7x the time of blocks of 16 and
-//   48 on mobilenet's 32@112 and 96@112/2 (benchmarks/NOTES.md, section 18);
+// - a multiple of 16 channels, a 64-byte cache line of float32: blocks of 8 read half of every
+//   line they fetched (benchmarks/NOTES.md, section 18);
 // - as long as possible: a task per thread, or a multiple of the thread count where the lanes
 //   [taps, kSumLanes, block] would pass 4 MiB of float32 (section 14: longer blocks measured
-//   faster than blocks whose lanes fit L2). Equal tasks for the threads: 960 channels on 2
-//   threads in 3 tasks took 1.9x the time of 6.
+//   faster than blocks whose lanes fit L2), in equal tasks for the threads (section 18).
 // Only the cut into tasks depends on the thread count, never an entry's order of summation.
 int64_t weight_grad_block(const ConvShape& s) {
   const int64_t taps = s.kernel_h * s.kernel_w, threads = at::get_num_threads();

@@ -1,8 +1,8 @@
 // The CPU kernel of the direct grouped weight gradient: the layers whose forward the direct
-// grouped kernel computes (several groups of at most 32 output channels, layout.h,
-// has_direct_grouped_kernel), on channels_last (NHWC) activations. Each group's GEMM
+// grouped kernel computes (several groups of at most 32 output channels, route.cpp), on
+// channels_last (NHWC) activations. Each group's GEMM
 // dW_g = dY_g @ col_g^T would be [Cout/G, P] @ [P, C/G*kh*kw]: a few rows thin, and the column
-// matrix written and read for so little work ran at 1.3-1.9x oneDNN's time.
+// matrix is written and read for so little work (benchmarks/NOTES.md, section 22).
 //
 // Entry (o, i, ki, kj), of group g = o / (Cout/G), is summed in the order of the CUDA kernel
 // (cuda/grouped_thread.h), so both devices give the same bits (the CPU harness checks it):
@@ -31,7 +31,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "depthwise_cpu.h"
+#include "../checks.h"
+#include "cpu_kernels.h"
 #include "vector_ops.h"
 
 namespace torch_convbp {
@@ -47,9 +48,10 @@ struct TapPixels {
 };
 
 TapPixels tap_pixels(const ConvShape& s, int64_t ki, int64_t kj) {
-  const Span rows = valid_columns(ki * s.dilation_h - s.pad_h, s.stride_h, s.height, s.out_height);
+  const int64_t row_offset = input_index(int64_t{0}, s.stride_h, s.pad_h, ki, s.dilation_h);
+  const Span rows = valid_columns(row_offset, s.stride_h, s.height, s.out_height);
   const Tap tap = tap_columns(s, kj);
-  const int64_t ih = rows.begin * s.stride_h - s.pad_h + ki * s.dilation_h;
+  const int64_t ih = input_index(rows.begin, s.stride_h, s.pad_h, ki, s.dilation_h);
   const int64_t iw = tap.columns.begin * s.stride_w + tap.offset;
   return {rows.end - rows.begin,
           tap.columns.end - tap.columns.begin,
@@ -176,7 +178,7 @@ struct GroupDims {
 
 // Group g's totals [taps, C/G, total_row] for taps [first_tap, end_tap), summed over the images in
 // order: for each image, each tap, and each slice of at most 2 vectors of output channels (as
-// the forward's blocks, grouped_nhwc_cpu.cpp), the blocks above.
+// the forward's blocks, grouped_forward_cpu.cpp), the blocks above.
 template <class Ops, typename scalar_t, typename acc_t>
 TORCH_CONVBP_INLINE void group_totals_body(const scalar_t* input, const scalar_t* grad_output,
                                            int64_t g, int64_t first_tap, int64_t end_tap,

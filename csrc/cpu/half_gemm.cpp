@@ -1,5 +1,5 @@
 // Whether this CPU has instructions for float16 / bfloat16 matrix products.
-#include "../conv2d.h"
+#include "../gemm_dtype.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <cpuid.h>
@@ -32,8 +32,8 @@ HalfInstructions detect_half_instructions() {
 }  // namespace
 
 bool cpu_has_native_half_gemm(at::ScalarType dtype) {
-  // Without these ATen's half-precision GEMM is emulated: 2.4 GFLOP/s against 165 for float32,
-  // measured on an AVX2 EPYC (benchmarks/NOTES.md).
+  // Without these ATen's half-precision GEMM is emulated, at a few percent of float32's speed
+  // (benchmarks/NOTES.md, section 6).
   static const HalfInstructions found = detect_half_instructions();
   return dtype == at::kBFloat16 ? found.bf16 : dtype == at::kHalf ? found.fp16 : true;
 }

@@ -1,4 +1,4 @@
-// The vector arithmetic of the direct grouped kernels (grouped_nhwc_cpu.cpp, the forward;
+// The vector arithmetic of the direct grouped kernels (grouped_forward_cpu.cpp, the forward;
 // grouped_weight_grad_cpu.cpp, the weight gradient): a vector of 32 bytes of the sums' type, and
 // its two operations, a value in every lane and a * b + c rounded once per lane, written once for
 // any CPU (LaneOps) and once as AVX2 instructions (Avx2Ops) for the code compiled for AVX2.
@@ -52,7 +52,7 @@ struct LaneOps {
 #ifdef TORCH_CONVBP_AVX2_BANDS
 // The same as one AVX2 instruction each (FMA3 also rounds once), for the bands compiled for AVX2.
 // Written out, because GCC's vectorizer did not make them of the lane loops: std::fma per lane
-// ran 3-14x slower (it fused part of the lanes only), and the splat was built lane by lane. Not
+// fused part of the lanes only, and the splat was built lane by lane (NOTES section 21). Not
 // always_inline: GCC refuses that into the generic helpers before they are inlined into those
 // bands, and inlines these there on its own.
 struct Avx2Ops {

@@ -1,12 +1,13 @@
-// What one CUDA thread of im2col or col2im computes, as host-and-device functions: the kernels in
-// columns_cuda.cu are grid-stride loops over these, and the CPU harness (tests/cuda_harness/) runs
-// the same functions for every index of the grid and compares them bitwise with the CPU kernels.
+// What one CUDA thread of im2col or col2im computes, as host-and-device functions: the launch
+// sequences of columns_launch.h run grid-stride loops over the functors at the end, on the GPU
+// and, through the CPU harness (tests/cuda_harness/), on the CPU, where the results are compared
+// bitwise with the CPU kernels.
 #pragma once
 
 #include <ATen/OpMathType.h>
 #include <c10/macros/Macros.h>
 
-#include "../conv2d.h"
+#include "../shape.h"
 #include "../taps.h"
 
 namespace torch_convbp {
@@ -52,8 +53,8 @@ template <typename image_t, typename column_t, typename index_t>
 C10_HOST_DEVICE inline void copy_patch(const image_t* channel, index_t pixel_step, column_t* dst,
                                        index_t dst_step, const ColumnDims<index_t>& g, index_t oh,
                                        index_t ow) {
-  const index_t ih0 = oh * g.stride_h - g.pad_h;
-  const index_t iw0 = ow * g.stride_w - g.pad_w;
+  const index_t ih0 = input_index(oh, g.stride_h, g.pad_h, index_t(0), g.dilation_h);
+  const index_t iw0 = input_index(ow, g.stride_w, g.pad_w, index_t(0), g.dilation_w);
   for (index_t ki = 0; ki < g.kernel_h; ++ki) {
     const index_t ih = ih0 + ki * g.dilation_h;
     const bool row_inside = ih >= 0 && ih < g.height;
@@ -174,5 +175,35 @@ C10_HOST_DEVICE inline void col2im_nhwc_channel(const column_t* columns, image_t
   const index_t at = ((image * g.height + ih) * g.width + iw) * g.channels + c;
   images[at] = static_cast<image_t>(static_cast<acc_t>(images[at]) + sum);
 }
+
+// The threads of each kernel, as the functors a Launcher's grid runs (launch.h).
+template <Layout layout, typename image_t, typename column_t, typename index_t>
+struct Im2colThread {
+  const image_t* images;
+  column_t* columns;
+  ColumnDims<index_t> g;
+  C10_HOST_DEVICE void operator()(index_t i) const {
+    if constexpr (layout == Layout::nhwc) {
+      im2col_nhwc_channel(images, columns, g, i);
+    } else {
+      im2col_patch(images, columns, g, i);
+    }
+  }
+};
+
+template <Layout layout, typename image_t, typename column_t, typename index_t>
+struct Col2imThread {
+  const column_t* columns;
+  image_t* images;
+  ColumnDims<index_t> g;
+  index_t first_ih, reached_rows;
+  C10_HOST_DEVICE void operator()(index_t i) const {
+    if constexpr (layout == Layout::nhwc) {
+      col2im_nhwc_channel(columns, images, g, first_ih, reached_rows, i);
+    } else {
+      col2im_pixel(columns, images, g, first_ih, reached_rows, i);
+    }
+  }
+};
 
 }  // namespace torch_convbp

@@ -1,7 +1,7 @@
 // What one CUDA thread of the depthwise kernels computes, as host-and-device functions: the
-// kernels in depthwise_cuda.cu are loops over these, and the CPU harness (tests/cuda_harness/)
-// runs the same functions for every thread of the grid and compares them bitwise with the CPU
-// kernels (cpu/depthwise_cpu.cpp), which sum in the same orders (summation.h).
+// launch sequences of depthwise_launch.h run the functors at the end, on the GPU and, through the
+// CPU harness (tests/cuda_harness/), on the CPU, where the results are compared bitwise with the
+// CPU kernels (cpu/depthwise_cpu.cpp), which sum in the same orders (summation.h).
 //
 // One input channel per group, channel multiplier m = Cout / C: output channel o reads input
 // channel o / m. Sums are taken in opmath (float for float16 and bfloat16).
@@ -14,7 +14,7 @@
 #include <ATen/OpMathType.h>
 #include <c10/macros/Macros.h>
 
-#include "../conv2d.h"
+#include "../shape.h"
 #include "../summation.h"
 #include "../taps.h"
 
@@ -90,10 +90,10 @@ C10_HOST_DEVICE inline scalar_t depthwise_output(const scalar_t* input, const sc
   const scalar_t* w = weight + o * s.kernel_h * s.kernel_w;
   acc_t sum = 0;
   for (index_t ki = 0; ki < s.kernel_h; ++ki) {
-    const index_t ih = oh * s.stride_h - s.pad_h + ki * s.dilation_h;
+    const index_t ih = input_index(oh, s.stride_h, s.pad_h, ki, s.dilation_h);
     if (ih < 0 || ih >= s.height) continue;
     for (index_t kj = 0; kj < s.kernel_w; ++kj) {
-      const index_t iw = ow * s.stride_w - s.pad_w + kj * s.dilation_w;
+      const index_t iw = input_index(ow, s.stride_w, s.pad_w, kj, s.dilation_w);
       if (iw < 0 || iw >= s.width) continue;
       sum = multiply_add(static_cast<acc_t>(w[ki * s.kernel_w + kj]),
                          static_cast<acc_t>(input[x.at(ih, iw)]), sum);
@@ -146,8 +146,8 @@ C10_HOST_DEVICE inline at::opmath_type<scalar_t> depthwise_weight_grad_lane(
   for (index_t j = lane; j < s.batch * out_plane; j += kSumLanes) {
     const index_t ow = j % s.out_width, oh = j / s.out_width % s.out_height;
     const index_t n = j / out_plane;
-    const index_t ih = oh * s.stride_h - s.pad_h + ki * s.dilation_h;
-    const index_t iw = ow * s.stride_w - s.pad_w + kj * s.dilation_w;
+    const index_t ih = input_index(oh, s.stride_h, s.pad_h, ki, s.dilation_h);
+    const index_t iw = input_index(ow, s.stride_w, s.pad_w, kj, s.dilation_w);
     if (ih < 0 || ih >= s.height || iw < 0 || iw >= s.width) continue;
     const auto dy = plane_of(s.channels_last, n, o, s.out_channels, s.out_height, s.out_width);
     const auto x = plane_of(s.channels_last, n, c, s.channels, s.height, s.width);
@@ -184,5 +184,72 @@ C10_HOST_DEVICE inline SliceLane<index_t> slice_lane(index_t t, index_t first_ch
   const index_t tap = rest % taps, lane = rest / taps;
   return {(first_channel + o) * taps + tap, lane, (o * taps + tap) * kSumLanes + lane};
 }
+
+// The threads of each kernel, as the functors a Launcher runs (launch.h).
+template <typename scalar_t, typename index_t>
+struct DepthwiseForwardThread {
+  const scalar_t* input;
+  const scalar_t* weight;
+  scalar_t* output;
+  DepthwiseDims<index_t> s;
+  C10_HOST_DEVICE void operator()(index_t i) const {
+    output[i] = depthwise_output(input, weight, s, i);
+  }
+};
+
+template <typename scalar_t, typename index_t>
+struct DepthwiseInputGradThread {
+  const scalar_t* grad_output;
+  const scalar_t* weight;
+  scalar_t* grad_input;
+  DepthwiseDims<index_t> s;
+  C10_HOST_DEVICE void operator()(index_t i) const {
+    grad_input[i] = depthwise_input_grad_element(grad_output, weight, s, i);
+  }
+};
+
+// Lane `lane` of weight-gradient entry `entry` (a lane sum's lane, launch.h).
+template <typename scalar_t, typename index_t>
+struct DepthwiseWeightGradLane {
+  const scalar_t* input;
+  const scalar_t* grad_output;
+  DepthwiseDims<index_t> s;
+  C10_HOST_DEVICE at::opmath_type<scalar_t> operator()(index_t entry, index_t lane) const {
+    return depthwise_weight_grad_lane(input, grad_output, s, entry, lane);
+  }
+};
+
+// The NHWC weight gradient's first kernel: thread t of a slice computes its lane into scratch.
+template <typename scalar_t, typename index_t>
+struct SliceLaneThread {
+  const scalar_t* input;
+  const scalar_t* grad_output;
+  at::opmath_type<scalar_t>* scratch;
+  DepthwiseDims<index_t> s;
+  index_t first_channel, channels;
+  C10_HOST_DEVICE void operator()(index_t t) const {
+    const auto l = slice_lane(t, first_channel, channels, s.kernel_h * s.kernel_w);
+    scratch[l.scratch] = depthwise_weight_grad_lane(input, grad_output, s, l.entry, l.lane);
+  }
+};
+
+// Its second kernel's lanes: row `row` of the slice's scratch [rows, kSumLanes].
+template <typename acc_t, typename index_t>
+struct ScratchLane {
+  const acc_t* scratch;
+  C10_HOST_DEVICE acc_t operator()(index_t row, index_t lane) const {
+    return scratch[row * kSumLanes + lane];
+  }
+};
+
+// Writes a lane sum's total, rounded to scalar_t, to out[item].
+template <typename scalar_t, typename index_t>
+struct WriteRounded {
+  scalar_t* out;
+  template <typename acc_t>
+  C10_HOST_DEVICE void operator()(index_t item, acc_t total) const {
+    out[item] = static_cast<scalar_t>(total);
+  }
+};
 
 }  // namespace torch_convbp

@@ -1,20 +1,21 @@
 // What one CUDA thread of the direct grouped kernels computes, as host-and-device functions: the
-// kernels in grouped_cuda.cu are loops over them, and the CPU harness (tests/cuda_harness/) runs
-// them for every thread of the grid and compares them bitwise with the CPU kernels
-// (cpu/grouped_nhwc_cpu.cpp, the forward; cpu/grouped_weight_grad_cpu.cpp, the weight gradient),
-// which sum in the same orders.
+// launch sequences of grouped_launch.h run the functors at the end, on the GPU and, through the
+// CPU harness (tests/cuda_harness/), on the CPU, where the results are compared bitwise with the
+// CPU kernels (cpu/grouped_forward_cpu.cpp, cpu/grouped_weight_grad_cpu.cpp), which sum in the
+// same orders.
 //
-// A grouped convolution whose groups are too narrow for the column matrix's GEMMs (layout.h,
-// has_direct_grouped_kernel), on NHWC activations: input [N, H, W, C] and output [N, OH, OW, Cout]
-// in memory (dense channels_last), the weight [Cout, C/G, kh, kw] contiguous. Output channel o of
-// group g = o / (Cout/G) reads the group's input channels g * C/G + i.
+// A grouped convolution whose groups are too narrow for the column matrix's GEMMs (route.cpp), on
+// NHWC activations: input [N, H, W, C] and output [N, OH, OW, Cout] in memory
+// (dense channels_last), the weight [Cout, C/G, kh, kw] contiguous. Output channel o of group
+// g = o / (Cout/G) reads the group's input channels g * C/G + i.
 #pragma once
 
 #include <ATen/OpMathType.h>
 #include <c10/macros/Macros.h>
 
-#include "../conv2d.h"
+#include "../shape.h"
 #include "../summation.h"
+#include "../taps.h"
 
 namespace torch_convbp {
 
@@ -57,10 +58,10 @@ C10_HOST_DEVICE inline scalar_t grouped_output(const scalar_t* input, const scal
   const scalar_t* w = weight + o * s.group_in * taps;  // w[c * taps + tap]: [C/G, kh, kw]
   acc_t sum = 0;
   for (index_t ki = 0; ki < s.kernel_h; ++ki) {
-    const index_t ih = oh * s.stride_h - s.pad_h + ki * s.dilation_h;
+    const index_t ih = input_index(oh, s.stride_h, s.pad_h, ki, s.dilation_h);
     if (ih < 0 || ih >= s.height) continue;
     for (index_t kj = 0; kj < s.kernel_w; ++kj) {
-      const index_t iw = ow * s.stride_w - s.pad_w + kj * s.dilation_w;
+      const index_t iw = input_index(ow, s.stride_w, s.pad_w, kj, s.dilation_w);
       if (iw < 0 || iw >= s.width) continue;
       const scalar_t* x = input + ((n * s.height + ih) * s.width + iw) * s.channels + first_channel;
       const index_t tap = ki * s.kernel_w + kj;
@@ -110,10 +111,10 @@ C10_HOST_DEVICE inline at::opmath_type<scalar_t> grouped_weight_grad_image(
   const index_t channel = e.o / s.group_out * s.group_in + e.i;
   acc_t sum = 0;
   for (index_t oh = 0; oh < s.out_height; ++oh) {
-    const index_t ih = oh * s.stride_h - s.pad_h + ki * s.dilation_h;
+    const index_t ih = input_index(oh, s.stride_h, s.pad_h, ki, s.dilation_h);
     if (ih < 0 || ih >= s.height) continue;
     for (index_t ow = 0; ow < s.out_width; ++ow) {
-      const index_t iw = ow * s.stride_w - s.pad_w + kj * s.dilation_w;
+      const index_t iw = input_index(ow, s.stride_w, s.pad_w, kj, s.dilation_w);
       if (iw < 0 || iw >= s.width) continue;
       const index_t dy = ((n * s.out_height + oh) * s.out_width + ow) * s.out_channels + e.o;
       const index_t x = ((n * s.height + ih) * s.width + iw) * s.channels + channel;
@@ -131,5 +132,51 @@ C10_HOST_DEVICE inline acc_t add_image_partials(acc_t total, const acc_t* partia
   for (index_t k = 0; k < images; ++k) total += partials[k * entries + e];
   return total;
 }
+
+// The threads of each kernel, as the functors a Launcher's grid runs (launch.h).
+template <typename scalar_t, typename index_t>
+struct GroupedForwardThread {
+  const scalar_t* input;
+  const scalar_t* weight;
+  scalar_t* output;
+  GroupedDims<index_t> s;
+  C10_HOST_DEVICE void operator()(index_t i) const {
+    output[i] = grouped_output(input, weight, s, i);
+  }
+};
+
+// The weight gradient's first kernel: thread t = (image of the pass, entry) writes that image's
+// share of the entry to partials [images, entries].
+template <typename scalar_t, typename index_t>
+struct ImagePartialThread {
+  const scalar_t* input;
+  const scalar_t* grad_output;
+  at::opmath_type<scalar_t>* partials;
+  GroupedDims<index_t> s;
+  index_t first_image, entries;
+  C10_HOST_DEVICE void operator()(index_t t) const {
+    partials[t] = grouped_weight_grad_image(input, grad_output, s, first_image + t / entries,
+                                            WeightEntry<index_t>(t % entries, s));
+  }
+};
+
+// Its second kernel: entry e adds the pass's partial sums to its total; in the last pass
+// (grad_weight given) it writes the weight gradient instead, rounded to scalar_t.
+template <typename scalar_t, typename index_t>
+struct AddPartialsThread {
+  at::opmath_type<scalar_t>* totals;
+  const at::opmath_type<scalar_t>* partials;
+  scalar_t* grad_weight;
+  GroupedDims<index_t> s;
+  index_t images, entries;
+  C10_HOST_DEVICE void operator()(index_t e) const {
+    const auto total = add_image_partials(totals[e], partials, images, entries, e);
+    if (grad_weight != nullptr) {
+      grad_weight[WeightEntry<index_t>(e, s).in_weight(s)] = static_cast<scalar_t>(total);
+    } else {
+      totals[e] = total;
+    }
+  }
+};
 
 }  // namespace torch_convbp

@@ -1,6 +1,22 @@
 // The launch arithmetic of the CUDA kernels: block counts, the choice of 32- or 64-bit indices,
 // and the grid-stride loop. Plain host-and-device code, so that the CPU harness
 // (tests/cuda_harness/) runs it too, at the 2^31 boundary included.
+//
+// Each kernel's launch sequence (the checks, the thread counts, scratch buffers, passes and the
+// kernels launched: columns_launch.h, depthwise_launch.h, grouped_launch.h) is written once, as a
+// template over a Launcher, which provides
+//   use_device(device)                 the device the kernels run on (a device guard on the GPU),
+//   with_index(largest, f)             f(index_t{}) with the index type of a call whose largest
+//                                      tensor has `largest` elements (with_index_type below),
+//   grid<index_t>(total, body)         a grid-stride kernel of blocks_for(total) blocks of kThreads
+//                                      threads that runs body(i) for every i < total,
+//   lane_sums<index_t>(items, lane, write)  one block per item (blocks_per_item): thread t of the
+//                                      block computes lane(item, t) for t < kSumLanes, the block
+//                                      sums them by the fixed tree (summation.h) and calls
+//                                      write(item, total).
+// CudaLauncher (cuda_launcher.cuh) launches those kernels on the current stream; the harness's
+// GridRunner runs every (block, thread) of them on the CPU, in the index type a test asks for. So
+// the harness runs the host code that the GPU runs, not a copy of it.
 #pragma once
 
 #include <c10/macros/Macros.h>

@@ -1,5 +1,5 @@
 // The CPU kernel of the direct grouped convolution: several groups, each too narrow for the
-// column matrix's GEMMs (layout.h, has_direct_grouped_kernel), on channels_last (NHWC)
+// column matrix's GEMMs (route.cpp), on channels_last (NHWC)
 // activations. ResNeXt's 3x3 layers (4 to 32 channels per group) are its users.
 //
 // Output element (pixel p, channel o of group g) = the sum over the taps in (ki, kj) order, and
@@ -24,7 +24,8 @@
 #include <cstring>
 #include <vector>
 
-#include "depthwise_cpu.h"
+#include "../checks.h"
+#include "cpu_kernels.h"
 #include "vector_ops.h"
 
 namespace torch_convbp {
@@ -78,8 +79,8 @@ TORCH_CONVBP_INLINE void sum_block(const std::vector<TapOffsets>& taps, const sc
 }
 
 // Pixels per block for NV vectors of channels: PB * NV sums, NV weight vectors and a splat in the
-// 16 AVX2 registers. Slices of at most 2 vectors: 4 vectors x 3 pixels needs 17, and ran the
-// 32-per-group layer at 5x oneDNN's time (benchmarks/NOTES.md, section 21).
+// 16 AVX2 registers. Slices of at most 2 vectors: 4 vectors x 3 pixels needs 17, and spilled
+// (benchmarks/NOTES.md, section 21).
 constexpr int kMaxSliceVectors = 2;
 constexpr int pixels_per_block(int nv) { return nv == 1 ? 8 : 6; }
 
@@ -138,7 +139,8 @@ void build_taps(const ConvShape& s, int64_t oh, int64_t ow, bool all_columns,
     const int64_t ih = input_row(s, oh, ki);
     if (ih < 0) continue;
     for (int64_t kj = 0; kj < s.kernel_w; ++kj) {
-      const int64_t shift = kj * s.dilation_w - s.pad_w;  // iw = ow * stride_w + shift
+      // iw = ow * stride_w + shift
+      const int64_t shift = input_index(int64_t{0}, s.stride_w, s.pad_w, kj, s.dilation_w);
       const int64_t iw = ow * s.stride_w + shift;
       if (!all_columns && (iw < 0 || iw >= s.width)) continue;
       taps.push_back(

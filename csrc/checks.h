@@ -1,0 +1,61 @@
+// Every check of the operators' arguments (checks.cpp), beside the shapes they return. The fake
+// kernels in torch_convbp/_meta.py mirror these checks, message for message.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <initializer_list>
+#include <optional>
+#include <utility>
+
+#include "shape.h"
+
+namespace torch_convbp {
+
+using at::IntArrayRef;
+using at::Tensor;
+
+// Checks everything F.conv2d checks about sizes and arguments, with messages that name the
+// problem, and returns the convolution's shape. `op` names the caller in the messages.
+ConvShape check_conv2d(const char* op, IntArrayRef input_size, IntArrayRef weight_size,
+                       IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
+                       int64_t groups);
+
+// Checks that the tensors of one call share a floating dtype (float64/32/16, bfloat16), a device
+// and the strided layout; the first one names the dtype and device expected of the others.
+void check_operands(const char* op,
+                    std::initializer_list<std::pair<const char*, const Tensor*>> operands);
+
+// Checks an output gradient's size against the convolution's output [N, Cout, OH, OW].
+void check_grad_output(const char* op, const Tensor& grad_output, const ConvShape& s);
+
+// Checks the arguments of the im2col / col2im operators of one layout and returns their
+// geometry: images [n, C, H, W] contiguous (NCHW) or dense channels_last (NHWC); columns
+// contiguous, of the images' dtype (or float32 for half-precision images) and device, and of the
+// layout's size: any shape of C*kh*kw*P elements in NCHW, exactly [G, P, kh*kw*C/G] in NHWC
+// (G, the groups, divides C).
+ColumnGeometry check_columns(const char* op, Layout layout, const Tensor& images,
+                             const Tensor& columns, IntArrayRef kernel_size, IntArrayRef stride,
+                             IntArrayRef padding, IntArrayRef dilation, int64_t row_start,
+                             int64_t rows);
+
+// Checks the arguments of the depthwise operators: input [N, C, H, W], weight [C*m, 1, kh, kw]
+// and output [N, C*m, OH, OW] (for the gradient operators: their gradients), of one dtype and
+// device, the weight contiguous, the input and output both contiguous or both dense
+// channels_last. Returns the convolution's shape, with groups = C, and the layout.
+struct DepthwiseCall {
+  ConvShape shape;
+  bool channels_last;  // the input and output are NHWC in memory
+};
+DepthwiseCall check_depthwise(const char* op, const Tensor& input, const Tensor& weight,
+                              const Tensor& output, IntArrayRef stride, IntArrayRef padding,
+                              IntArrayRef dilation);
+
+// Checks the arguments of the direct grouped kernels: input [N, C, H, W], weight
+// [Cout, C/G, kh, kw] and output [N, Cout, OH, OW] of one dtype and device, the weight
+// contiguous, the input and output dense channels_last. Returns the convolution's shape.
+ConvShape check_grouped(const char* op, const Tensor& input, const Tensor& weight,
+                        const Tensor& output, IntArrayRef stride, IntArrayRef padding,
+                        IntArrayRef dilation, int64_t groups);
+
+}  // namespace torch_convbp

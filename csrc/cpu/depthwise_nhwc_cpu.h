@@ -1,0 +1,23 @@
+// The depthwise CPU kernels on channels_last (NHWC) activations (depthwise_nhwc_cpu.cpp), which
+// the registered depthwise kernels (depthwise_cpu.cpp) call for NHWC operands. They sum in the
+// same orders as the NCHW kernels and the CUDA kernels (cuda/depthwise_thread.h).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include "../shape.h"
+
+namespace torch_convbp {
+
+using at::Tensor;
+
+// With the arguments checked by check_depthwise; the weight is contiguous. Bitwise the same
+// results as the NCHW kernels.
+void depthwise_nhwc_forward(const Tensor& input, const Tensor& weight, const ConvShape& s,
+                            const Tensor& output);
+void depthwise_nhwc_input_grad(const Tensor& grad_output, const Tensor& weight, const ConvShape& s,
+                               const Tensor& grad_input);
+void depthwise_nhwc_weight_grad(const Tensor& input, const Tensor& grad_output, const ConvShape& s,
+                                const Tensor& grad_weight);
+
+}  // namespace torch_convbp

@@ -1,0 +1,124 @@
+// The launch sequences of the CUDA depthwise kernels, written once over a Launcher (launch.h):
+// depthwise_cuda.cu runs them on the GPU, the CPU harness on the CPU. One input channel per
+// group, channel multiplier m = Cout / C (depthwise_thread.h):
+// forward:     one thread per output element, summing its taps in (ki, kj) order.
+// input grad:  a gather, one thread per input element, summing in (o, ki, kj) order what the
+//              forward took from it; no atomics.
+// weight grad: lane t of weight entry (o, ki, kj) sums the positions j with j % 256 == t, then
+//              a fixed tree sums the lanes. No atomics. In NCHW a lane sum per entry (a block per
+//              entry, a lane per thread); in NHWC a thread per (channel, tap, lane), adjacent
+//              channels in adjacent threads (coalesced loads), into a scratch buffer slice by
+//              slice of channels, then a lane sum per entry of the slice.
+// So every result is bitwise the same on every run, and the same as the CPU's, in either layout.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <ATen/Dispatch.h>
+#include <ATen/OpMathType.h>
+
+#include <algorithm>
+
+#include "../checks.h"
+#include "depthwise_thread.h"
+#include "launch.h"
+
+namespace torch_convbp {
+
+template <class Launcher>
+void launch_depthwise_forward(Launcher& launcher, const char* op, const at::Tensor& input,
+                              const at::Tensor& weight, IntArrayRef stride, IntArrayRef padding,
+                              IntArrayRef dilation, const at::Tensor& output) {
+  const DepthwiseCall call = check_depthwise(op, input, weight, output, stride, padding, dilation);
+  const int64_t total = output.numel();
+  if (total == 0) return;
+  launcher.use_device(input.device());
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, input.scalar_type(), "depthwise_conv2d", [&] {
+        launcher.with_index(std::max(total, input.numel()), [&](auto tag) {
+          using index_t = decltype(tag);
+          launcher.template grid<index_t>(
+              total, DepthwiseForwardThread<scalar_t, index_t>{
+                         input.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(),
+                         output.mutable_data_ptr<scalar_t>(),
+                         DepthwiseDims<index_t>(call.shape, call.channels_last)});
+        });
+      });
+}
+
+template <class Launcher>
+void launch_depthwise_input_grad(Launcher& launcher, const char* op, const at::Tensor& grad_output,
+                                 const at::Tensor& weight, IntArrayRef stride, IntArrayRef padding,
+                                 IntArrayRef dilation, const at::Tensor& grad_input) {
+  const DepthwiseCall call =
+      check_depthwise(op, grad_input, weight, grad_output, stride, padding, dilation);
+  const int64_t total = grad_input.numel();
+  if (total == 0) return;
+  launcher.use_device(grad_output.device());
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, grad_output.scalar_type(), "depthwise_input_grad", [&] {
+        launcher.with_index(std::max(total, grad_output.numel()), [&](auto tag) {
+          using index_t = decltype(tag);
+          launcher.template grid<index_t>(
+              total, DepthwiseInputGradThread<scalar_t, index_t>{
+                         grad_output.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(),
+                         grad_input.mutable_data_ptr<scalar_t>(),
+                         DepthwiseDims<index_t>(call.shape, call.channels_last)});
+        });
+      });
+}
+
+// The NHWC weight gradient, slice by slice of output channels: the lanes into scratch
+// [channels * taps, kSumLanes] (opmath), then each entry's tree sum into grad_weight.
+template <typename scalar_t, typename index_t, class Launcher>
+void depthwise_weight_grad_nhwc(Launcher& launcher, const at::Tensor& input,
+                                const at::Tensor& grad_output, const DepthwiseDims<index_t>& dims,
+                                const at::Tensor& grad_weight) {
+  using acc_t = at::opmath_type<scalar_t>;
+  const int64_t out_channels = dims.out_channels, taps = dims.kernel_h * dims.kernel_w;
+  const int64_t slice = std::min(lane_slice_channels(taps), out_channels);
+  const at::Tensor scratch = at::empty(
+      {slice * taps * kSumLanes}, input.options().dtype(c10::CppTypeToScalarType<acc_t>::value));
+  for (int64_t first = 0; first < out_channels; first += slice) {
+    const int64_t channels = std::min(slice, out_channels - first);
+    launcher.template grid<index_t>(
+        channels * taps * kSumLanes,
+        SliceLaneThread<scalar_t, index_t>{
+            input.const_data_ptr<scalar_t>(), grad_output.const_data_ptr<scalar_t>(),
+            scratch.mutable_data_ptr<acc_t>(), dims, static_cast<index_t>(first),
+            static_cast<index_t>(channels)});
+    launcher.template lane_sums<index_t>(
+        channels * taps, ScratchLane<acc_t, index_t>{scratch.const_data_ptr<acc_t>()},
+        WriteRounded<scalar_t, index_t>{grad_weight.mutable_data_ptr<scalar_t>() + first * taps});
+  }
+}
+
+template <class Launcher>
+void launch_depthwise_weight_grad(Launcher& launcher, const char* op, const at::Tensor& input,
+                                  const at::Tensor& grad_output, IntArrayRef stride,
+                                  IntArrayRef padding, IntArrayRef dilation,
+                                  const at::Tensor& grad_weight) {
+  const DepthwiseCall call =
+      check_depthwise(op, input, grad_weight, grad_output, stride, padding, dilation);
+  if (grad_weight.numel() == 0) return;
+  launcher.use_device(input.device());
+  const int64_t lanes = lane_slice_channels(call.shape.kernel_h * call.shape.kernel_w) *
+                        call.shape.kernel_h * call.shape.kernel_w * kSumLanes;
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, input.scalar_type(), "depthwise_weight_grad", [&] {
+        launcher.with_index(std::max({input.numel(), grad_output.numel(), lanes}), [&](auto tag) {
+          using index_t = decltype(tag);
+          const DepthwiseDims<index_t> dims(call.shape, call.channels_last);
+          if (call.channels_last) {
+            depthwise_weight_grad_nhwc<scalar_t>(launcher, input, grad_output, dims, grad_weight);
+            return;
+          }
+          launcher.template lane_sums<index_t>(
+              grad_weight.numel(),
+              DepthwiseWeightGradLane<scalar_t, index_t>{
+                  input.const_data_ptr<scalar_t>(), grad_output.const_data_ptr<scalar_t>(), dims},
+              WriteRounded<scalar_t, index_t>{grad_weight.mutable_data_ptr<scalar_t>()});
+        });
+      });
+}
+
+}  // namespace torch_convbp

@@ -1,0 +1,70 @@
+// The device kernels' operator handles, looked up once each (device_kernels.h).
+#include "device_kernels.h"
+
+#include <ATen/core/dispatch/Dispatcher.h>
+
+namespace torch_convbp {
+namespace {
+
+using at::IntArrayRef;
+using at::Tensor;
+
+template <class Signature>
+c10::TypedOperatorHandle<Signature> kernel_handle(const char* name) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Signature>();
+}
+
+// im2col and col2im share one signature: (source, geometry, rows, target).
+using ColumnKernel = void(const Tensor&, IntArrayRef, IntArrayRef, IntArrayRef, IntArrayRef,
+                          int64_t, int64_t, const Tensor&);
+// So do the depthwise kernels: (operand, operand, geometry, result); the grouped ones add groups.
+using DepthwiseSignature = void(const Tensor&, const Tensor&, IntArrayRef, IntArrayRef, IntArrayRef,
+                                const Tensor&);
+using GroupedSignature = void(const Tensor&, const Tensor&, IntArrayRef, IntArrayRef, IntArrayRef,
+                              int64_t, const Tensor&);
+
+}  // namespace
+
+void call_im2col(Layout layout, const Tensor& images, const ConvShape& s, int64_t row_start,
+                 int64_t rows, const Tensor& columns) {
+  static const auto nchw = kernel_handle<ColumnKernel>("torch_convbp::im2col");
+  static const auto nhwc = kernel_handle<ColumnKernel>("torch_convbp::im2col_nhwc");
+  (layout == Layout::nhwc ? nhwc : nchw)
+      .call(images, {s.kernel_h, s.kernel_w}, {s.stride_h, s.stride_w}, {s.pad_h, s.pad_w},
+            {s.dilation_h, s.dilation_w}, row_start, rows, columns);
+}
+
+void call_col2im(Layout layout, const Tensor& columns, const ConvShape& s, int64_t row_start,
+                 int64_t rows, const Tensor& images) {
+  static const auto nchw = kernel_handle<ColumnKernel>("torch_convbp::col2im");
+  static const auto nhwc = kernel_handle<ColumnKernel>("torch_convbp::col2im_nhwc");
+  (layout == Layout::nhwc ? nhwc : nchw)
+      .call(columns, {s.kernel_h, s.kernel_w}, {s.stride_h, s.stride_w}, {s.pad_h, s.pad_w},
+            {s.dilation_h, s.dilation_w}, row_start, rows, images);
+}
+
+void call_depthwise(DepthwiseKernel kernel, const Tensor& a, const Tensor& b, const ConvShape& s,
+                    const Tensor& result) {
+  static const auto forward = kernel_handle<DepthwiseSignature>("torch_convbp::depthwise_conv2d");
+  static const auto input_grad =
+      kernel_handle<DepthwiseSignature>("torch_convbp::depthwise_input_grad");
+  static const auto weight_grad =
+      kernel_handle<DepthwiseSignature>("torch_convbp::depthwise_weight_grad");
+  const auto& handle = kernel == DepthwiseKernel::forward      ? forward
+                       : kernel == DepthwiseKernel::input_grad ? input_grad
+                                                               : weight_grad;
+  handle.call(a, b, {s.stride_h, s.stride_w}, {s.pad_h, s.pad_w}, {s.dilation_h, s.dilation_w},
+              result);
+}
+
+void call_grouped(GroupedKernel kernel, const Tensor& a, const Tensor& b, const ConvShape& s,
+                  const Tensor& result) {
+  static const auto forward = kernel_handle<GroupedSignature>("torch_convbp::grouped_conv2d");
+  static const auto weight_grad =
+      kernel_handle<GroupedSignature>("torch_convbp::grouped_weight_grad");
+  (kernel == GroupedKernel::forward ? forward : weight_grad)
+      .call(a, b, {s.stride_h, s.stride_w}, {s.pad_h, s.pad_w}, {s.dilation_h, s.dilation_w},
+            s.groups, result);
+}
+
+}  // namespace torch_convbp

@@ -1,0 +1,32 @@
+// The device kernels as the orchestration calls them: through the dispatcher, which picks the
+// CPU or CUDA kernel by the tensors' device (device_kernels.cpp). Each kernel writes its last
+// argument; the arguments are checked by the kernel (checks.h).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include "shape.h"
+
+namespace torch_convbp {
+
+// im2col of output rows [row_start, row_start + rows) of `images` into `columns`, or col2im of
+// `columns` added into `images`, in `layout`; `columns` in the form that layout's operators take
+// (matrices.h, column_kernel_operand).
+void call_im2col(Layout layout, const at::Tensor& images, const ConvShape& s, int64_t row_start,
+                 int64_t rows, const at::Tensor& columns);
+void call_col2im(Layout layout, const at::Tensor& columns, const ConvShape& s, int64_t row_start,
+                 int64_t rows, const at::Tensor& images);
+
+// The depthwise kernels: output = conv(input, weight); grad_input from (grad_output, weight);
+// grad_weight from (input, grad_output).
+enum class DepthwiseKernel { forward, input_grad, weight_grad };
+void call_depthwise(DepthwiseKernel kernel, const at::Tensor& a, const at::Tensor& b,
+                    const ConvShape& s, const at::Tensor& result);
+
+// The direct grouped kernels (NHWC activations): output = conv(input, weight), weight
+// [Cout, Cin/G, kh, kw] contiguous; grad_weight (contiguous) from (input, grad_output).
+enum class GroupedKernel { forward, weight_grad };
+void call_grouped(GroupedKernel kernel, const at::Tensor& a, const at::Tensor& b,
+                  const ConvShape& s, const at::Tensor& result);
+
+}  // namespace torch_convbp

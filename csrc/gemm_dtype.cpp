@@ -1,0 +1,30 @@
+// The dtype the GEMMs run in (gemm_dtype.h).
+#include "gemm_dtype.h"
+
+#include <c10/util/Exception.h>
+
+#include <cstdlib>
+#include <string_view>
+
+namespace torch_convbp {
+
+// The operands' own dtype, except for float16 and bfloat16 on a CPU without instructions for
+// them, where ATen emulates those GEMMs at a few percent of float32's speed (benchmarks/NOTES.md,
+// section 6). There im2col builds the column matrices in float32 (converting as it copies), the
+// GEMMs run in float32, and each result is rounded once, as it is written out: as accurate as a
+// native GEMM that accumulates in float32, and far faster. TORCH_CONVBP_HALF_GEMM=native or
+// =float32 forces one or the other (auto: this rule).
+at::ScalarType gemm_dtype(at::ScalarType dtype, const at::Device& device) {
+  if (dtype != at::kHalf && dtype != at::kBFloat16) return dtype;
+  const char* forced = std::getenv("TORCH_CONVBP_HALF_GEMM");
+  const std::string_view choice = forced ? forced : "auto";
+  TORCH_CHECK(choice == "auto" || choice == "native" || choice == "float32",
+              "torch_convbp: TORCH_CONVBP_HALF_GEMM must be auto, native or float32, got '", choice,
+              "'");
+  if (choice == "auto") {
+    return device.is_cpu() && !cpu_has_native_half_gemm(dtype) ? at::kFloat : dtype;
+  }
+  return choice == "float32" ? at::kFloat : dtype;
+}
+
+}  // namespace torch_convbp

@@ -1,0 +1,153 @@
+// The choice of route: every rule in one function, in the order they are tried. The reasons
+// behind each threshold are measurements, in the benchmarks/NOTES.md sections named below.
+#include "route.h"
+
+#include <ATen/ATen.h>
+
+#include "gemm_dtype.h"
+
+namespace torch_convbp {
+namespace {
+
+// The NHWC column matrix pays where each group's GEMM writes rows of at least this many output
+// channels and, with several groups, im2col copies runs of at least this many input channels per
+// tap. With one group a kernel row's taps are one run of kw*C channels whatever C is, so an RGB
+// stem qualifies. Narrower rows and runs fall far below a cache line and a GEMM tile, and those
+// layers ran faster in NCHW, layout copies included (NOTES sections 17 and 19).
+constexpr int64_t kMinNhwcGroupChannels = 16;
+
+// Groups with at most this many output channels (not depthwise) have direct kernels: each
+// group's GEMMs would be a few rows thin, and the column matrix in either layout left ResNeXt's
+// 3x3 layers far behind oneDNN (NOTES sections 20 to 22).
+constexpr int64_t kMaxDirectGroupChannels = 32;
+
+// On the CPU, depthwise output planes smaller than this compute in NHWC even for NCHW operands:
+// rows of 7 or 14 pixels leave the NCHW kernels' vector loops nothing to do, and the NHWC
+// kernels sum in the same orders, so the bits do not change (NOTES section 18).
+constexpr int64_t kMinNchwDepthwisePlane = 256;
+
+// Whether every operand is channels_last by its strides (as suggest_memory_format decides),
+// dense in it, and not empty.
+bool all_channels_last(at::TensorList operands) {
+  for (const at::Tensor& t : operands) {
+    if (t.dim() != 4 || t.numel() == 0 ||
+        t.suggest_memory_format() != at::MemoryFormat::ChannelsLast ||
+        !t.is_contiguous(at::MemoryFormat::ChannelsLast)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool has_narrow_groups(const ConvShape& s) {
+  return s.groups > 1 && !s.is_depthwise() && s.out_channels / s.groups <= kMaxDirectGroupChannels;
+}
+
+bool has_wide_groups(const ConvShape& s) {
+  const bool wide_inputs = s.groups == 1 || s.in_channels / s.groups >= kMinNhwcGroupChannels;
+  return wide_inputs && s.out_channels / s.groups >= kMinNhwcGroupChannels;
+}
+
+}  // namespace
+
+std::optional<ConvShape> input_grad_convolution(const ConvShape& s) {
+  const int64_t pad_h = s.dilation_h * (s.kernel_h - 1) - s.pad_h;
+  const int64_t pad_w = s.dilation_w * (s.kernel_w - 1) - s.pad_w;
+  if (s.stride_h != 1 || s.stride_w != 1 || pad_h < 0 || pad_w < 0) return std::nullopt;
+  ConvShape t = s;
+  std::swap(t.in_channels, t.out_channels);
+  std::swap(t.height, t.out_height);
+  std::swap(t.width, t.out_width);
+  t.pad_h = pad_h;
+  t.pad_w = pad_w;
+  return t;
+}
+
+RouteChoice choose_route(Operator op, const ConvShape& s, at::TensorList activations) {
+  const at::Tensor& first = activations.front();
+  const bool channels_last = all_channels_last(activations);
+  const Layout operand_layout = channels_last ? Layout::nhwc : Layout::nchw;
+  const char* why_operand_layout = channels_last
+                                       ? "operands channels_last"
+                                       : "operands not all channels_last (dense, non-empty)";
+
+  if (s.is_depthwise()) {
+    const char* why = "one input channel per group: direct kernels, no GEMM";
+    if (!channels_last && first.device().is_cpu() &&
+        s.out_height * s.out_width < kMinNchwDepthwisePlane) {
+      return {Route::depthwise, Layout::nhwc, why,
+              "output planes under 256 pixels on the CPU: NHWC kernels (the same bits), through "
+              "layout copies"};
+    }
+    return {Route::depthwise, operand_layout, why, why_operand_layout};
+  }
+
+  const bool gemms_in_own_dtype =
+      gemm_dtype(first.scalar_type(), first.device()) == first.scalar_type();
+  if (s.is_pointwise() && s.groups == 1 && gemms_in_own_dtype) {
+    if (channels_last) {
+      return {Route::pointwise_nhwc, Layout::nhwc,
+              "1x1, stride 1, unpadded, one group: one GEMM on the tensors' own memory",
+              why_operand_layout};
+    }
+    if (op != Operator::weight_grad) {
+      return {Route::pointwise_by_images, Layout::nchw,
+              "1x1, stride 1, unpadded, one group: one batched GEMM over the images",
+              why_operand_layout};
+    }
+  }
+
+  // The input gradient of stride 1 is a forward convolution (input_grad_convolution): the direct
+  // grouped kernel computes it where that convolution's groups are narrow.
+  const std::optional<ConvShape> transposed =
+      op == Operator::input_grad ? input_grad_convolution(s) : std::optional<ConvShape>(s);
+  if (channels_last && transposed && has_narrow_groups(*transposed)) {
+    return {Route::grouped, Layout::nhwc,
+            op == Operator::input_grad
+                ? "stride 1, several groups of at most 32 input channels: direct kernels, no GEMM"
+                : "several groups of at most 32 output channels: direct kernels, no GEMM",
+            why_operand_layout};
+  }
+
+  const bool nhwc = channels_last && has_wide_groups(s);
+  const char* why_layout =
+      nhwc ? "operands channels_last, groups of 16 or more channels"
+           : (channels_last ? "groups narrower than 16 channels: NCHW, through layout copies"
+                            : why_operand_layout);
+  const Layout layout = nhwc ? Layout::nhwc : Layout::nchw;
+  if (op != Operator::input_grad) {
+    return {Route::columns, layout, "im2col, then a GEMM", why_layout};
+  }
+  if (transposed) {
+    return {Route::transposed_columns, layout,
+            "stride 1: the forward convolution of the output gradient (im2col, a GEMM)",
+            why_layout};
+  }
+  return {Route::columns, layout,
+          "stride above 1, or padding past the kernel's reach: a GEMM, then col2im", why_layout};
+}
+
+at::MemoryFormat result_format(const at::Tensor& activation, const at::Tensor& weight) {
+  const auto channels_last = at::MemoryFormat::ChannelsLast;
+  const bool suggested = activation.suggest_memory_format() == channels_last ||
+                         weight.suggest_memory_format() == channels_last;
+  return activation.dim() == 4 && activation.size(0) > 0 && suggested
+             ? channels_last
+             : at::MemoryFormat::Contiguous;
+}
+
+const char* route_name(Route route) {
+  switch (route) {
+    case Route::columns: return "columns";
+    case Route::transposed_columns: return "transposed_columns";
+    case Route::pointwise_by_images: return "pointwise_by_images";
+    case Route::pointwise_nhwc: return "pointwise_nhwc";
+    case Route::depthwise: return "depthwise";
+    case Route::grouped: return "grouped";
+  }
+  return "unknown";
+}
+
+const char* layout_name(Layout layout) { return layout == Layout::nhwc ? "nhwc" : "nchw"; }
+
+}  // namespace torch_convbp

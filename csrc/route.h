@@ -1,0 +1,65 @@
+// The ways an operator can compute a call (routes), and the one function that chooses among them
+// (route.cpp). The orchestration (conv2d.cpp) is a switch over the route chosen here; no kernel
+// hands a call to another route. torch_convbp.explain() asks the same function from Python.
+//
+// Each route's GEMMs, for one group g of G (K = kh*kw*Cin/G, P = pixels of a chunk):
+//   columns              forward      Y_g [Cout/G, P] = W_g [Cout/G, K] @ im2col(x) [K, P]
+//                        weight grad  dW_g [Cout/G, K] += dY_g [Cout/G, P] @ im2col(x)^T [P, K]
+//                        input grad   dcol [K, P] = W_g^T [K, Cout/G] @ dY_g [Cout/G, P], then
+//                                     dx = col2im(dcol)
+//   transposed_columns   input grad of stride 1: the forward convolution of dY with the weight
+//                        flipped and transposed, dx_g [Cin/G, P] = W'_g [Cin/G, K'] @ im2col(dY)
+//   pointwise_by_images  [N, Cout, HW] = W [Cout, Cin] (broadcast) @ x [N, Cin, HW], one batched
+//                        GEMM (the input grad: the same with W^T on dY)
+//   pointwise_nhwc       Y [P, Cout] = X [P, C] @ W^T; dX [P, C] = dY [P, Cout] @ W;
+//                        dW [Cout, C] = dY^T [Cout, P] @ X [P, C], on the tensors' own memory
+//   depthwise, grouped   no GEMM: direct kernels (cpu/, cuda/)
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <optional>
+
+#include "shape.h"
+
+namespace torch_convbp {
+
+enum class Operator { forward, input_grad, weight_grad };
+
+enum class Route {
+  columns,              // im2col -> GEMM (forward, weight grad); GEMM -> col2im (input grad)
+  transposed_columns,   // the input grad of stride 1 as a forward convolution: im2col of dY -> GEMM
+  pointwise_by_images,  // 1x1, one group, NCHW: one batched GEMM over the images, no im2col
+  pointwise_nhwc,       // 1x1, one group, channels_last: one GEMM on the pixel matrices, no copy
+  depthwise,            // one input channel per group: the depthwise kernels
+  grouped,              // narrow groups, channels_last: the direct grouped kernels
+};
+
+struct RouteChoice {
+  Route route;
+  Layout layout;          // the layout it computes in; operands in the other are copied to it
+  const char* why_route;  // the rules that chose them, in a line each
+  const char* why_layout;
+};
+
+// The route of operator `op` for a call of shape `s` (checked) whose activation operands are
+// `activations`: the input (forward), the output gradient (input grad), or both (weight grad).
+// It reads their strides, dtype and device, never their values, so meta tensors do.
+RouteChoice choose_route(Operator op, const ConvShape& s, at::TensorList activations);
+
+// The convolution that the input gradient of a stride-1 convolution is (docs/backprop.md): of
+// dY, padded by dilation*(k-1) - padding, with each group's weight transposed (in <-> out
+// channels) and rotated by 180 degrees. Nothing where the stride is not 1 (it would need dY
+// dilated with zeros) or the padding is wider than the kernel's reach (a negative padding).
+std::optional<ConvShape> input_grad_convolution(const ConvShape& s);
+
+const char* route_name(Route route);
+const char* layout_name(Layout layout);
+
+// The memory format of an operator's activation result, from its operands alone, never from the
+// route: channels_last where the activation operand or the weight suggests it, as F.conv2d
+// decides on the CPU (an empty batch stays contiguous). A route that computes in the other layout
+// copies its result into this one. The fake kernels mirror it (torch_convbp/_meta.py).
+at::MemoryFormat result_format(const at::Tensor& activation, const at::Tensor& weight);
+
+}  // namespace torch_convbp

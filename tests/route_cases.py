@@ -1,0 +1,63 @@
+"""What the tests of the routes share: operands in either memory format, and the check of the
+three operators against F.conv2d and our own shift-and-add reference."""
+import torch
+import torch.nn.functional as F
+
+from cases import shift_and_add_conv2d
+
+CL = torch.channels_last
+
+
+def operands(n=3, c=6, h=5, w=7, cout=4, k=1, groups=1, dtype=torch.float64, device="cpu", layout=CL, seed=0):
+    """An input [n, c, h, w] and a weight [cout, c/groups, k, k], both in `layout`."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, c, h, w, generator=g, dtype=dtype).to(device).contiguous(memory_format=layout)
+    wt = torch.randn(cout, c // groups, k, k, generator=g, dtype=dtype).to(device).contiguous(memory_format=layout)
+    return x, wt
+
+
+def dense_operands(shape, cout, kernel, groups, dtype=torch.float64, device="cpu", seed=0):
+    """A channels_last input of `shape` and a contiguous weight [cout, C/groups, *kernel]."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(*shape, generator=g, dtype=torch.float64).to(dtype=dtype, device=device)
+    w = torch.randn(cout, shape[1] // groups, *kernel, generator=g, dtype=torch.float64).to(dtype=dtype, device=device)
+    return x.contiguous(memory_format=CL), w
+
+
+def assert_formats(ours, builtin):
+    """The output comes in F.conv2d's format: on the CPU a channels_last call gives channels_last,
+    on CUDA float64 stays NCHW (cuDNN would not compute it in channels_last) and our rule follows
+    (docs/design.md, "Memory formats"). The grad-input comes in the output gradient's format,
+    here channels_last (F.conv2d's comes NCHW on CUDA in float64; only torch.autograd.grad shows
+    it: .grad of a leaf takes the leaf's layout)."""
+    (y, dx), (y_ref, _) = ours[:2], builtin[:2]
+    assert y.is_contiguous(memory_format=CL) == y_ref.is_contiguous(memory_format=CL)
+    assert y.is_contiguous() == y_ref.is_contiguous()
+    assert dx.is_contiguous(memory_format=CL)
+    if y.device.type == "cpu":
+        assert y.is_contiguous(memory_format=CL)
+
+
+def assert_matches_the_references(ours, x, w, b, g, stride, padding, dilation, groups):
+    """ours = (y, dx, dw, db) against F.conv2d's and our shift-and-add reference's, in float64, for
+    the output gradient g; returns F.conv2d's."""
+    y_ref = F.conv2d(x, w, b, stride, padding, dilation, groups)
+    ref = (y_ref, *torch.autograd.grad(y_ref, (x, w, b), g))
+    pads = (padding[0], padding[0], padding[1], padding[1])
+    y_own = shift_and_add_conv2d(x, w, b, stride, pads, dilation, groups)
+    own = (y_own, *torch.autograd.grad(y_own, (x, w, b), g))
+    for a, r, o in zip(ours, ref, own):
+        torch.testing.assert_close(a, r, rtol=1e-10, atol=1e-10)
+        torch.testing.assert_close(a, o, rtol=1e-10, atol=1e-10)
+    return ref
+
+
+def forward_and_gradients(x, w, b, stride, padding, dilation, groups, layout=CL):
+    """torch_convbp.conv2d's output and its gradients (x, w, b) for a random output gradient in
+    `layout`; returns ((y, dx, dw, db), g)."""
+    import torch_convbp
+
+    x.requires_grad_(), w.requires_grad_(), b.requires_grad_()
+    y = torch_convbp.conv2d(x, w, b, stride, padding, dilation, groups)
+    g = torch.randn_like(y).contiguous(memory_format=layout)
+    return (y, *torch.autograd.grad(y, (x, w, b), g)), g

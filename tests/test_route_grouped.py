@@ -1,0 +1,154 @@
+"""Route grouped: layers fed channels_last with several groups of at most 32 output channels
+(not depthwise, as ResNeXt's 3x3 layers) compute their forward and weight grad, and their input
+grad where it is a stride-1 convolution with narrow groups too, with direct kernels
+(csrc/cpu/grouped_forward_cpu.cpp, grouped_weight_grad_cpu.cpp, cuda/grouped_thread.h): no
+column matrix, no GEMM, the same bits on CPU and CUDA."""
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.library import opcheck
+
+import torch_convbp
+from route_cases import CL, assert_matches_the_references, dense_operands
+
+ops = torch.ops.torch_convbp
+
+# (name, input [N, C, H, W], out channels, kernel, stride, padding, dilation, groups, the
+# grad-input's route): layers with narrow groups, whose forward the direct grouped kernel
+# computes, and whose grad-input it computes where that is a stride-1 convolution (else col2im,
+# in NCHW where the groups are narrower than 16 channels)
+NARROW_GROUPS = [
+    ("4 per group", (2, 16, 9, 10), 16, (3, 3), (1, 1), (1, 1), (1, 1), 4, "grouped/nhwc"),
+    ("24 output channels per group from 4", (2, 8, 6, 7), 48, (3, 3), (1, 1), (1, 1), (1, 1), 2, "grouped/nhwc"),
+    ("asymmetric, dilated", (2, 6, 11, 12), 9, (3, 2), (1, 1), (1, 0), (2, 3), 3, "grouped/nhwc"),
+    ("8 per group, strided", (2, 16, 9, 10), 16, (3, 3), (2, 2), (1, 1), (1, 1), 2, "columns/nchw"),
+    ("padding past the reach", (1, 8, 5, 6), 8, (2, 2), (1, 1), (2, 2), (1, 1), 2, "columns/nchw"),
+    # the grad-weight's blocks: 2 vectors of output channels, and input channels in blocks of
+    # 6 or 8 and the rest in 4, 2, 1 (csrc/cpu/grouped_weight_grad_cpu.cpp)
+    ("16 per group, batch of one", (1, 32, 6, 7), 32, (3, 3), (1, 1), (1, 1), (1, 1), 2, "grouped/nhwc"),
+    ("7 input and 12 output channels per group", (2, 14, 5, 6), 24, (3, 3), (1, 1), (1, 1), (1, 1), 2, "grouped/nhwc"),
+    ("32 output channels per group from 13, strided", (1, 26, 4, 5), 64, (2, 2), (2, 1), (0, 1), (1, 1), 2, "columns/nchw"),
+]
+
+
+@pytest.mark.parametrize(
+    "name, shape, cout, kernel, stride, padding, dilation, groups, dx_route", NARROW_GROUPS, ids=[c[0] for c in NARROW_GROUPS]
+)
+def test_narrow_groups_in_nhwc(name, shape, cout, kernel, stride, padding, dilation, groups, dx_route, device):
+    """The three operators against F.conv2d and our shift-and-add reference, in float64, with
+    channels_last results: the forward and grad-weight by the direct kernels (the grad-weight
+    bitwise the direct kernel's), the grad-input by them where it is a stride-1 convolution of
+    narrow groups, and opcheck for each."""
+    x, w = dense_operands(shape, cout, kernel, groups, device=device)
+    b = torch.randn(cout, dtype=x.dtype, device=device)
+    args = (stride, padding, dilation, groups)
+    routes = [f"{r.route}/{r.layout}" for r in torch_convbp.explain(x, w, *args)]
+    assert routes == ["grouped/nhwc", dx_route, "grouped/nhwc"]
+    x.requires_grad_(), w.requires_grad_(), b.requires_grad_()
+    y = torch_convbp.conv2d(x, w, b, *args)
+    g = torch.randn_like(y).contiguous(memory_format=CL)
+    ours = (y, *torch.autograd.grad(y, (x, w, b), g))
+    assert_matches_the_references(ours, x, w, b, g, *args)
+    assert y.is_contiguous(memory_format=CL) and not y.is_contiguous()
+    assert ours[1].is_contiguous(memory_format=CL) and not ours[1].is_contiguous()
+    x, w = x.detach(), w.detach()
+    opcheck(ops.conv2d.default, (x, w, None, *args))
+    opcheck(ops.conv2d_input_grad.default, (g, w, list(shape), *args))
+    dw = ops.conv2d_weight_grad(x, g, list(w.shape), *args)
+    direct = torch.empty_like(w)
+    ops.grouped_weight_grad(x, g, *args, direct)
+    assert torch.equal(dw, direct)  # the route: the direct kernel's bits
+    opcheck(ops.conv2d_weight_grad.default, (x, g, list(w.shape), *args))
+    opcheck(ops.grouped_conv2d.default, (x, w, *args, torch.empty_like(y)))
+    opcheck(ops.grouped_weight_grad.default, (x, g, *args, torch.empty_like(w)))
+
+
+def test_narrow_groups_have_gradients_of_any_order(device):
+    x, w = dense_operands((1, 8, 5, 4), 8, (3, 3), 2, device=device)
+    x.requires_grad_(), w.requires_grad_()
+    fn = lambda x, w: torch_convbp.conv2d(x, w, None, 1, 1, 1, 2)
+    assert torch.autograd.gradcheck(fn, (x, w))
+    assert torch.autograd.gradgradcheck(fn, (x, w))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+def test_narrow_groups_in_low_precision(dtype, device):
+    """Each sum in float32 (float16 and bfloat16 widened as they are read), rounded once."""
+    x64, w64 = dense_operands((2, 64, 7, 9), 64, (3, 3), 8, device=device)
+    x, w = x64.to(dtype).contiguous(memory_format=CL), w64.to(dtype)
+    args = ((1, 1), (1, 1), (1, 1), 8)
+    y = torch_convbp.conv2d(x, w, None, *args)
+    g = torch.randn_like(y).contiguous(memory_format=CL)
+    dx = ops.conv2d_input_grad(g, w, list(x.shape), *args)
+    dw = ops.conv2d_weight_grad(x, g, list(w.shape), *args)
+    y64 = F.conv2d(x.double(), w.double(), None, *args)
+    dx64 = torch.nn.grad.conv2d_input(list(x.shape), w.double(), g.double(), *args)
+    dw64 = torch.nn.grad.conv2d_weight(x.double(), list(w.shape), g.double(), *args)
+    tol = {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 2e-3}[dtype]
+    for a, r in ((y, y64), (dx, dx64)):
+        assert a.dtype == dtype and a.is_contiguous(memory_format=CL)
+        torch.testing.assert_close(a.double(), r, rtol=tol, atol=tol * 10)
+    assert dw.dtype == dtype and dw.is_contiguous()
+    torch.testing.assert_close(dw.double(), dw64, rtol=tol, atol=tol * 100)  # sums of 126 terms
+
+
+def grouped_kernels_results(cases):
+    """The direct grouped kernels' forward and grad-weight of each (x, w, dy, groups)."""
+    results = []
+    for x, w, dy, groups in cases:
+        args = ((1, 1), (1, 1), (1, 1), groups)
+        x, dy = x.contiguous(memory_format=CL), dy.contiguous(memory_format=CL)
+        results.append((ops.conv2d(x, w, None, *args), ops.conv2d_weight_grad(x, dy, list(w.shape), *args)))
+    return results
+
+
+def test_the_baseline_code_gives_the_avx2_bits(tmp_path):
+    """The direct grouped kernels are compiled for AVX2 and for any x86-64 CPU, and pick one as
+    they run; TORCH_CONVBP_NO_AVX2 makes a fresh process take the second (csrc/cpu/vector_ops.h).
+    Both round each term once, in the same order, so they give the same bits."""
+    cases = []
+    for dtype in (torch.float64, torch.float32, torch.bfloat16):
+        for shape, cout, groups in (((2, 16, 9, 10), 16, 4), ((1, 14, 5, 6), 24, 2), ((1, 32, 4, 13), 64, 2)):
+            x, w = dense_operands(shape, cout, (3, 3), groups, dtype=dtype)
+            dy = torch.randn(shape[0], cout, *shape[2:], dtype=torch.float64).to(dtype)
+            cases.append((x, w, dy, groups))
+    torch.save(cases, tmp_path / "cases.pt")
+    script = (
+        "import sys, torch; sys.path.insert(0, sys.argv[1]); from test_route_grouped import grouped_kernels_results; "
+        "torch.save(grouped_kernels_results(torch.load(sys.argv[2] + '/cases.pt')), sys.argv[2] + '/results.pt')"
+    )
+    env = {**os.environ, "TORCH_CONVBP_NO_AVX2": "1"}
+    subprocess.run([sys.executable, "-c", script, os.path.dirname(__file__), str(tmp_path)], env=env, check=True)
+    baseline = torch.load(tmp_path / "results.pt")
+    for ours, theirs in zip(grouped_kernels_results(cases), baseline):
+        for a, b in zip(ours, theirs):
+            assert torch.equal(a, b)
+
+
+def test_the_grouped_kernel_refuses_what_it_cannot_compute(device):
+    x, w = dense_operands((2, 8, 5, 5), 8, (3, 3), 2, device=device)
+    out = torch.empty(2, 8, 5, 5, dtype=x.dtype, device=device).contiguous(memory_format=CL)
+    args = ([1, 1], [1, 1], [1, 1], 2)
+    with pytest.raises(RuntimeError, match="both channels_last"):
+        ops.grouped_conv2d(x.contiguous(), w, *args, out)
+    with pytest.raises(RuntimeError, match="expected a contiguous weight"):
+        ops.grouped_conv2d(x, w.transpose(2, 3), *args, out)
+    with pytest.raises(RuntimeError, match=r"expected output of size \[2, 8, 5, 5\]"):
+        ops.grouped_conv2d(x, w, *args, out[:, :, :4])
+    with pytest.raises(RuntimeError, match="expected input of size"):
+        ops.grouped_conv2d(x, w, [1, 1], [1, 1], [1, 1], 4, out)
+    dw = torch.empty_like(w)
+    with pytest.raises(RuntimeError, match="both channels_last"):
+        ops.grouped_weight_grad(x, out.contiguous(), *args, dw)
+    with pytest.raises(RuntimeError, match="expected a contiguous weight"):
+        ops.grouped_weight_grad(x, out, *args, dw.transpose(2, 3))
+    with pytest.raises(RuntimeError, match=r"expected output of size \[2, 8, 5, 5\]"):
+        ops.grouped_weight_grad(x, out[:, :, :4], *args, dw)
+    with pytest.raises(RuntimeError, match="same dtype"):
+        ops.grouped_weight_grad(x, out, *args, dw.float())
+
+

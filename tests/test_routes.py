@@ -1,0 +1,150 @@
+"""The route table: which route each operator takes (csrc/route.cpp, asked through
+torch_convbp.explain), and the rule that its results' memory formats follow the operands alone,
+never the route (docs/design.md, "Routes"). The routes' values are tested per route in
+test_route_*.py.
+
+The routes, for operands that are all channels_last (dense, non-empty), else in NCHW:
+- pointwise (1x1, stride 1, unpadded), one group: pointwise_nhwc, GEMMs on the tensors' own
+  memory; in NCHW, pointwise_by_images (forward and input grad: one batched GEMM);
+- depthwise (one input channel per group): the depthwise kernels, in either layout (on the CPU
+  small output planes compute in NHWC, through copies);
+- several groups of at most 32 output channels: the direct grouped kernels for the forward and
+  weight grad, and for the input grad where it is a stride-1 convolution with narrow groups;
+- the rest: the column matrix, in NHWC where the groups have 16 or more output channels (and,
+  with several groups, 16 or more input channels), else in NCHW through layout copies; the input
+  grad of stride 1 as a forward convolution (transposed_columns), else through col2im."""
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.library import opcheck
+
+import torch_convbp
+from route_cases import CL, operands
+
+ops = torch.ops.torch_convbp
+NCHW = torch.contiguous_format
+
+# (name, operands' keyword arguments, stride, padding, groups, the routes of forward, input_grad
+# and weight_grad as "route/layout", or one string for all three)
+ROUTES = [
+    ("pointwise channels_last", {}, 1, 0, 1, "pointwise_nhwc/nhwc"),
+    ("batch of one", dict(n=1), 1, 0, 1, "pointwise_nhwc/nhwc"),
+    # by its strides a 1x1 image is contiguous, not channels_last
+    ("one pixel per image", dict(h=1, w=1), 1, 0, 1, ("pointwise_by_images/nchw", "pointwise_by_images/nchw", "columns/nchw")),
+    ("contiguous operands", dict(layout=NCHW), 1, 0, 1, ("pointwise_by_images/nchw", "pointwise_by_images/nchw", "columns/nchw")),
+    ("empty batch", dict(n=0), 1, 0, 1, ("pointwise_by_images/nchw", "pointwise_by_images/nchw", "columns/nchw")),
+    ("grouped pointwise, 3 channels per group", {}, 1, 0, 2, "grouped/nhwc"),
+    ("grouped pointwise contiguous", dict(layout=NCHW), 1, 0, 2, ("columns/nchw", "transposed_columns/nchw", "columns/nchw")),
+    ("strided pointwise, 4 output channels", {}, 2, 0, 1, "columns/nchw"),
+    ("strided pointwise, 16 channels", dict(c=16, cout=16), 2, 0, 1, "columns/nhwc"),
+    ("padded pointwise: padding past the reach", dict(c=16, cout=16), 1, 1, 1, "columns/nhwc"),
+    ("3x3", dict(k=3, c=16, cout=16), 1, 1, 1, ("columns/nhwc", "transposed_columns/nhwc", "columns/nhwc")),
+    ("3x3 strided, 16 channels per group", dict(k=3, c=32, cout=32), 2, 1, 2, ("grouped/nhwc", "columns/nhwc", "grouped/nhwc")),
+    ("3x3, 4 output channels", dict(k=3, c=16), 1, 1, 1, ("columns/nchw", "transposed_columns/nchw", "columns/nchw")),
+    ("3x3 strided, 3 input channels (an RGB stem)", dict(k=3, c=3, cout=16), 2, 1, 1, "columns/nhwc"),
+    ("3x3 grouped, 3 input channels per group", dict(k=3, cout=32), 1, 1, 2, "grouped/nhwc"),
+    ("3x3, 2 channels per group", dict(k=3, cout=6), 1, 1, 3, "grouped/nhwc"),
+    # a strided grad-input is no convolution of its own: col2im, in NCHW for narrow groups
+    ("3x3 strided, 4 channels per group", dict(k=3, c=8, cout=8), 2, 1, 2, ("grouped/nhwc", "columns/nchw", "grouped/nhwc")),
+    # too many output channels per group for the forward's direct kernel; the grad-input's
+    # convolution has 3 per group
+    ("3x3 grouped, 33 output channels per group", dict(k=3, cout=66), 1, 1, 2, ("columns/nchw", "grouped/nhwc", "columns/nchw")),
+    # the grad-input's convolution has one input channel per group: no direct grouped kernel
+    ("3x3 grouped, 1 output channel per group", dict(k=3, cout=3), 1, 1, 3, ("grouped/nhwc", "transposed_columns/nchw", "grouped/nhwc")),
+    ("3x3 contiguous", dict(k=3, c=16, cout=16, layout=NCHW), 1, 1, 1, ("columns/nchw", "transposed_columns/nchw", "columns/nchw")),
+    ("3x3 empty batch", dict(n=0, k=3, c=16, cout=16), 1, 1, 1, ("columns/nchw", "transposed_columns/nchw", "columns/nchw")),
+    ("depthwise 3x3", dict(k=3, cout=6), 1, 1, 6, "depthwise/nhwc"),
+    ("depthwise multiplier 2, strided", dict(k=3, cout=12), 2, 1, 6, "depthwise/nhwc"),
+    # output planes under 256 pixels compute in NHWC on the CPU, through copies (the same bits)
+    ("depthwise contiguous, small planes", dict(k=3, cout=6, layout=NCHW), 1, 1, 6, "depthwise/small-planes"),
+    ("depthwise contiguous, large planes", dict(k=3, cout=6, h=16, w=16, layout=NCHW), 1, 1, 6, "depthwise/nchw"),
+    ("depthwise empty batch", dict(n=0, k=3, cout=6), 1, 1, 6, "depthwise/small-planes"),
+]
+
+
+def expected_routes(expected, device):
+    routes = (expected,) * 3 if isinstance(expected, str) else expected
+    small_planes = "nhwc" if device == "cpu" else "nchw"
+    return [r.replace("small-planes", small_planes) for r in routes]
+
+
+def result_is_channels_last(activation, weight):
+    """The rule of the results' format (result_format in csrc/route.h), as F.conv2d has it."""
+    suggested = CL in (torch._prims_common.suggest_memory_format(t) for t in (activation, weight))
+    return suggested and activation.shape[0] > 0
+
+
+@pytest.mark.parametrize("name, kwargs, stride, padding, groups, expected", ROUTES, ids=[r[0] for r in ROUTES])
+def test_each_operator_takes_its_route_and_returns_the_operands_format(name, kwargs, stride, padding, groups, expected, device):
+    """explain() names the route of each operator; the operators return their activation results in
+    the format the operands say, whatever layout the route computed in; opcheck (fake kernels
+    included: their strides must match the real ones) passes for all three."""
+    x, w = operands(groups=groups, device=device, **kwargs)
+    args = [stride, stride], [padding, padding], [1, 1], groups
+    y = ops.conv2d(x, w, None, *args)
+    g = torch.randn_like(y).contiguous(memory_format=kwargs.get("layout", CL))
+    explanation = torch_convbp.explain(x, w, *args, grad_output=g)
+    assert [f"{r.route}/{r.layout}" for r in explanation] == expected_routes(expected, device)
+    dx = ops.conv2d_input_grad(g, w, list(x.shape), *args)
+    dw = ops.conv2d_weight_grad(x, g, list(w.shape), *args)
+    for result, operand in ((y, x), (dx, g)):
+        format = CL if result_is_channels_last(operand, w) else NCHW
+        assert result.is_contiguous(memory_format=format)
+    assert dw.is_contiguous()
+    opcheck(ops.conv2d.default, (x, w, None, *args))
+    opcheck(ops.conv2d_input_grad.default, (g, w, list(x.shape), *args))
+    opcheck(ops.conv2d_weight_grad.default, (x, g, list(w.shape), *args))
+
+
+@pytest.mark.parametrize("input_layout, weight_layout", [(NCHW, CL), (CL, NCHW)], ids=["channels_last weight", "channels_last input"])
+def test_a_mixed_call_returns_f_conv2ds_format(input_layout, weight_layout, device):
+    """One channels_last operand is enough for a channels_last output, as with F.conv2d; the route
+    computes where the activations are (NCHW for a contiguous input, through copies)."""
+    x, w = operands(n=2, c=16, h=6, w=5, cout=16, k=3, device=device)
+    x, w = x.contiguous(memory_format=input_layout), w.contiguous(memory_format=weight_layout)
+    y = torch_convbp.conv2d(x, w, padding=1)
+    assert y.is_contiguous(memory_format=CL)
+    torch.testing.assert_close(y, F.conv2d(x, w, padding=1), rtol=1e-12, atol=1e-12)
+    layout = torch_convbp.explain(x, w, padding=1)["forward"].layout
+    assert layout == ("nhwc" if input_layout == CL else "nchw")
+
+
+@pytest.mark.parametrize("grad_layout", [CL, NCHW], ids=["channels_last", "contiguous"])
+def test_a_mixed_backward_takes_nchw_and_gives_the_same_values(grad_layout, device):
+    """A channels_last input with a contiguous output gradient: the weight gradient needs both in
+    NHWC, so it takes the NCHW route; the values agree either way."""
+    x, w = operands(device=device)
+    g = torch.randn(3, 4, 5, 7, dtype=x.dtype, device=device).contiguous(memory_format=grad_layout)
+    args = [1, 1], [0, 0], [1, 1], 1
+    routes = torch_convbp.explain(x, w, *args, grad_output=g)
+    assert routes["weight_grad"].layout == ("nhwc" if grad_layout == CL else "nchw")
+    dw = ops.conv2d_weight_grad(x, g, list(w.shape), *args)
+    dw_nchw = ops.conv2d_weight_grad(x.contiguous(), g.contiguous(), list(w.shape), *args)
+    torch.testing.assert_close(dw, dw_nchw, rtol=1e-12, atol=1e-12)
+    dx = ops.conv2d_input_grad(g, w, list(x.shape), *args)
+    assert dx.is_contiguous(memory_format=CL if grad_layout == CL else NCHW)  # a 1x1 weight suggests NCHW
+
+
+def test_explain_takes_the_functions_arguments_and_prints_a_table():
+    x = torch.randn(2, 16, 9, 9).contiguous(memory_format=CL)
+    w = torch.randn(32, 16, 3, 3)
+    explanation = torch_convbp.explain(x, w, stride=2, padding="valid")
+    assert [r.operator for r in explanation] == ["forward", "input_grad", "weight_grad"]
+    assert explanation["input_grad"].route == "columns" and "col2im" in explanation["input_grad"].reason
+    lines = str(explanation).splitlines()
+    assert len(lines) == 3 and lines[0].startswith("forward") and "columns (nhwc)" in lines[0]
+    # unbatched input, 1-D convolutions, and meta tensors: nothing is computed
+    assert torch_convbp.explain(x[0], w, padding=1)["forward"].route == "columns"
+    assert torch_convbp.explain(torch.randn(2, 8, 50), torch.randn(8, 1, 5), groups=8)[0].route == "depthwise"
+    meta = torch_convbp.explain(torch.empty(2, 4, 8, 8, device="meta"), torch.empty(6, 4, 1, 1, device="meta"))
+    assert meta["forward"].route == "pointwise_by_images"
+
+
+def test_explain_refuses_what_the_operators_refuse():
+    x, w = torch.randn(2, 4, 8, 8), torch.randn(6, 4, 3, 3)
+    with pytest.raises(RuntimeError, match="expected input of size"):
+        torch_convbp.explain(x, w, groups=2)
+    with pytest.raises(ValueError, match="expected grad_output of size"):
+        torch_convbp.explain(x, w, grad_output=torch.randn(2, 6, 8, 8))
+    with pytest.raises(KeyError, match="no operator 'backward'"):
+        torch_convbp.explain(x, w)["backward"]
