@@ -57,7 +57,8 @@ def cuda_wanted() -> bool:
 def build_flags():
     """torch_convbp/_build_flags.py, loaded by its path: the package cannot be imported before
     its extension is built."""
-    spec = importlib.util.spec_from_file_location("_build_flags", os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_convbp", "_build_flags.py"))
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_convbp", "_build_flags.py")
+    spec = importlib.util.spec_from_file_location("_build_flags", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

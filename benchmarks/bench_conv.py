@@ -45,7 +45,7 @@ CANDIDATES = ("torch_convbp", "builtin", "aten_im2col", "gemm")  # timed on ever
 def load_layers(suite="all", name_filter=""):
     with open(os.path.join(HERE, "shapes.json")) as f:
         layers = json.load(f)["layers"]
-    return [l for l in layers if (suite == "all" or suite in l["suites"]) and name_filter in l["name"]]
+    return [layer for layer in layers if (suite == "all" or suite in layer["suites"]) and name_filter in layer["name"]]
 
 
 def conv_args(layer):
@@ -185,7 +185,8 @@ def time_interleaved(steps, rounds, min_seconds=0.05):
     timers = {name: benchmark.Timer("step()", globals={"step": step}, num_threads=torch.get_num_threads())
               for name, step in steps.items()}
     for step in steps.values():  # warm up (and let cuDNN choose its algorithms)
-        step(); step()
+        step()
+        step()
     first = next(iter(timers.values())).timeit(1).median
     reps = max(1, int(min_seconds / max(first, 1e-6)))
     times = {name: [] for name in steps}
@@ -475,7 +476,9 @@ def run(args):
     layers = load_layers(args.suite, args.layers)
     if not layers:
         sys.exit(f"no layer of suite {args.suite!r} has {args.layers!r} in its name")
-    steps = len(layers) * (1 + (len(args.memory_batches) if args.memory else 0)) + (len(args.scaling_batches) + len(args.scaling_sizes) if args.scaling else 0)
+    memory_runs = len(args.memory_batches) if args.memory else 0
+    scaling_runs = len(args.scaling_batches) + len(args.scaling_sizes) if args.scaling else 0
+    steps = len(layers) * (1 + memory_runs) + scaling_runs
     progress = Progress(steps, args.quiet)
     run_args = argparse.Namespace(**{**vars(args), "dtype": dtype})
     result = {"machine": machine_description(args.device), "date": datetime.date.today().isoformat(),

@@ -30,7 +30,10 @@ def im2col_layout():
                 ax_in.add_patch(plt.Rectangle((j + ch * (w + 1), h - 1 - i), 1, 1, color=cmap(v - 1)))
                 ax_in.text(j + ch * (w + 1) + 0.5, h - 0.5 - i, str(v), ha="center", va="center", fontsize=8)
         ax_in.text(ch * (w + 1) + w / 2, h + 0.3, f"channel {ch}", ha="center")
-    ax_in.set_xlim(0, 2 * w + 1); ax_in.set_ylim(0, h + 0.8); ax_in.set_aspect("equal"); ax_in.axis("off")
+    ax_in.set_xlim(0, 2 * w + 1)
+    ax_in.set_ylim(0, h + 0.8)
+    ax_in.set_aspect("equal")
+    ax_in.axis("off")
     ax_in.set_title("input x: 1 image, 2 channels, 4x4")
     rows, ncols = cols.shape
     for r in range(rows):
@@ -40,7 +43,9 @@ def im2col_layout():
             ax_col.add_patch(plt.Rectangle((p, rows - 1 - r), 1, 1, facecolor=color, edgecolor="0.85", lw=0.4))
             if v:
                 ax_col.text(p + 0.5, rows - 0.5 - r, str(v), ha="center", va="center", fontsize=6)
-    ax_col.set_xlim(0, ncols); ax_col.set_ylim(0, rows); ax_col.set_aspect("equal")
+    ax_col.set_xlim(0, ncols)
+    ax_col.set_ylim(0, rows)
+    ax_col.set_aspect("equal")
     ax_col.set_xticks([p + 0.5 for p in range(ncols)], [f"{p // w},{p % w}" for p in range(ncols)], fontsize=6)
     ax_col.set_yticks([rows - 0.5 - r for r in range(rows)], [f"c{r // 9} ({r % 9 // 3},{r % 3})" for r in range(rows)], fontsize=6)
     ax_col.set_xlabel("column p = output pixel (i, j)")
@@ -64,7 +69,8 @@ def col2im_counts():
             for j in range(w):
                 ax.text(j, i, int(x[0, 0, i, j]), ha="center", va="center", color="w", fontsize=8)
         ax.set_title(f"3x3 kernel, padding 1, stride {stride}")
-        ax.set_xticks([]); ax.set_yticks([])
+        ax.set_xticks([])
+        ax.set_yticks([])
     fig.colorbar(im, ax=axes, shrink=0.8, label="copies of the pixel in col")
     fig.suptitle("col2im(ones): how many column entries each input pixel receives")
     fig.savefig(os.path.join(OUT, "col2im_counts.png"), dpi=110)

@@ -1,5 +1,5 @@
 """The convolution cases every correctness test runs over, and an independent reference."""
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Tuple, Union
 
 import torch

@@ -14,11 +14,11 @@ import bench_conv  # noqa: E402
 
 def test_every_layer_is_well_formed():
     layers = bench_conv.load_layers("all")
-    assert len({l["name"] for l in layers}) == len(layers) >= 15
-    for l in layers:
-        assert l["in_channels"] % l["groups"] == 0 and l["out_channels"] % l["groups"] == 0
-        assert bench_conv.out_size(l) > 0
-        assert set(l["suites"]) <= {"quick", "resnet18", "resnet50", "mobilenet"}
+    assert len({layer["name"] for layer in layers}) == len(layers) >= 15
+    for layer in layers:
+        assert layer["in_channels"] % layer["groups"] == 0 and layer["out_channels"] % layer["groups"] == 0
+        assert bench_conv.out_size(layer) > 0
+        assert set(layer["suites"]) <= {"quick", "resnet18", "resnet50", "mobilenet"}
 
 
 @pytest.mark.parametrize("passes", ["forward", "backward", "both"])

@@ -148,7 +148,9 @@ DEPTHWISE_CASES = [
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("layout", [torch.contiguous_format, torch.channels_last], ids=["nchw", "nhwc"])
 @pytest.mark.parametrize("name, shape, multiplier, kernel, stride, padding, dilation", DEPTHWISE_CASES, ids=[c[0] for c in DEPTHWISE_CASES])
-def test_depthwise_threads_match_the_cpu_bitwise(harness, name, shape, multiplier, kernel, stride, padding, dilation, layout, dtype, index_bits):
+def test_depthwise_threads_match_the_cpu_bitwise(
+    harness, name, shape, multiplier, kernel, stride, padding, dilation, layout, dtype, index_bits
+):
     """In both layouts of the activations: the CUDA threads index NHWC memory through the same
     functions, and the CPU has separate NHWC kernels (cpu/depthwise_nhwc_cpu.cpp)."""
     n, c, h, w = shape
@@ -188,8 +190,12 @@ GROUPED_CASES = [
 
 @pytest.mark.parametrize("index_bits", [32, 64])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16], ids=str)
-@pytest.mark.parametrize("name, shape, out_channels, kernel, stride, padding, dilation, groups", GROUPED_CASES, ids=[c[0] for c in GROUPED_CASES])
-def test_grouped_threads_match_the_cpu_bitwise(harness, name, shape, out_channels, kernel, stride, padding, dilation, groups, dtype, index_bits):
+@pytest.mark.parametrize(
+    "name, shape, out_channels, kernel, stride, padding, dilation, groups", GROUPED_CASES, ids=[c[0] for c in GROUPED_CASES]
+)
+def test_grouped_threads_match_the_cpu_bitwise(
+    harness, name, shape, out_channels, kernel, stride, padding, dilation, groups, dtype, index_bits
+):
     x = randn(*shape, dtype=dtype, seed=0).contiguous(memory_format=torch.channels_last)
     weight = randn(out_channels, shape[1] // groups, *kernel, dtype=dtype, seed=1)
     args = (stride, padding, dilation, groups)
@@ -203,8 +209,12 @@ def test_grouped_threads_match_the_cpu_bitwise(harness, name, shape, out_channel
 
 @pytest.mark.parametrize("index_bits", [32, 64])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16], ids=str)
-@pytest.mark.parametrize("name, shape, out_channels, kernel, stride, padding, dilation, groups", GROUPED_CASES, ids=[c[0] for c in GROUPED_CASES])
-def test_grouped_weight_grad_threads_match_the_cpu_bitwise(harness, name, shape, out_channels, kernel, stride, padding, dilation, groups, dtype, index_bits):
+@pytest.mark.parametrize(
+    "name, shape, out_channels, kernel, stride, padding, dilation, groups", GROUPED_CASES, ids=[c[0] for c in GROUPED_CASES]
+)
+def test_grouped_weight_grad_threads_match_the_cpu_bitwise(
+    harness, name, shape, out_channels, kernel, stride, padding, dilation, groups, dtype, index_bits
+):
     x = randn(*shape, dtype=dtype, seed=0).contiguous(memory_format=torch.channels_last)
     weight_shape = (out_channels, shape[1] // groups, *kernel)
     args = (stride, padding, dilation, groups)
