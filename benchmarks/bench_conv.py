@@ -24,7 +24,9 @@ import json
 import math
 import os
 import platform
+import re
 import statistics
+import subprocess
 import sys
 import time
 import warnings
@@ -329,6 +331,63 @@ def machine_description(device):
     return f"{model}, {torch.get_num_threads()} threads"
 
 
+ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8")
+SETTINGS = ("DNNL_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "OMP_NUM_THREADS")
+
+
+def cpu_flags():
+    """The instruction-set extensions of ISA_FLAGS that this CPU reports (/proc/cpuinfo)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next(line.split(":", 1)[1].split() for line in f if line.startswith("flags"))
+    except (OSError, StopIteration):
+        return []
+    return [flag for flag in ISA_FLAGS if flag in flags]
+
+
+def library_versions():
+    """The versions of oneDNN and MKL in this torch, as torch.__config__.show() names them."""
+    config = torch.__config__.show()
+    onednn = re.search(r"MKL-DNN v([\d.]+)", config)
+    mkl = re.search(r"Math Kernel Library Version ([\w.]+)", config)
+    return {"onednn": onednn.group(1) if onednn else None, "mkl": mkl.group(1) if mkl else None}
+
+
+def source_version():
+    """The git commit of the torch_convbp that is imported, and whether its tracked files differ
+    from it (None outside a git checkout)."""
+    checkout = os.path.dirname(os.path.dirname(os.path.abspath(torch_convbp.__file__)))
+    try:
+        commit = subprocess.run(["git", "-C", checkout, "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
+        status = subprocess.run(["git", "-C", checkout, "status", "--porcelain", "--untracked-files=no"],
+                                capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return {"commit": None, "dirty": None}
+    return {"commit": commit.stdout.strip(), "dirty": bool(status.stdout.strip())}
+
+
+def environment(device, dtype):
+    """What a result depends on besides the code: the CPU's instruction sets, the libraries' and
+    ATen's choices, the settings that change them, and the build of torch_convbp that ran."""
+    return {
+        "torch_convbp": source_version(),
+        "cpu_flags": cpu_flags(),
+        "aten_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        **library_versions(),
+        "gemm_dtype": str(torch_convbp.gemm_dtype(dtype, device)).replace("torch.", ""),
+        "settings": {name: os.environ[name] for name in SETTINGS if name in os.environ},
+    }
+
+
+def environment_line(env):
+    """One line for a table's heading."""
+    commit = env["torch_convbp"]["commit"]
+    build = f"torch_convbp {commit[:7]}{' (modified)' if env['torch_convbp']['dirty'] else ''}" if commit else "torch_convbp"
+    settings = "".join(f", {k}={v}" for k, v in env["settings"].items())
+    return (f"{build}; ISA: {' '.join(env['cpu_flags']) or 'unknown'} (ATen {env['aten_cpu_capability']}); "
+            f"oneDNN {env['onednn']}, MKL {env['mkl']}; GEMMs in {env['gemm_dtype']}{settings}")
+
+
 def builtin_name(device):
     return "cuDNN" if device == "cuda" else "oneDNN"
 
@@ -352,6 +411,8 @@ def print_layers(result, file=None):
           f"{ceiling['square_gemm_gflops']:.0f} GFLOP/s; copy: {ceiling['copy_gbytes_per_s']:.0f} GB/s. Ratios are "
           f"torch_convbp's time over the other's (below 1: torch_convbp is faster); 'of peak' is torch_convbp's GFLOP/s "
           f"over the square GEMM's, timed in the same rounds as the layer.", file=file)
+    if "environment" in result:
+        print(environment_line(result["environment"]), file=file)
     heading = [f"{names[k]} ms" for k in names] + ["GFLOP/s", "of peak"] + [f"vs {names[k]}" for k in others]
     channels_last = "channels_last_vs_builtin_channels_last" in rows[0]
     heading += [f"channels_last: vs {names['builtin_channels_last']}"] if channels_last else []
@@ -483,7 +544,7 @@ def run(args):
     run_args = argparse.Namespace(**{**vars(args), "dtype": dtype})
     result = {"machine": machine_description(args.device), "date": datetime.date.today().isoformat(),
               "torch": torch.__version__, "threads": torch.get_num_threads(), "args": vars(args),
-              "ceilings": measure_ceilings(args.device, dtype)}
+              "environment": environment(args.device, dtype), "ceilings": measure_ceilings(args.device, dtype)}
     result["rows"] = run_layers(run_args, layers, progress)
     if args.memory:
         result["memory"] = run_memory(run_args, layers, progress)

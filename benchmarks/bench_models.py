@@ -72,6 +72,8 @@ def print_table(result, file=None):
           f"{result['date']}: {a['device']}, training step (forward, loss, backward, SGD), batch "
           f"{a['batch']}, {a['size']}x{a['size']}, median of {a['rounds']} interleaved rounds.",
           file=file)
+    if "environment" in result:
+        print(bench_conv.environment_line(result["environment"]), file=file)
     print("| model | format | stock ms | torch_convbp ms | torch_convbp / stock |", file=file)
     print("|---|---|---:|---:|---:|", file=file)
     for r in result["rows"]:
@@ -140,7 +142,7 @@ def main(argv=None):
             rows.append(time_model(torchvision, name, fmt, args))
     result = {"machine": bench_conv.machine_description(args.device), "torch": torch.__version__,
               "torchvision": torchvision.__version__, "date": datetime.date.today().isoformat(),
-              "args": vars(args), "rows": rows}
+              "args": vars(args), "environment": bench_conv.environment(args.device, torch.float32), "rows": rows}
     print_table(result)
     if args.json:
         with open(args.json, "w") as f:
