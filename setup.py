@@ -76,8 +76,10 @@ def extension():
 
     sources = sorted(glob.glob("csrc/*.cpp") + glob.glob("csrc/cpu/*.cpp"))
     # -fopenmp: at::parallel_for is OpenMP in the headers. -g0 undoes the -g of Python's own CFLAGS:
-    # debug information for torch's templates took a third of each file's compile time.
-    cxx_flags = ["-O3", "-g0", "-fopenmp"]
+    # debug information for torch's templates took a third of each file's compile time. Loops
+    # start on 32-byte boundaries: the small scalar loops of the kernels ran up to 12% apart with
+    # where they happened to fall (benchmarks/NOTES.md, section 25).
+    cxx_flags = ["-O3", "-g0", "-fopenmp", "-falign-loops=32"]
     link_flags = ["-fopenmp", *build_flags().shared_libstdcxx()]
     if os.environ.get("TORCH_CONVBP_SANITIZE") == "1":
         # Every error is fatal (no recovery), with stack traces; vptr checks are left out, as the
