@@ -37,7 +37,7 @@ void launch_depthwise_forward(Launcher& launcher, const char* op, const at::Tens
         launcher.with_index(std::max(total, input.numel()), [&](auto tag) {
           using index_t = decltype(tag);
           launcher.template grid<index_t>(
-              total, DepthwiseForwardThread<scalar_t, index_t>{
+              total, ElementThread<DepthwiseOutput, scalar_t, DepthwiseDims<index_t>, index_t>{
                          input.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(),
                          output.mutable_data_ptr<scalar_t>(),
                          DepthwiseDims<index_t>(call.shape, call.channels_last)});
@@ -59,7 +59,7 @@ void launch_depthwise_input_grad(Launcher& launcher, const char* op, const at::T
         launcher.with_index(std::max(total, grad_output.numel()), [&](auto tag) {
           using index_t = decltype(tag);
           launcher.template grid<index_t>(
-              total, DepthwiseInputGradThread<scalar_t, index_t>{
+              total, ElementThread<DepthwiseInputGrad, scalar_t, DepthwiseDims<index_t>, index_t>{
                          grad_output.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(),
                          grad_input.mutable_data_ptr<scalar_t>(),
                          DepthwiseDims<index_t>(call.shape, call.channels_last)});

@@ -80,55 +80,58 @@ C10_HOST_DEVICE inline Element<index_t> element_at(bool channels_last, index_t i
 }
 
 // The output element at offset i: the sum over the taps, in (ki, kj) order, of weight times input.
-template <typename scalar_t, typename index_t>
-C10_HOST_DEVICE inline scalar_t depthwise_output(const scalar_t* input, const scalar_t* weight,
-                                                 const DepthwiseDims<index_t>& s, index_t i) {
-  using acc_t = at::opmath_type<scalar_t>;
-  const auto e = element_at(s.channels_last, i, s.out_channels, s.out_height, s.out_width);
-  const index_t o = e.c, oh = e.h, ow = e.w;
-  const auto x = plane_of(s.channels_last, e.n, o / s.multiplier, s.channels, s.height, s.width);
-  const scalar_t* w = weight + o * s.kernel_h * s.kernel_w;
-  acc_t sum = 0;
-  for (index_t ki = 0; ki < s.kernel_h; ++ki) {
-    const index_t ih = input_index(oh, s.stride_h, s.pad_h, ki, s.dilation_h);
-    if (ih < 0 || ih >= s.height) continue;
-    for (index_t kj = 0; kj < s.kernel_w; ++kj) {
-      const index_t iw = input_index(ow, s.stride_w, s.pad_w, kj, s.dilation_w);
-      if (iw < 0 || iw >= s.width) continue;
-      sum = multiply_add(static_cast<acc_t>(w[ki * s.kernel_w + kj]),
-                         static_cast<acc_t>(input[x.at(ih, iw)]), sum);
+// A function object, the element of an ElementThread (launch.h).
+struct DepthwiseOutput {
+  template <typename scalar_t, typename index_t>
+  C10_HOST_DEVICE scalar_t operator()(const scalar_t* input, const scalar_t* weight,
+                                      const DepthwiseDims<index_t>& s, index_t i) const {
+    using acc_t = at::opmath_type<scalar_t>;
+    const auto e = element_at(s.channels_last, i, s.out_channels, s.out_height, s.out_width);
+    const index_t o = e.c, oh = e.h, ow = e.w;
+    const auto x = plane_of(s.channels_last, e.n, o / s.multiplier, s.channels, s.height, s.width);
+    const scalar_t* w = weight + o * s.kernel_h * s.kernel_w;
+    acc_t sum = 0;
+    for (index_t ki = 0; ki < s.kernel_h; ++ki) {
+      const index_t ih = input_index(oh, s.stride_h, s.pad_h, ki, s.dilation_h);
+      if (ih < 0 || ih >= s.height) continue;
+      for (index_t kj = 0; kj < s.kernel_w; ++kj) {
+        const index_t iw = input_index(ow, s.stride_w, s.pad_w, kj, s.dilation_w);
+        if (iw < 0 || iw >= s.width) continue;
+        sum = multiply_add(static_cast<acc_t>(w[ki * s.kernel_w + kj]),
+                           static_cast<acc_t>(input[x.at(ih, iw)]), sum);
+      }
     }
+    return static_cast<scalar_t>(sum);
   }
-  return static_cast<scalar_t>(sum);
-}
+};
 
 // The input-gradient element at offset i, as a gather: the sum, in (o, ki, kj) order, of what
 // the forward took from this input element times the output gradient there. No atomics.
-template <typename scalar_t, typename index_t>
-C10_HOST_DEVICE inline scalar_t depthwise_input_grad_element(const scalar_t* grad_output,
-                                                             const scalar_t* weight,
-                                                             const DepthwiseDims<index_t>& s,
-                                                             index_t i) {
-  using acc_t = at::opmath_type<scalar_t>;
-  const auto e = element_at(s.channels_last, i, s.channels, s.height, s.width);
-  const index_t c = e.c, ih = e.h, iw = e.w;
-  acc_t sum = 0;
-  for (index_t o = c * s.multiplier; o < (c + 1) * s.multiplier; ++o) {
-    const auto dy = plane_of(s.channels_last, e.n, o, s.out_channels, s.out_height, s.out_width);
-    const scalar_t* w = weight + o * s.kernel_h * s.kernel_w;
-    for (index_t ki = 0; ki < s.kernel_h; ++ki) {
-      const index_t oh = output_index(ih, s.pad_h, ki, s.dilation_h, s.stride_h, s.out_height);
-      if (oh < 0) continue;
-      for (index_t kj = 0; kj < s.kernel_w; ++kj) {
-        const index_t ow = output_index(iw, s.pad_w, kj, s.dilation_w, s.stride_w, s.out_width);
-        if (ow < 0) continue;
-        sum = multiply_add(static_cast<acc_t>(w[ki * s.kernel_w + kj]),
-                           static_cast<acc_t>(grad_output[dy.at(oh, ow)]), sum);
+struct DepthwiseInputGrad {
+  template <typename scalar_t, typename index_t>
+  C10_HOST_DEVICE scalar_t operator()(const scalar_t* grad_output, const scalar_t* weight,
+                                      const DepthwiseDims<index_t>& s, index_t i) const {
+    using acc_t = at::opmath_type<scalar_t>;
+    const auto e = element_at(s.channels_last, i, s.channels, s.height, s.width);
+    const index_t c = e.c, ih = e.h, iw = e.w;
+    acc_t sum = 0;
+    for (index_t o = c * s.multiplier; o < (c + 1) * s.multiplier; ++o) {
+      const auto dy = plane_of(s.channels_last, e.n, o, s.out_channels, s.out_height, s.out_width);
+      const scalar_t* w = weight + o * s.kernel_h * s.kernel_w;
+      for (index_t ki = 0; ki < s.kernel_h; ++ki) {
+        const index_t oh = output_index(ih, s.pad_h, ki, s.dilation_h, s.stride_h, s.out_height);
+        if (oh < 0) continue;
+        for (index_t kj = 0; kj < s.kernel_w; ++kj) {
+          const index_t ow = output_index(iw, s.pad_w, kj, s.dilation_w, s.stride_w, s.out_width);
+          if (ow < 0) continue;
+          sum = multiply_add(static_cast<acc_t>(w[ki * s.kernel_w + kj]),
+                             static_cast<acc_t>(grad_output[dy.at(oh, ow)]), sum);
+        }
       }
     }
+    return static_cast<scalar_t>(sum);
   }
-  return static_cast<scalar_t>(sum);
-}
+};
 
 // Lane `lane`'s partial sum of weight-gradient entry `entry` = (o, ki, kj): the products of the
 // output gradient and the input at the tap, over the positions j = (n * out_height + oh) *
@@ -185,29 +188,7 @@ C10_HOST_DEVICE inline SliceLane<index_t> slice_lane(index_t t, index_t first_ch
   return {(first_channel + o) * taps + tap, lane, (o * taps + tap) * kSumLanes + lane};
 }
 
-// The threads of each kernel, as the functors a Launcher runs (launch.h).
-template <typename scalar_t, typename index_t>
-struct DepthwiseForwardThread {
-  const scalar_t* input;
-  const scalar_t* weight;
-  scalar_t* output;
-  DepthwiseDims<index_t> s;
-  C10_HOST_DEVICE void operator()(index_t i) const {
-    output[i] = depthwise_output(input, weight, s, i);
-  }
-};
-
-template <typename scalar_t, typename index_t>
-struct DepthwiseInputGradThread {
-  const scalar_t* grad_output;
-  const scalar_t* weight;
-  scalar_t* grad_input;
-  DepthwiseDims<index_t> s;
-  C10_HOST_DEVICE void operator()(index_t i) const {
-    grad_input[i] = depthwise_input_grad_element(grad_output, weight, s, i);
-  }
-};
-
+// The other threads of the kernels, as the functors a Launcher runs (launch.h).
 // Lane `lane` of weight-gradient entry `entry` (a lane sum's lane, launch.h).
 template <typename scalar_t, typename index_t>
 struct DepthwiseWeightGradLane {

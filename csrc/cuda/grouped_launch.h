@@ -33,7 +33,7 @@ void launch_grouped_forward(Launcher& launcher, const char* op, const at::Tensor
         launcher.with_index(std::max({total, input.numel(), weight.numel()}), [&](auto tag) {
           using index_t = decltype(tag);
           launcher.template grid<index_t>(
-              total, GroupedForwardThread<scalar_t, index_t>{
+              total, ElementThread<GroupedOutput, scalar_t, GroupedDims<index_t>, index_t>{
                          input.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(),
                          output.mutable_data_ptr<scalar_t>(), GroupedDims<index_t>(s)});
         });

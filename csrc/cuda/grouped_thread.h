@@ -45,33 +45,37 @@ struct GroupedDims {
 
 // The output element at NHWC offset i: the sum over the taps in (ki, kj) order, and within a
 // tap over the group's input channels i in order, of weight times input; one rounding per term
-// (multiply_add), one rounding to scalar_t at the end. Taps in the padding add nothing.
-template <typename scalar_t, typename index_t>
-C10_HOST_DEVICE inline scalar_t grouped_output(const scalar_t* input, const scalar_t* weight,
-                                               const GroupedDims<index_t>& s, index_t i) {
-  using acc_t = at::opmath_type<scalar_t>;
-  const index_t o = i % s.out_channels, pixel = i / s.out_channels;
-  const index_t ow = pixel % s.out_width, oh = pixel / s.out_width % s.out_height;
-  const index_t n = pixel / (s.out_width * s.out_height);
-  const index_t first_channel = o / s.group_out * s.group_in;
-  const index_t taps = s.kernel_h * s.kernel_w;
-  const scalar_t* w = weight + o * s.group_in * taps;  // w[c * taps + tap]: [C/G, kh, kw]
-  acc_t sum = 0;
-  for (index_t ki = 0; ki < s.kernel_h; ++ki) {
-    const index_t ih = input_index(oh, s.stride_h, s.pad_h, ki, s.dilation_h);
-    if (ih < 0 || ih >= s.height) continue;
-    for (index_t kj = 0; kj < s.kernel_w; ++kj) {
-      const index_t iw = input_index(ow, s.stride_w, s.pad_w, kj, s.dilation_w);
-      if (iw < 0 || iw >= s.width) continue;
-      const scalar_t* x = input + ((n * s.height + ih) * s.width + iw) * s.channels + first_channel;
-      const index_t tap = ki * s.kernel_w + kj;
-      for (index_t c = 0; c < s.group_in; ++c) {
-        sum = multiply_add(static_cast<acc_t>(w[c * taps + tap]), static_cast<acc_t>(x[c]), sum);
+// (multiply_add), one rounding to scalar_t at the end. Taps in the padding add nothing. A function
+// object, the element of an ElementThread (launch.h).
+struct GroupedOutput {
+  template <typename scalar_t, typename index_t>
+  C10_HOST_DEVICE scalar_t operator()(const scalar_t* input, const scalar_t* weight,
+                                      const GroupedDims<index_t>& s, index_t i) const {
+    using acc_t = at::opmath_type<scalar_t>;
+    const index_t o = i % s.out_channels, pixel = i / s.out_channels;
+    const index_t ow = pixel % s.out_width, oh = pixel / s.out_width % s.out_height;
+    const index_t n = pixel / (s.out_width * s.out_height);
+    const index_t first_channel = o / s.group_out * s.group_in;
+    const index_t taps = s.kernel_h * s.kernel_w;
+    const scalar_t* w = weight + o * s.group_in * taps;  // w[c * taps + tap]: [C/G, kh, kw]
+    acc_t sum = 0;
+    for (index_t ki = 0; ki < s.kernel_h; ++ki) {
+      const index_t ih = input_index(oh, s.stride_h, s.pad_h, ki, s.dilation_h);
+      if (ih < 0 || ih >= s.height) continue;
+      for (index_t kj = 0; kj < s.kernel_w; ++kj) {
+        const index_t iw = input_index(ow, s.stride_w, s.pad_w, kj, s.dilation_w);
+        if (iw < 0 || iw >= s.width) continue;
+        const scalar_t* x =
+            input + ((n * s.height + ih) * s.width + iw) * s.channels + first_channel;
+        const index_t tap = ki * s.kernel_w + kj;
+        for (index_t c = 0; c < s.group_in; ++c) {
+          sum = multiply_add(static_cast<acc_t>(w[c * taps + tap]), static_cast<acc_t>(x[c]), sum);
+        }
       }
     }
+    return static_cast<scalar_t>(sum);
   }
-  return static_cast<scalar_t>(sum);
-}
+};
 
 // The weight gradient is summed image by image: a thread per (image, entry) sums the image's
 // share of the entry (below) into a buffer of partial sums, [images, taps, C/G, Cout] for the
@@ -133,18 +137,7 @@ C10_HOST_DEVICE inline acc_t add_image_partials(acc_t total, const acc_t* partia
   return total;
 }
 
-// The threads of each kernel, as the functors a Launcher's grid runs (launch.h).
-template <typename scalar_t, typename index_t>
-struct GroupedForwardThread {
-  const scalar_t* input;
-  const scalar_t* weight;
-  scalar_t* output;
-  GroupedDims<index_t> s;
-  C10_HOST_DEVICE void operator()(index_t i) const {
-    output[i] = grouped_output(input, weight, s, i);
-  }
-};
-
+// The weight gradient's threads, as the functors a Launcher's grid runs (launch.h).
 // The weight gradient's first kernel: thread t = (image of the pass, entry) writes that image's
 // share of the entry to partials [images, entries].
 template <typename scalar_t, typename index_t>

@@ -56,6 +56,17 @@ void with_index_type(int64_t largest, Launch&& launch) {
   }
 }
 
+// The thread of an elementwise kernel: result[i] = Element{}(a, b, dims, i), for a function object
+// Element of *_thread.h (a type, so that the device compiler inlines it).
+template <typename Element, typename scalar_t, typename Dims, typename index_t>
+struct ElementThread {
+  const scalar_t* a;
+  const scalar_t* b;
+  scalar_t* result;
+  Dims dims;
+  C10_HOST_DEVICE void operator()(index_t i) const { result[i] = Element{}(a, b, dims, i); }
+};
+
 // Calls body(i) for each index i < total that thread `thread` of block `block` takes, in a grid
 // of `blocks` blocks of kThreads threads: i = block * kThreads + thread, then steps of the whole
 // grid. The kernels call it with blockIdx.x, threadIdx.x and gridDim.x; the harness with every
