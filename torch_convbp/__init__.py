@@ -95,10 +95,12 @@ def workspace_peak(reset: bool = False) -> int:
 
 def gemm_dtype(dtype: torch.dtype, device="cpu") -> torch.dtype:
     """The dtype torch_convbp's GEMMs run in for operands of `dtype` on `device`. That is the
-    operands' own dtype, except for float16 and bfloat16 on a CPU without AVX512-FP16 / BF16 (or
-    AMX), where a half-precision GEMM is emulated and slow: there the column matrices and GEMMs
-    are float32, and each result is rounded once to `dtype`. The environment variable
-    TORCH_CONVBP_HALF_GEMM=native or =float32 forces one or the other (default: auto)."""
+    operands' own dtype, except for float16 and bfloat16 on the CPU, where the column matrices and
+    GEMMs are float32 and each result is rounded once to `dtype`: ATen emulates half-precision
+    GEMMs slowly on CPUs without instructions for them, and on CPUs with them (AVX512-BF16, AMX)
+    runs them through oneDNN, whose bits change with the thread count. The environment variable
+    TORCH_CONVBP_HALF_GEMM=native runs them in half precision anyway (faster on such CPUs, without
+    the same bits on any thread count), =float32 everywhere; the default is auto."""
     return _C.gemm_dtype(dtype, torch.device(device))
 
 
