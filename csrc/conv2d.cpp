@@ -230,6 +230,7 @@ Tensor conv2d_forward(const Tensor& input, const Tensor& weight, const std::opti
       call_grouped(GroupedKernel::forward, x, weight.contiguous(), s, output);
       break;
     case Route::pointwise_nhwc: pointwise_nhwc_forward(x, weight, s, output); break;
+    case Route::implicit_nhwc: call_implicit(x, weight.contiguous(), s, output); break;
     case Route::pointwise_by_images:
       forward_pointwise_by_images(x, gemm_weight(weight, s, route.layout), s, output);
       break;
@@ -268,7 +269,8 @@ Tensor conv2d_weight_grad(const Tensor& input, const Tensor& grad_output, IntArr
     case Route::pointwise_nhwc: return pointwise_nhwc_weight_grad(x, dy, weight_size, s);
     case Route::columns: return weight_grad_by_chunks(x, dy, weight_size, s, route.layout);
     case Route::pointwise_by_images:
-    case Route::transposed_columns: not_this_operators_route(op, route);
+    case Route::transposed_columns:
+    case Route::implicit_nhwc: not_this_operators_route(op, route);
   }
   return Tensor();  // not reached
 }
@@ -294,6 +296,10 @@ Tensor conv2d_input_grad(const Tensor& grad_output, const Tensor& weight, IntArr
                    *input_grad_convolution(s), grad_input);
       break;
     case Route::pointwise_nhwc: pointwise_nhwc_input_grad(dy, weight, s, grad_input); break;
+    case Route::implicit_nhwc:  // the stride-1 convolution of dY
+      call_implicit(dy, flipped_transposed_weight(weight, s, Layout::nchw),
+                    *input_grad_convolution(s), grad_input);
+      break;
     case Route::pointwise_by_images:
     case Route::transposed_columns: {
       const ConvShape transposed = *input_grad_convolution(s);

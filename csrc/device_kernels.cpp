@@ -67,4 +67,11 @@ void call_grouped(GroupedKernel kernel, const Tensor& a, const Tensor& b, const 
             s.groups, result);
 }
 
+void call_implicit(const Tensor& input, const Tensor& weight, const ConvShape& s,
+                   const Tensor& output) {
+  static const auto forward = kernel_handle<GroupedSignature>("torch_convbp::implicit_conv2d");
+  forward.call(input, weight, {s.stride_h, s.stride_w}, {s.pad_h, s.pad_w},
+               {s.dilation_h, s.dilation_w}, s.groups, output);
+}
+
 }  // namespace torch_convbp

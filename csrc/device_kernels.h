@@ -29,4 +29,9 @@ enum class GroupedKernel { forward, weight_grad };
 void call_grouped(GroupedKernel kernel, const at::Tensor& a, const at::Tensor& b,
                   const ConvShape& s, const at::Tensor& result);
 
+// The implicit-GEMM convolution (CPU, float32, NHWC activations): output = conv(input, weight),
+// weight [Cout, Cin/G, kh, kw] contiguous.
+void call_implicit(const at::Tensor& input, const at::Tensor& weight, const ConvShape& s,
+                   const at::Tensor& output);
+
 }  // namespace torch_convbp

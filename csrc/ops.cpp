@@ -57,6 +57,11 @@ TORCH_LIBRARY(torch_convbp, m) {
   m.def(
       "grouped_weight_grad(Tensor input, Tensor grad_output, int[2] stride, int[2] padding, "
       "int[2] dilation, int groups, Tensor(a!) grad_weight) -> ()");
+  // A float32 convolution of channels_last activations as GEMMs on shifted views of the input
+  // (an implicit GEMM, no column matrix), on the CPU's GEMM micro-kernel: it writes `output`.
+  m.def(
+      "implicit_conv2d(Tensor input, Tensor weight, int[2] stride, int[2] padding, "
+      "int[2] dilation, int groups, Tensor(a!) output) -> ()");
 }
 
 // The orchestration is the same on every device: it reaches the device through im2col/col2im.

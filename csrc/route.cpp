@@ -4,6 +4,10 @@
 
 #include <ATen/ATen.h>
 
+#include <cstdlib>
+#include <string_view>
+
+#include "cpu_features.h"
 #include "gemm_dtype.h"
 
 namespace torch_convbp {
@@ -25,6 +29,40 @@ constexpr int64_t kMaxDirectGroupChannels = 32;
 // rows of 7 or 14 pixels leave the NCHW kernels' vector loops nothing to do, and the NHWC
 // kernels sum in the same orders, so the bits do not change (NOTES section 18).
 constexpr int64_t kMinNchwDepthwisePlane = 256;
+
+// The implicit route (GEMMs on shifted views of the input, no column matrix) pays where each
+// tap's GEMM has enough input channels to be a GEMM and each output row enough pixels, and the
+// channels are few enough that the column matrix would cost much beside the GEMM: 16 to 128
+// input channels per group, output rows of 14 pixels or more (NOTES section 26).
+constexpr int64_t kMinImplicitChannels = 16;
+constexpr int64_t kMaxImplicitChannels = 128;
+constexpr int64_t kMinImplicitRow = 14;
+
+// TORCH_CONVBP_GEMM: "microkernel" takes the implicit route wherever it can compute a call, "mkl"
+// never, "auto" (the default) by the rule above. For benchmarks and tests.
+enum class GemmChoice { automatic, microkernel, mkl };
+GemmChoice gemm_choice() {
+  const char* text = std::getenv("TORCH_CONVBP_GEMM");
+  const std::string_view choice = text ? text : "auto";
+  TORCH_CHECK(choice == "auto" || choice == "microkernel" || choice == "mkl",
+              "torch_convbp: TORCH_CONVBP_GEMM must be auto, microkernel or mkl, got '", choice,
+              "'");
+  return choice == "microkernel" ? GemmChoice::microkernel
+         : choice == "mkl"       ? GemmChoice::mkl
+                                 : GemmChoice::automatic;
+}
+
+// Whether the implicit route computes convolution `s` (a forward one: for the input gradient,
+// its transposed convolution) of these float32, channels_last operands on the CPU.
+bool takes_implicit(const ConvShape& s, const at::Tensor& first) {
+  if (!first.device().is_cpu() || first.scalar_type() != at::kFloat) return false;
+  const GemmChoice choice = gemm_choice();
+  if (choice == GemmChoice::mkl || !cpu_has_gemm_microkernel()) return false;
+  if (choice == GemmChoice::microkernel) return true;
+  const int64_t group_in = s.in_channels / s.groups;
+  return group_in >= kMinImplicitChannels && group_in <= kMaxImplicitChannels &&
+         s.out_channels / s.groups >= kMinNhwcGroupChannels && s.out_width >= kMinImplicitRow;
+}
 
 // Whether every operand is channels_last by its strides (as suggest_memory_format decides),
 // dense in it, and not empty.
@@ -109,6 +147,19 @@ RouteChoice choose_route(Operator op, const ConvShape& s, at::TensorList activat
             why_operand_layout};
   }
 
+  // The weight gradient keeps the column matrix: as GEMMs per tap on views its runs are single
+  // rows wherever a tap reads padding, too short for the micro-kernel (NOTES section 26).
+  if (channels_last && op != Operator::weight_grad && transposed &&
+      takes_implicit(*transposed, first)) {
+    return {Route::implicit_nhwc, Layout::nhwc,
+            op == Operator::input_grad
+                ? "stride 1: the forward convolution of the output gradient, a GEMM per tap on "
+                  "views of it (no column matrix)"
+                : "a GEMM per tap on views of the input (no column matrix)",
+            "channels_last float32 operands on a CPU with the GEMM micro-kernel; 16 to 128 "
+            "channels per group, output rows of 14 pixels or more"};
+  }
+
   const bool nhwc = channels_last && has_wide_groups(s);
   const char* why_layout =
       nhwc ? "operands channels_last, groups of 16 or more channels"
@@ -142,6 +193,7 @@ const char* route_name(Route route) {
     case Route::transposed_columns: return "transposed_columns";
     case Route::pointwise_by_images: return "pointwise_by_images";
     case Route::pointwise_nhwc: return "pointwise_nhwc";
+    case Route::implicit_nhwc: return "implicit_nhwc";
     case Route::depthwise: return "depthwise";
     case Route::grouped: return "grouped";
   }

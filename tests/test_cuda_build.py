@@ -13,6 +13,7 @@ EXPECT_CUDA = os.environ.get("TORCH_CONVBP_EXPECT_CUDA_KERNELS") == "1"
 OPERATORS = ("conv2d", "conv2d_input_grad", "conv2d_weight_grad")
 DEVICE_KERNELS = ("im2col", "col2im", "im2col_nhwc", "col2im_nhwc", "depthwise_conv2d", "depthwise_input_grad",
                   "depthwise_weight_grad", "grouped_conv2d", "grouped_weight_grad")
+CPU_ONLY_KERNELS = ("implicit_conv2d",)  # the CPU's GEMM micro-kernel: route implicit_nhwc
 
 
 def registered(name, key):
@@ -21,10 +22,10 @@ def registered(name, key):
 
 def test_the_library_has_the_operators_and_device_kernels_and_nothing_else():
     names = {n.split("::", 1)[1] for n in torch._C._dispatch_get_all_op_names() if n.startswith("torch_convbp::")}
-    assert names == set(OPERATORS) | set(DEVICE_KERNELS)
+    assert names == set(OPERATORS) | set(DEVICE_KERNELS) | set(CPU_ONLY_KERNELS)
 
 
-@pytest.mark.parametrize("name", DEVICE_KERNELS)
+@pytest.mark.parametrize("name", DEVICE_KERNELS + CPU_ONLY_KERNELS)
 def test_every_device_kernel_has_a_cpu_kernel(name):
     assert registered(name, "CPU")
     assert not registered(name, "CompositeExplicitAutograd")
@@ -36,6 +37,11 @@ def test_every_device_kernel_has_a_cpu_kernel(name):
 def test_the_cuda_build_registers_every_device_kernel_for_cuda(name):
     assert torch_convbp.CUDA_KERNELS, "TORCH_CONVBP_EXPECT_CUDA_KERNELS=1, but the extension was built without CUDA kernels"
     assert registered(name, "CUDA")
+
+
+@pytest.mark.parametrize("name", CPU_ONLY_KERNELS)
+def test_the_cpu_only_kernels_have_no_cuda_kernel(name):
+    assert not registered(name, "CUDA")
 
 
 @pytest.mark.parametrize("name", OPERATORS)

@@ -37,6 +37,10 @@ LAYERS = {
     "asymmetric": ((7, 6, 13, 17), 9, (3, 2), (2, 1), (1, 0), (1, 2), 3, None),
     "depthwise": ((6, 16, 15, 13), 32, (3, 3), (2, 1), 1, 1, 16, None),
     "small-workspace": ((10, 8, 12, 12), 12, (3, 3), 1, 1, 1, 1, 4_000),
+    # fed channels_last in float32 on a CPU with the GEMM micro-kernel: the implicit route, a
+    # GEMM per tap on views (forward and grad-input), in row tiles
+    "implicit-row-tiles": ((3, 32, 20, 18), 48, (3, 3), 1, 1, 1, 1, None),
+    "implicit-strided-dilated": ((2, 16, 23, 33), 32, (3, 3), 2, 2, 2, 1, None),
 }
 
 

@@ -253,6 +253,13 @@ def _grouped_conv2d_fake(input, weight, stride, padding, dilation, groups, outpu
     _check_grouped("torch_convbp.grouped_conv2d", input, weight, output, stride, padding, dilation, groups)
 
 
+@register_fake("torch_convbp::implicit_conv2d")
+def _implicit_conv2d_fake(input, weight, stride, padding, dilation, groups, output):
+    op = "torch_convbp.implicit_conv2d"
+    _check_grouped(op, input, weight, output, stride, padding, dilation, groups)
+    torch._check(input.dtype == torch.float32, lambda: f"{op}: computes float32 only, got {input.dtype}")
+
+
 @register_fake("torch_convbp::grouped_weight_grad")
 def _grouped_weight_grad_fake(input, grad_output, stride, padding, dilation, groups, grad_weight):
     _check_grouped("torch_convbp.grouped_weight_grad", input, grad_weight, grad_output, stride, padding, dilation, groups)

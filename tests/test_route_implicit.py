@@ -1,0 +1,146 @@
+"""Route implicit_nhwc: a float32 convolution of channels_last operands on a CPU with oneDNN's GEMM
+micro-kernel computes its forward, and its input gradient where that is a stride-1 convolution,
+as GEMMs on shifted views of the input, one per tap, with no column matrix
+(csrc/cpu/implicit_nhwc_cpu.cpp). By default it takes layers of 16 to 128 input channels per group
+whose output rows have 14 pixels or more; TORCH_CONVBP_GEMM=microkernel makes it take every call it
+can compute, =mkl none (csrc/route.cpp)."""
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.library import opcheck
+
+import torch_convbp
+from cases import shift_and_add_conv2d
+from route_cases import CL
+
+ops = torch.ops.torch_convbp
+
+
+def has_microkernel():
+    """Whether the route is open here: asked of the route itself, for a call it always takes when
+    forced."""
+    x, w = torch.randn(1, 16, 4, 4).contiguous(memory_format=CL), torch.randn(16, 16, 3, 3)
+    import os
+
+    before = os.environ.get("TORCH_CONVBP_GEMM")
+    os.environ["TORCH_CONVBP_GEMM"] = "microkernel"
+    try:
+        return torch_convbp.explain(x, w)["forward"].route == "implicit_nhwc"
+    finally:
+        if before is None:
+            del os.environ["TORCH_CONVBP_GEMM"]
+        else:
+            os.environ["TORCH_CONVBP_GEMM"] = before
+
+
+pytestmark = pytest.mark.skipif(not has_microkernel(), reason="no GEMM micro-kernel here (x86 with AVX2, oneDNN on)")
+
+
+@pytest.fixture
+def microkernel(monkeypatch):
+    monkeypatch.setenv("TORCH_CONVBP_GEMM", "microkernel")
+
+
+# (name, input [N, C, H, W], out channels, kernel, stride, padding, dilation, groups)
+CASES = [
+    ("3x3 padded", (2, 16, 9, 11), 24, (3, 3), (1, 1), (1, 1), (1, 1), 1),
+    ("5x5", (1, 8, 12, 10), 16, (5, 5), (1, 1), (2, 2), (1, 1), 1),
+    ("asymmetric everything", (2, 12, 11, 13), 20, (3, 2), (2, 1), (1, 0), (1, 2), 1),
+    ("strided, stride larger than the kernel", (2, 16, 14, 15), 16, (2, 2), (3, 3), (0, 1), (1, 1), 1),
+    ("dilated", (1, 16, 13, 12), 16, (3, 3), (1, 1), (2, 2), (2, 2), 1),
+    ("padding past the reach", (2, 8, 5, 6), 8, (2, 3), (1, 1), (3, 3), (1, 1), 1),
+    ("rows narrower than the kernel's reach", (2, 8, 9, 2), 8, (3, 5), (1, 1), (1, 2), (1, 1), 1),
+    ("groups", (2, 32, 8, 9), 80, (3, 3), (1, 1), (1, 1), (1, 1), 2),
+    # at most 32 output channels per group: the direct grouped kernels come first
+    ("narrow groups", (2, 12, 8, 9), 6, (3, 3), (1, 1), (1, 1), (1, 1), 3),
+    ("batch of one, one pixel wide", (1, 8, 7, 1), 8, (3, 1), (1, 1), (1, 0), (1, 1), 1),
+]
+
+
+@pytest.mark.parametrize("name, shape, cout, kernel, stride, padding, dilation, groups", CASES, ids=[c[0] for c in CASES])
+def test_values_and_gradients_against_the_references(name, shape, cout, kernel, stride, padding, dilation, groups, microkernel):
+    """The forward and the input gradient on the implicit route (where the input gradient is a
+    stride-1 convolution), the weight gradient on the columns route, all against F.conv2d and our
+    shift-and-add reference in float64."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(*shape, generator=g).contiguous(memory_format=CL).requires_grad_()
+    w = torch.randn(cout, shape[1] // groups, *kernel, generator=g).requires_grad_()
+    args = (stride, padding, dilation, groups)
+    routes = torch_convbp.explain(x, w, *args)
+    assert routes["forward"].route == ("grouped" if name == "narrow groups" else "implicit_nhwc")
+    y = torch_convbp.conv2d(x, w, None, *args)
+    dy = torch.randn(y.shape, generator=g).contiguous(memory_format=CL)
+    ours = (y, *torch.autograd.grad(y, (x, w), dy))
+    x64, w64 = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    y64 = F.conv2d(x64, w64, None, *args)
+    ref = (y64, *torch.autograd.grad(y64, (x64, w64), dy.double()))
+    pads = (padding[0], padding[0], padding[1], padding[1])
+    y_own = shift_and_add_conv2d(x64, w64, None, stride, pads, dilation, groups)
+    own = (y_own, *torch.autograd.grad(y_own, (x64, w64), dy.double()))
+    for a, r, o in zip(ours, ref, own):
+        assert a.dtype == torch.float32
+        torch.testing.assert_close(a.double(), r, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(r, o, rtol=1e-10, atol=1e-10)
+    assert y.is_contiguous(memory_format=CL) and ours[1].is_contiguous(memory_format=CL)
+
+
+def test_the_implicit_and_column_routes_agree(monkeypatch):
+    x = torch.randn(2, 32, 16, 17).contiguous(memory_format=CL)
+    w = torch.randn(48, 32, 3, 3)
+    dy = torch.randn(2, 48, 16, 17).contiguous(memory_format=CL)
+    results = {}
+    for choice in ("microkernel", "mkl"):
+        monkeypatch.setenv("TORCH_CONVBP_GEMM", choice)
+        routes = torch_convbp.explain(x, w, padding=1)
+        assert routes["forward"].route == ("implicit_nhwc" if choice == "microkernel" else "columns")
+        results[choice] = (ops.conv2d(x, w, None, [1, 1], [1, 1], [1, 1], 1),
+                           ops.conv2d_input_grad(dy, w, list(x.shape), [1, 1], [1, 1], [1, 1], 1))
+    for a, b in zip(results["microkernel"], results["mkl"]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-4)
+
+
+# (name, input [N, C, H, W], out channels, dtype, channels_last, whether the rule takes the route)
+RULE = [
+    ("64 channels, rows of 28", (2, 64, 28, 28), 64, torch.float32, True, True),
+    ("16 channels, rows of 14", (2, 16, 14, 14), 32, torch.float32, True, True),
+    ("rows of 7", (2, 64, 7, 7), 64, torch.float32, True, False),
+    ("256 channels", (1, 256, 14, 14), 256, torch.float32, True, False),
+    ("8 channels", (2, 8, 28, 28), 32, torch.float32, True, False),
+    ("float64", (2, 64, 28, 28), 64, torch.float64, True, False),
+    ("bfloat16", (2, 64, 28, 28), 64, torch.bfloat16, True, False),
+    ("NCHW", (2, 64, 28, 28), 64, torch.float32, False, False),
+]
+
+
+@pytest.mark.parametrize("name, shape, cout, dtype, channels_last, takes", RULE, ids=[r[0] for r in RULE])
+def test_the_rule_that_chooses_it(name, shape, cout, dtype, channels_last, takes, monkeypatch):
+    monkeypatch.delenv("TORCH_CONVBP_GEMM", raising=False)
+    x = torch.empty(shape, dtype=dtype).contiguous(memory_format=CL if channels_last else torch.contiguous_format)
+    w = torch.empty(cout, shape[1], 3, 3, dtype=dtype)
+    routes = torch_convbp.explain(x, w, padding=1)
+    assert (routes["forward"].route == "implicit_nhwc") == takes
+    assert (routes["input_grad"].route == "implicit_nhwc") == takes
+    assert routes["weight_grad"].route != "implicit_nhwc"
+    monkeypatch.setenv("TORCH_CONVBP_GEMM", "mkl")
+    assert torch_convbp.explain(x, w, padding=1)["forward"].route != "implicit_nhwc"
+
+
+def test_the_setting_is_checked(monkeypatch):
+    monkeypatch.setenv("TORCH_CONVBP_GEMM", "fastest")
+    x = torch.randn(1, 16, 5, 5).contiguous(memory_format=CL)
+    with pytest.raises(RuntimeError, match="TORCH_CONVBP_GEMM must be auto, microkernel or mkl, got 'fastest'"):
+        torch_convbp.conv2d(x, torch.randn(16, 16, 3, 3))
+
+
+def test_the_kernel_and_its_fake(microkernel):
+    x = torch.randn(2, 16, 6, 7).contiguous(memory_format=CL)
+    w = torch.randn(8, 16, 3, 3)
+    out = torch.empty(2, 8, 6, 7).contiguous(memory_format=CL)
+    args = ([1, 1], [1, 1], [1, 1], 1)
+    opcheck(ops.implicit_conv2d.default, (x, w, *args, out))
+    with pytest.raises(RuntimeError, match="computes float32 only"):
+        ops.implicit_conv2d(x.double(), w.double(), *args, out.double())
+    with pytest.raises(RuntimeError, match="both channels_last"):
+        ops.implicit_conv2d(x.contiguous(), w, *args, out)
+    with pytest.raises(RuntimeError, match=r"expected output of size \[2, 8, 6, 7\]"):
+        ops.implicit_conv2d(x, w, *args, out[:, :, :5])
