@@ -97,16 +97,35 @@ def extension():
     if not os.environ.get("TORCH_CUDA_ARCH_LIST") and not torch.cuda.is_available():
         os.environ["TORCH_CUDA_ARCH_LIST"] = DEFAULT_CUDA_ARCHS
         print(f"torch_convbp: no GPU visible, building the CUDA kernels for {DEFAULT_CUDA_ARCHS}")
+    # The architectures, as the module reports them (torch_convbp._C.built_for_cuda_archs): tokens
+    # joined by "+", stringified in module.cpp (a quoted define would not survive ninja's shell).
+    archs = f"-DTORCH_CONVBP_CUDA_ARCHS={cuda_architectures()}"
     extension = CUDAExtension(
         "torch_convbp._C",
         sources + sorted(glob.glob("csrc/cuda/*.cu")),
         # No --use_fast_math: it flushes float32 denormals to zero, and the kernels must give the
         # CPU kernels' bits (they are memory-bound; fast math would buy nothing).
-        extra_compile_args={"cxx": cxx_flags, "nvcc": ["-O3"]},
+        extra_compile_args={"cxx": [*cxx_flags, archs], "nvcc": ["-O3"]},
         extra_link_args=link_flags,
     )
     return extension, BuildExtension
 
 
+def cuda_architectures():
+    """The architectures the CUDA kernels are built for, as torch's nvcc flags name them: sm_80 for
+    machine code, compute_90 for PTX (the GPUs a build machine has, or TORCH_CUDA_ARCH_LIST)."""
+    from torch.utils.cpp_extension import _get_cuda_arch_flags
+
+    codes = re.findall(r",code=\[?([\w,]+)", " ".join(_get_cuda_arch_flags()))
+    return "+".join(dict.fromkeys(c for group in codes for c in group.split(",")))
+
+
+def torch_requirement():
+    """The torch this build runs with: the release it was compiled against (torch has no stable C++
+    ABI, so the wheel pins it, and pip refuses a mismatched torch at install time)."""
+    release = re.match(r"\d+\.\d+\.\d+", torch.__version__).group(0)  # 2.13.0 of 2.13.0+cpu
+    return f"torch=={release}"
+
+
 ext, build_ext = extension()
-setup(ext_modules=[ext], cmdclass={"build_ext": build_ext})
+setup(ext_modules=[ext], cmdclass={"build_ext": build_ext}, install_requires=[torch_requirement()])

@@ -7,7 +7,7 @@ Each build is a checkout with the extension built in place (`python setup.py bui
 or an editable install). Two builds of one extension cannot live in one process (they register the
 same operators), so this runs one process per build, alternating before, after, before, ... for
 --pairs pairs, each timing every layer of the suite (forward + backward, interleaved rounds as in
-bench_conv.py). It reports per layer the median over the processes and the after/before ratio.
+the layer benchmark). It reports per layer the median over the processes and the after/before ratio.
 
 glibc's malloc adapts its mmap threshold to the sizes freed so far, so whether a layer's 25 MB
 output comes from reused heap or from fresh, page-faulting mmap depends on what the process ran
@@ -16,6 +16,8 @@ child processes fix the thresholds (MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOL
 builds see the same allocator.
 """
 import argparse
+import importlib
+import importlib.util
 import json
 import math
 import os
@@ -29,23 +31,34 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 FIXED_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(4 << 30), "MALLOC_TRIM_THRESHOLD_": str(100 << 30)}
 
 
+def this_checkouts_benchmark():
+    """This checkout's torch_convbp/benchmark as a package of its own, "bench": a child process
+    times another checkout's torch_convbp (an older one may have no benchmark package) with the
+    same layers and timing code for both builds."""
+    path = os.path.join(os.path.dirname(HERE), "torch_convbp", "benchmark")
+    spec = importlib.util.spec_from_file_location("bench", os.path.join(path, "__init__.py"),
+                                                  submodule_search_locations=[path])
+    sys.modules["bench"] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sys.modules["bench"])
+    return importlib.import_module("bench.layers"), importlib.import_module("bench.steps"), \
+        importlib.import_module("bench.timing")
+
+
 def time_layers(args, out_path):
     """In a child process: torch_convbp's median fwd+bwd seconds for every layer of the suite.
-    On CUDA, TF32 stays off, as in bench_conv.py's float32 table."""
+    On CUDA, TF32 stays off, as in the benchmark's float32 table."""
     import torch
     import torch_convbp
 
-    sys.path.insert(0, HERE)
-    import bench_conv
-
+    layers, steps, timing = this_checkouts_benchmark()
     torch.backends.cuda.matmul.allow_tf32 = False
     times = {"module": torch_convbp.__file__, "layers": {}}
-    for layer in bench_conv.load_layers(args.suite, args.layers):
-        x, w = bench_conv.make_operands(layer, args.batch, args.device, getattr(torch, args.dtype))
+    for layer in layers.load_layers(args.suite, args.layers):
+        x, w = layers.make_operands(layer, args.batch, args.device, getattr(torch, args.dtype))
         if args.channels_last:
             x, w = (t.detach().to(memory_format=torch.channels_last).requires_grad_() for t in (x, w))
-        step = bench_conv.conv_step(torch_convbp.conv2d, x, w, layer, "both")
-        times["layers"][layer["name"]] = bench_conv.time_interleaved({"ours": step}, args.rounds)["ours"]
+        step = steps.conv_step(torch_convbp.conv2d, x, w, layer, "both")
+        times["layers"][layer["name"]] = timing.time_interleaved({"ours": step}, args.rounds)["ours"]
     with open(out_path, "w") as f:
         json.dump(times, f)
 

@@ -61,4 +61,13 @@ PYBIND11_MODULE(_C, m) {
 #else
   m.attr("built_with_torch") = py::none();
 #endif
+  // The CUDA architectures the kernels were compiled for (setup.py: sm_80+compute_90+...), empty
+  // without CUDA kernels.
+#if defined(TORCH_CONVBP_CUDA_ARCHS)
+#define TORCH_CONVBP_STRING(x) #x
+#define TORCH_CONVBP_EXPANDED_STRING(x) TORCH_CONVBP_STRING(x)
+  m.attr("built_for_cuda_archs") = TORCH_CONVBP_EXPANDED_STRING(TORCH_CONVBP_CUDA_ARCHS);
+#else
+  m.attr("built_for_cuda_archs") = "";
+#endif
 }

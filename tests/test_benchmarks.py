@@ -1,32 +1,30 @@
-"""The benchmark command runs end to end (on a small layer, one round): every pass, every section,
-the JSON and the plot."""
+"""The benchmark commands run end to end (on a small layer, one round): every pass, every section,
+the JSON and the plot (torch_convbp/benchmark/; benchmarks/bench_conv.py and bench_models.py are
+their front ends for a checkout)."""
 import importlib.util
 import json
-import os
-import sys
 
 import pytest
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
-import bench_conv  # noqa: E402
+from torch_convbp.benchmark import layers, models, steps, suite
 
 
 def test_every_layer_is_well_formed():
-    layers = bench_conv.load_layers("all")
-    assert len({layer["name"] for layer in layers}) == len(layers) >= 15
-    for layer in layers:
+    suite_layers = layers.load_layers("all")
+    assert len({layer["name"] for layer in suite_layers}) == len(suite_layers) >= 15
+    for layer in suite_layers:
         assert layer["in_channels"] % layer["groups"] == 0 and layer["out_channels"] % layer["groups"] == 0
-        assert bench_conv.out_size(layer) > 0
+        assert layers.out_size(layer) > 0
         assert set(layer["suites"]) <= {"quick", "resnet18", "resnet50", "mobilenet"}
 
 
 @pytest.mark.parametrize("passes", ["forward", "backward", "both"])
 def test_layer_table(passes, capsys):
-    result = bench_conv.main(["--device", "cpu", "--suite", "all", "--layers", "512 @7", "--batch", "1",
+    result = suite.main(["--device", "cpu", "--suite", "all", "--layers", "512 @7", "--batch", "1",
                               "--rounds", "1", "--passes", passes, "--quiet"])
     (row,) = result["rows"]
-    for candidate in (*bench_conv.CANDIDATES, "builtin_channels_last", "torch_convbp_channels_last"):
+    for candidate in (*steps.CANDIDATES, "builtin_channels_last", "torch_convbp_channels_last"):
         assert row[f"{candidate}_ms"] > 0
     assert "builtin_deterministic_ms" not in row  # a GPU-only variant
     assert row["vs_builtin"] == pytest.approx(row["torch_convbp_ms"] / row["builtin_ms"])
@@ -40,7 +38,7 @@ def test_layer_table(passes, capsys):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 def test_gpu_rows_have_the_deterministic_variant_and_peak_memory():
-    result = bench_conv.main(["--device", "cuda", "--suite", "all", "--layers", "512 @7", "--batch", "2", "--rounds", "1",
+    result = suite.main(["--device", "cuda", "--suite", "all", "--layers", "512 @7", "--batch", "2", "--rounds", "1",
                               "--quiet"])
     (row,) = result["rows"]
     assert row["builtin_deterministic_ms"] > 0
@@ -56,7 +54,7 @@ def test_memory_scaling_json_and_plot(tmp_path):
     except ImportError:
         matplotlib = None
     out_json, out_png = tmp_path / "r.json", tmp_path / "r.png"
-    bench_conv.main(["--device", "cpu", "--suite", "all", "--layers", "dw 3x3 128", "--batch", "1", "--rounds", "1",
+    suite.main(["--device", "cpu", "--suite", "all", "--layers", "dw 3x3 128", "--batch", "1", "--rounds", "1",
                      "--memory", "--memory-batches", "1", "2", "--scaling", "--scaling-layer", "512 @7",
                      "--scaling-batches", "1", "2", "--scaling-sizes", "7", "--json", str(out_json),
                      "--quiet"] + (["--plot", str(out_png)] if matplotlib else []))
@@ -70,14 +68,12 @@ def test_memory_scaling_json_and_plot(tmp_path):
 
 
 def test_model_benchmark_runs_or_says_torchvision_is_missing(tmp_path, capsys):
-    import bench_models
-
     args = ["--device", "cpu", "--models", "resnet18", "--batch", "2", "--size", "64", "--rounds", "1",
             "--json", str(tmp_path / "models.json")]
     plotting = importlib.util.find_spec("matplotlib") is not None
     if plotting:
         args += ["--plot", str(tmp_path / "models.png")]
-    bench_models.main(args)
+    models.main(args)
     out = capsys.readouterr().out
     try:
         import torchvision  # noqa: F401
@@ -92,21 +88,17 @@ def test_model_benchmark_runs_or_says_torchvision_is_missing(tmp_path, capsys):
 
 
 def test_model_benchmark_refuses_an_unknown_model():
-    import bench_models
-
     try:
         import torchvision  # noqa: F401
     except ImportError:
         pytest.skip("torchvision is not installed")
     with pytest.raises(SystemExit, match="no model"):
-        bench_models.main(["--models", "resnet_nonexistent"])
+        models.main(["--models", "resnet_nonexistent"])
 
 
 def test_model_benchmark_refuses_plot_without_matplotlib(capsys):
-    import bench_models
-
     if importlib.util.find_spec("matplotlib") is not None:
         pytest.skip("matplotlib is installed")
     with pytest.raises(SystemExit):
-        bench_models.main(["--models", "resnet18", "--plot", "out.png"])
+        models.main(["--models", "resnet18", "--plot", "out.png"])
     assert "--plot needs matplotlib" in capsys.readouterr().err

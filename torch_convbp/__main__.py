@@ -1,64 +1,102 @@
-"""python -m torch_convbp: a self-check against F.conv2d, then a timing table on this machine."""
-import os
+"""python -m torch_convbp: the command line of an installed torch_convbp.
+
+    python -m torch_convbp                  # check: a self-check against F.conv2d, then a timing
+                                            #   table of a few layers on this machine
+    python -m torch_convbp check --layers "3x3 64" --rounds 1     # a smaller, faster table
+    python -m torch_convbp bench [options]  # the layer benchmark (python -m torch_convbp bench --help)
+    python -m torch_convbp models [options] # whole torchvision models (needs torchvision)
+    python -m torch_convbp explain --input 8 64 56 56 --weight 64 64 3 3 --padding 1 --channels-last
+                                            # which route each operator takes, and why
+    python -m torch_convbp --version        # the version, and what it was built with
+"""
+import argparse
 import sys
 import time
-import warnings
 
 import torch
-import torch.nn.functional as F
 
 import torch_convbp
 
-CHECKS = [  # (name, input shape, weight shape, stride, padding, dilation, groups)
-    ("3x3, padding 1", (4, 8, 12, 12), (16, 8, 3, 3), 1, 1, 1, 1),
-    ("strided, asymmetric kernel", (3, 6, 11, 9), (4, 6, 3, 2), (2, 1), (1, 0), 1, 1),
-    ("grouped and dilated", (2, 8, 13, 13), (8, 2, 3, 3), 1, 2, 2, 4),
-    ("depthwise, 'same'", (2, 6, 9, 9), (6, 1, 4, 4), 1, "same", 1, 6),
-    ("1x1", (5, 16, 7, 7), (32, 16, 1, 1), 1, 0, 1, 1),
-]
+COMMANDS = ("check", "bench", "models", "explain")
 
 
-def self_check():
-    print("Self-check: torch_convbp.conv2d against torch.nn.functional.conv2d (float64)")
-    warnings.filterwarnings("ignore", message="Using padding='same'")  # F.conv2d's own note
-    worst = 0.0
-    for name, xs, ws, stride, padding, dilation, groups in CHECKS:
-        torch.manual_seed(0)
-        x = torch.randn(xs, dtype=torch.float64, requires_grad=True)
-        w = torch.randn(ws, dtype=torch.float64, requires_grad=True)
-        b = torch.randn(ws[0], dtype=torch.float64, requires_grad=True)
-        results = []
-        for conv in (torch_convbp.conv2d, F.conv2d):
-            y = conv(x, w, b, stride, padding, dilation, groups)
-            results.append((y, *torch.autograd.grad(y, (x, w, b), torch.cos(y))))
-        err = max((a - e).abs().max().item() for a, e in zip(*results))
-        worst = max(worst, err)
-        print(f"  {'ok  ' if err < 1e-9 else 'FAIL'} {name:28s} output and 3 gradients agree to {err:.1e}")
-    ok = torch.autograd.gradgradcheck(lambda x, w: torch_convbp.conv2d(x, w, None, 1, 1), (
-        torch.randn(2, 3, 5, 5, dtype=torch.float64, requires_grad=True),
-        torch.randn(4, 3, 3, 3, dtype=torch.float64, requires_grad=True)))
-    print(f"  {'ok  ' if ok else 'FAIL'} second derivatives (gradgradcheck)")
-    return worst < 1e-9 and ok
+def version():
+    cuda = "with CUDA kernels" if torch_convbp.CUDA_KERNELS else "without CUDA kernels"
+    archs = torch_convbp._C.built_for_cuda_archs
+    built = f"built against torch {torch_convbp._C.built_with_torch}, {cuda}"
+    return f"torch_convbp {torch_convbp.__version__}, {built}" + (f" for {archs}" if archs else "")
 
 
-def main():
+def check(argv):
+    from ._self_check import self_check
+    from .benchmark import suite
+    from .benchmark.report import geomean
+
+    p = argparse.ArgumentParser(prog="python -m torch_convbp check", description="A self-check against "
+                                "F.conv2d, then a timing table (fwd+bwd, float32) of a few layers on this machine.")
+    p.add_argument("--suite", default="quick", help="the layers to time (see `bench --help`); default: quick")
+    p.add_argument("--layers", default="", help="only the layers whose name contains this")
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--rounds", type=int, default=5, help="interleaved rounds; medians are reported")
+    args = p.parse_args(argv)
+    print(version())
     passed = self_check()
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
-    try:
-        import bench_conv
-    except ImportError:
-        print("\n(benchmarks/ not found next to the package: no timing table)")
-        return 0 if passed else 1
-    print("\nTiming, forward + backward, float32, batch 8 (a minute or so)...")
+    print(f"\nTiming, forward + backward, float32, batch {args.batch}...")
     start = time.time()
-    rows = bench_conv.main(["--suite", "quick", "--batch", "8", "--quiet", "--rounds", "5"])["rows"]
-    g = bench_conv.geomean([r["vs_builtin"] for r in rows])
+    rows = suite.main(["--suite", args.suite, "--layers", args.layers, "--batch", str(args.batch), "--quiet",
+                       "--rounds", str(args.rounds)])["rows"]
     builtin = "cuDNN" if torch.cuda.is_available() else "oneDNN"
-    print(f"\nIn short: on these layers torch_convbp takes {g:.2f}x the time of {builtin} (geometric mean) and "
-          f"{bench_conv.geomean([r['vs_aten_im2col'] for r in rows]):.2f}x that of ATen's own im2col path, "
-          f"measured in {time.time() - start:.0f} s.")
+    print(f"\nIn short: on these layers torch_convbp takes {geomean(r['vs_builtin'] for r in rows):.2f}x the time of "
+          f"{builtin} (geometric mean) and {geomean(r['vs_aten_im2col'] for r in rows):.2f}x that of ATen's own "
+          f"im2col path, measured in {time.time() - start:.0f} s.")
     print("Self-check " + ("passed." if passed else "FAILED."))
     return 0 if passed else 1
+
+
+def explain(argv):
+    p = argparse.ArgumentParser(prog="python -m torch_convbp explain",
+                                description="Which route each operator of a convolution takes, and why (nothing is computed).")
+    p.add_argument("--input", type=int, nargs="+", required=True, metavar="N", help="the input's size: N C H W, C H W, or N C L")
+    p.add_argument("--weight", type=int, nargs="+", required=True, metavar="N", help="the weight's size: Cout Cin/G kH kW")
+    p.add_argument("--stride", type=int, nargs="+", default=[1])
+    p.add_argument("--padding", nargs="+", default=["0"], help="ints, or 'same' or 'valid'")
+    p.add_argument("--dilation", type=int, nargs="+", default=[1])
+    p.add_argument("--groups", type=int, default=1)
+    p.add_argument("--dtype", default="float32", choices=["float64", "float32", "bfloat16", "float16"])
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--channels-last", action="store_true", help="the input (and weight) in channels_last")
+    args = p.parse_args(argv)
+    padding = args.padding[0] if args.padding[0] in ("same", "valid") else [int(v) for v in args.padding]
+    options = dict(dtype=getattr(torch, args.dtype), device=args.device)
+    x, w = torch.empty(args.input, **options), torch.empty(args.weight, **options)
+    if args.channels_last and x.dim() == 4:
+        x, w = x.contiguous(memory_format=torch.channels_last), w.contiguous(memory_format=torch.channels_last)
+    print(torch_convbp.explain(x, w, args.stride, padding, args.dilation, args.groups))
+    return 0
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = argv[0] if argv and argv[0] in COMMANDS else None
+    if command == "bench":
+        from .benchmark import suite
+
+        suite.main(argv[1:])
+        return 0
+    if command == "models":
+        from .benchmark import models
+
+        models.main(argv[1:])
+        return 0
+    if command == "explain":
+        return explain(argv[1:])
+    if command is None and argv and argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0
+    if command is None and argv and argv[0] == "--version":
+        print(version())
+        return 0
+    return check(argv[1:] if command == "check" else argv)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,83 @@
+"""What a result depends on besides the code, recorded with every result: the machine, its
+instruction sets, the libraries' versions and settings, and the build of torch_convbp."""
+import os
+import platform
+import re
+import subprocess
+
+import torch
+
+import torch_convbp
+
+
+def machine_description(device):
+    if device == "cuda":
+        return torch.cuda.get_device_name()
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        model = platform.processor() or platform.machine()
+    return f"{model}, {torch.get_num_threads()} threads"
+
+
+ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8")
+SETTINGS = ("DNNL_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "OMP_NUM_THREADS")
+
+
+def cpu_flags():
+    """The instruction-set extensions of ISA_FLAGS that this CPU reports (/proc/cpuinfo)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next(line.split(":", 1)[1].split() for line in f if line.startswith("flags"))
+    except (OSError, StopIteration):
+        return []
+    return [flag for flag in ISA_FLAGS if flag in flags]
+
+
+def library_versions():
+    """The versions of oneDNN and MKL in this torch, as torch.__config__.show() names them."""
+    config = torch.__config__.show()
+    onednn = re.search(r"MKL-DNN v([\d.]+)", config)
+    mkl = re.search(r"Math Kernel Library Version ([\w.]+)", config)
+    return {"onednn": onednn.group(1) if onednn else None, "mkl": mkl.group(1) if mkl else None}
+
+
+def source_version():
+    """torch_convbp's version and, where it is imported from a git checkout, the commit and
+    whether the checkout's tracked files differ from it (None for an installed wheel)."""
+    checkout = os.path.dirname(os.path.dirname(os.path.abspath(torch_convbp.__file__)))
+    version = {"version": torch_convbp.__version__, "commit": None, "dirty": None}
+    if not os.path.isdir(os.path.join(checkout, ".git")):
+        return version
+    try:
+        commit = subprocess.run(["git", "-C", checkout, "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
+        status = subprocess.run(["git", "-C", checkout, "status", "--porcelain", "--untracked-files=no"],
+                                capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return version
+    return {**version, "commit": commit.stdout.strip(), "dirty": bool(status.stdout.strip())}
+
+
+def environment(device, dtype):
+    """What a result depends on besides the code: the CPU's instruction sets, the libraries' and
+    ATen's choices, the settings that change them, and the build of torch_convbp that ran."""
+    return {
+        "torch_convbp": source_version(),
+        "cpu_flags": cpu_flags(),
+        "aten_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        **library_versions(),
+        "gemm_dtype": str(torch_convbp.gemm_dtype(dtype, device)).replace("torch.", ""),
+        "settings": {name: os.environ[name] for name in SETTINGS if name in os.environ},
+    }
+
+
+def environment_line(env):
+    """One line for a table's heading."""
+    source = env["torch_convbp"]
+    build = f"torch_convbp {source.get('version', '')}".rstrip()
+    if source["commit"]:
+        build += f" at {source['commit'][:7]}{' (modified)' if source['dirty'] else ''}"
+    settings = "".join(f", {k}={v}" for k, v in env["settings"].items())
+    return (f"{build}; ISA: {' '.join(env['cpu_flags']) or 'unknown'} (ATen {env['aten_cpu_capability']}); "
+            f"oneDNN {env['onednn']}, MKL {env['mkl']}; GEMMs in {env['gemm_dtype']}{settings}")
