@@ -174,14 +174,26 @@ void input_grad_by_col2im(const Tensor& dy, const Tensor& weight, const ConvShap
 
 // The weight [Cout, Cin/G, kh, kw] of the input gradient's convolution (input_grad_convolution):
 // [Cin, Cout/G, kh, kw], each group's channels swapped and each kernel rotated by 180°, written
-// once in `layout`'s memory order so that weight_matrices takes it without another copy (flip
-// itself always copies).
+// once in `layout`'s memory order so that weight_matrices takes it without another copy. From a
+// contiguous weight, one flip (which always copies) into that order; from a channels_last one,
+// tap by tap, each a transposed copy of one tap's [Cout/G, Cin/G] matrices, since ATen's flip
+// ran at a few percent of a copy's speed on a channels_last weight (benchmarks/NOTES.md, 28).
 Tensor flipped_transposed_weight(const Tensor& weight, const ConvShape& s, Layout layout) {
   const int64_t g = s.groups, in = s.in_channels / g, out = s.out_channels / g;
   Tensor flipped = at::empty({s.in_channels, out, s.kernel_h, s.kernel_w},
                              weight.options().memory_format(memory_format(layout)));
-  flipped.view({g, in, out, s.kernel_h, s.kernel_w})
-      .copy_(weight.view({g, out, in, s.kernel_h, s.kernel_w}).transpose(1, 2).flip({3, 4}));
+  const Tensor source = weight.view({g, out, in, s.kernel_h, s.kernel_w});
+  const Tensor target = flipped.view({g, in, out, s.kernel_h, s.kernel_w});
+  if (weight.suggest_memory_format() != at::MemoryFormat::ChannelsLast) {
+    target.copy_(source.transpose(1, 2).flip({3, 4}));
+    return flipped;
+  }
+  for (int64_t ki = 0; ki < s.kernel_h; ++ki) {
+    for (int64_t kj = 0; kj < s.kernel_w; ++kj) {
+      target.select(4, kj).select(3, ki).copy_(
+          source.select(4, s.kernel_w - 1 - kj).select(3, s.kernel_h - 1 - ki).transpose(1, 2));
+    }
+  }
   return flipped;
 }
 
