@@ -182,7 +182,8 @@ at::MemoryFormat result_format(const at::Tensor& activation, const at::Tensor& w
   const auto channels_last = at::MemoryFormat::ChannelsLast;
   const bool suggested = activation.suggest_memory_format() == channels_last ||
                          weight.suggest_memory_format() == channels_last;
-  return activation.dim() == 4 && activation.size(0) > 0 && suggested
+  const bool meta = activation.device().type() == c10::DeviceType::Meta;  // F.conv2d's meta rule
+  return activation.dim() == 4 && activation.size(0) > 0 && suggested && !meta
              ? channels_last
              : at::MemoryFormat::Contiguous;
 }

@@ -51,12 +51,38 @@ def check_weight_rank(op: str, weight, dims: int) -> None:
         raise RuntimeError(f"{op}: expected a {dims + 2}-D weight, got size {list(weight.shape)}")
 
 
-def check_device(op: str, input) -> None:
-    if input.is_cuda and not CUDA_KERNELS:
+# The devices torch_convbp computes on: the CPU, CUDA (where built with its kernels), and meta
+# (sizes only, no values: shape inference, models built before to_empty()).
+DEVICES = ("cpu", "cuda", "meta")
+
+
+def check_tensor(op: str, name: str, t) -> None:
+    """The kinds of tensor torch_convbp does not compute on, refused by name: nested, sparse (any
+    non-strided layout), quantized, and devices without kernels."""
+    if t is None:
+        return
+    if t.is_nested:
+        raise RuntimeError(f"{op}: {name} is a nested tensor; torch_convbp computes on dense tensors only "
+                           "(unbind it and convolve each tensor, or pad them to one size)")
+    if t.layout != torch.strided:
+        raise RuntimeError(f"{op}: {name} must be a dense (strided) tensor, got layout {t.layout} "
+                           "(to_dense() it first)")
+    if t.is_quantized:
+        raise RuntimeError(f"{op}: {name} is quantized ({t.dtype}); torch_convbp computes in floating point "
+                           "(dequantize() it first)")
+    if t.device.type not in DEVICES:
+        raise RuntimeError(f"{op}: {name} is on device '{t.device}', where torch_convbp has no kernels; it computes on "
+                           f"{', '.join(DEVICES[:-1])} (and meta, for shapes)")
+    if t.device.type == "cuda" and not CUDA_KERNELS:
         raise RuntimeError(
             f"{op}: got a CUDA tensor, but torch_convbp was built without CUDA kernels; "
             "rebuild it with a CUDA build of torch and a CUDA toolkit (see the README)"
         )
+
+
+def check_tensors(op: str, **tensors) -> None:
+    for name, t in tensors.items():
+        check_tensor(op, name, t)
 
 
 def autocast(device_type: str, *tensors):
@@ -89,10 +115,13 @@ def string_padding(op: str, padding: str, input, weight, stride, dilation):
 
 def output_memory_format(input, weight):
     """channels_last when the input or the weight is channels_last, as torch.nn.functional decides
-    (except for an empty batch, whose output it leaves NCHW, and on CUDA where cuDNN would not run
-    channels_last: float64, or cuDNN disabled; seen on an H100 with torch 2.11). The operators
-    compute in NCHW; a channels_last output is one copy away."""
+    (except for an empty batch, whose output it leaves NCHW, on meta tensors, and on CUDA where
+    cuDNN would not run channels_last: float64, or cuDNN disabled; seen on an H100 with torch
+    2.11). The operators return this format themselves but for the CUDA cases (result_format in
+    csrc/route.h), where it is one copy away."""
     if input.is_cuda and (input.dtype == torch.float64 or not torch.backends.cudnn.enabled):
+        return torch.contiguous_format
+    if input.device.type == "meta":  # F.conv2d's meta kernel returns contiguous tensors
         return torch.contiguous_format
     if input.dim() == 4 and weight.dim() == 4 and input.shape[0] > 0:
         if channels_last in (suggest_memory_format(input), suggest_memory_format(weight)):

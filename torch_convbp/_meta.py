@@ -84,10 +84,11 @@ def _check_grad_output(op, grad_output, expected):
 
 def _result_format(activation, weight):
     """Mirrors result_format (csrc/route.h): an operator's activation result is channels_last
-    where its activation operand or the weight suggests it (as F.conv2d decides on the CPU), and
-    the batch is not empty; never does the route decide."""
+    where its activation operand or the weight suggests it (as F.conv2d decides on the CPU), the
+    batch is not empty, and the device is not meta (where F.conv2d returns contiguous tensors);
+    never does the route decide."""
     channels_last = torch.channels_last in (suggest_memory_format(activation), suggest_memory_format(weight))
-    return channels_last and activation.dim() == 4 and activation.shape[0] > 0
+    return channels_last and activation.dim() == 4 and activation.shape[0] > 0 and activation.device.type != "meta"
 
 
 def _empty(like, size, channels_last):

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from ._args import (
     autocast,
-    check_device,
+    check_tensors,
     check_groups,
     check_input_rank,
     check_weight_rank,
@@ -79,10 +79,10 @@ def convolution_arguments(op, dims, input, weight, bias, stride, padding, dilati
     and weight (a unit height for 1-D), pairs of ints (a string padding resolved, the input padded
     where 'same' needs an odd total), and the autocast dtype under autocast. Returns (input,
     weight, bias, stride, padding, dilation)."""
+    check_tensors(op, input=input, weight=weight, bias=bias)
     check_input_rank(op, input, dims)
     if dims == 1:
         check_weight_rank(op, weight, 1)
-    check_device(op, input)
     stride, dilation = int_tuple(op, "stride", stride, dims), int_tuple(op, "dilation", dilation, dims)
     if not isinstance(padding, str):
         padding = int_tuple(op, "padding", padding, dims)
@@ -100,9 +100,9 @@ def convolution_arguments(op, dims, input, weight, bias, stride, padding, dilati
 
 
 def _transposed_convolution(op, dims, input, weight, bias, stride, padding, output_padding, groups, dilation):
+    check_tensors(op, input=input, weight=weight, bias=bias)
     check_input_rank(op, input, dims)
     check_weight_rank(op, weight, dims)
-    check_device(op, input)
     stride, padding, output_padding, dilation = (
         int_tuple(op, name, value, dims)
         for name, value in (("stride", stride), ("padding", padding), ("output_padding", output_padding),
