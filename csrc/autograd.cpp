@@ -1,4 +1,4 @@
-// The autograd of the three operators, each differentiated with the others.
+// The autograd of the three operators (of each dimension), each differentiated with the others.
 //
 // With y = conv2d(x, W) and <a, b> the sum of a*b, the two gradient operators are the adjoints
 //     <conv2d(x, W), g> = <x, conv2d_input_grad(g, W)> = <W, conv2d_weight_grad(x, g)>,
@@ -29,34 +29,54 @@ using torch::autograd::variable_list;
 
 // ---- The operators, called through the dispatcher ----------------------------------------------
 
-Tensor call_conv2d(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias,
-                   IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation, int64_t groups) {
+// The names of the operators of each dimension (2: conv2d..., 3: conv3d...).
+template <int Dims>
+struct OperatorNames;
+template <>
+struct OperatorNames<2> {
+  static constexpr const char* forward = "torch_convbp::conv2d";
+  static constexpr const char* input_grad = "torch_convbp::conv2d_input_grad";
+  static constexpr const char* weight_grad = "torch_convbp::conv2d_weight_grad";
+};
+template <>
+struct OperatorNames<3> {
+  static constexpr const char* forward = "torch_convbp::conv3d";
+  static constexpr const char* input_grad = "torch_convbp::conv3d_input_grad";
+  static constexpr const char* weight_grad = "torch_convbp::conv3d_weight_grad";
+};
+
+template <class Signature>
+c10::TypedOperatorHandle<Signature> handle(const char* name) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Signature>();
+}
+
+template <int Dims>
+Tensor call_forward(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias,
+                    IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation, int64_t groups) {
   static const auto op =
-      c10::Dispatcher::singleton()
-          .findSchemaOrThrow("torch_convbp::conv2d", "")
-          .typed<Tensor(const Tensor&, const Tensor&, const std::optional<Tensor>&, IntArrayRef,
-                        IntArrayRef, IntArrayRef, int64_t)>();
+      handle<Tensor(const Tensor&, const Tensor&, const std::optional<Tensor>&, IntArrayRef,
+                    IntArrayRef, IntArrayRef, int64_t)>(OperatorNames<Dims>::forward);
   return op.call(input, weight, bias, stride, padding, dilation, groups);
 }
 
 // The sizes are SymInt, so that a traced graph (torch.compile, torch.export) keeps them symbolic.
+template <int Dims>
 Tensor call_input_grad(const Tensor& grad_output, const Tensor& weight,
                        c10::SymIntArrayRef input_size, IntArrayRef stride, IntArrayRef padding,
                        IntArrayRef dilation, int64_t groups) {
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("torch_convbp::conv2d_input_grad", "")
-                             .typed<Tensor(const Tensor&, const Tensor&, c10::SymIntArrayRef,
-                                           IntArrayRef, IntArrayRef, IntArrayRef, int64_t)>();
+  static const auto op =
+      handle<Tensor(const Tensor&, const Tensor&, c10::SymIntArrayRef, IntArrayRef, IntArrayRef,
+                    IntArrayRef, int64_t)>(OperatorNames<Dims>::input_grad);
   return op.call(grad_output, weight, input_size, stride, padding, dilation, groups);
 }
 
+template <int Dims>
 Tensor call_weight_grad(const Tensor& input, const Tensor& grad_output,
                         c10::SymIntArrayRef weight_size, IntArrayRef stride, IntArrayRef padding,
                         IntArrayRef dilation, int64_t groups) {
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("torch_convbp::conv2d_weight_grad", "")
-                             .typed<Tensor(const Tensor&, const Tensor&, c10::SymIntArrayRef,
-                                           IntArrayRef, IntArrayRef, IntArrayRef, int64_t)>();
+  static const auto op =
+      handle<Tensor(const Tensor&, const Tensor&, c10::SymIntArrayRef, IntArrayRef, IntArrayRef,
+                    IntArrayRef, int64_t)>(OperatorNames<Dims>::weight_grad);
   return op.call(input, grad_output, weight_size, stride, padding, dilation, groups);
 }
 
@@ -90,16 +110,17 @@ variable_list two_gradients(Tensor first, Tensor second) {
   return {std::move(first), std::move(second), Tensor(), Tensor(), Tensor(), Tensor(), Tensor()};
 }
 
-// ---- The three nodes --------------------------------------------------------------------------
+// ---- The three nodes, of either dimension ------------------------------------------------------
 
-struct Conv2dNode : torch::autograd::Function<Conv2dNode> {
+template <int Dims>
+struct ForwardNode : torch::autograd::Function<ForwardNode<Dims>> {
   static Tensor forward(AutogradContext* ctx, const Tensor& input, const Tensor& weight,
                         const std::optional<Tensor>& bias, IntArrayRef stride, IntArrayRef padding,
                         IntArrayRef dilation, int64_t groups) {
     save(ctx, input, weight, stride, padding, dilation, groups);
     ctx->saved_data["has_bias"] = bias.has_value() && bias->defined();
     at::AutoDispatchBelowADInplaceOrView below_autograd;
-    return call_conv2d(input, weight, bias, stride, padding, dilation, groups);
+    return call_forward<Dims>(input, weight, bias, stride, padding, dilation, groups);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -109,27 +130,29 @@ struct Conv2dNode : torch::autograd::Function<Conv2dNode> {
     Tensor grad_input, grad_weight, grad_bias;
     if (ctx->needs_input_grad(0)) {
       grad_input =
-          call_input_grad(grad, weight, input.sym_sizes(), stride, padding, dilation, groups);
+          call_input_grad<Dims>(grad, weight, input.sym_sizes(), stride, padding, dilation, groups);
     }
     if (ctx->needs_input_grad(1)) {
-      grad_weight =
-          call_weight_grad(input, grad, weight.sym_sizes(), stride, padding, dilation, groups);
+      grad_weight = call_weight_grad<Dims>(input, grad, weight.sym_sizes(), stride, padding,
+                                           dilation, groups);
     }
-    // The bias is an edge only when it was given.
+    // The bias is an edge only when it was given; its gradient sums the batch and the pixels.
     if (ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2)) {
-      grad_bias = grad.sum({0, 2, 3});
+      grad_bias = Dims == 2 ? grad.sum({0, 2, 3}) : grad.sum({0, 2, 3, 4});
     }
     return {grad_input, grad_weight, grad_bias, Tensor(), Tensor(), Tensor(), Tensor()};
   }
 };
 
-struct InputGradNode : torch::autograd::Function<InputGradNode> {
+template <int Dims>
+struct InputGradNode : torch::autograd::Function<InputGradNode<Dims>> {
   static Tensor forward(AutogradContext* ctx, const Tensor& grad_output, const Tensor& weight,
                         c10::SymIntArrayRef input_size, IntArrayRef stride, IntArrayRef padding,
                         IntArrayRef dilation, int64_t groups) {
     save(ctx, grad_output, weight, stride, padding, dilation, groups);
     at::AutoDispatchBelowADInplaceOrView below_autograd;
-    return call_input_grad(grad_output, weight, input_size, stride, padding, dilation, groups);
+    return call_input_grad<Dims>(grad_output, weight, input_size, stride, padding, dilation,
+                                 groups);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -138,23 +161,26 @@ struct InputGradNode : torch::autograd::Function<InputGradNode> {
     const auto [stride, padding, dilation, groups] = saved_args(ctx);
     Tensor d_grad_output, d_weight;
     if (ctx->needs_input_grad(0)) {
-      d_grad_output = call_conv2d(v, weight, std::nullopt, stride, padding, dilation, groups);
+      d_grad_output =
+          call_forward<Dims>(v, weight, std::nullopt, stride, padding, dilation, groups);
     }
     if (ctx->needs_input_grad(1)) {
-      d_weight =
-          call_weight_grad(v, grad_output, weight.sym_sizes(), stride, padding, dilation, groups);
+      d_weight = call_weight_grad<Dims>(v, grad_output, weight.sym_sizes(), stride, padding,
+                                        dilation, groups);
     }
     return two_gradients(d_grad_output, d_weight);
   }
 };
 
-struct WeightGradNode : torch::autograd::Function<WeightGradNode> {
+template <int Dims>
+struct WeightGradNode : torch::autograd::Function<WeightGradNode<Dims>> {
   static Tensor forward(AutogradContext* ctx, const Tensor& input, const Tensor& grad_output,
                         c10::SymIntArrayRef weight_size, IntArrayRef stride, IntArrayRef padding,
                         IntArrayRef dilation, int64_t groups) {
     save(ctx, input, grad_output, stride, padding, dilation, groups);
     at::AutoDispatchBelowADInplaceOrView below_autograd;
-    return call_weight_grad(input, grad_output, weight_size, stride, padding, dilation, groups);
+    return call_weight_grad<Dims>(input, grad_output, weight_size, stride, padding, dilation,
+                                  groups);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -163,11 +189,11 @@ struct WeightGradNode : torch::autograd::Function<WeightGradNode> {
     const auto [stride, padding, dilation, groups] = saved_args(ctx);
     Tensor d_input, d_grad_output;
     if (ctx->needs_input_grad(0)) {
-      d_input =
-          call_input_grad(grad_output, u, input.sym_sizes(), stride, padding, dilation, groups);
+      d_input = call_input_grad<Dims>(grad_output, u, input.sym_sizes(), stride, padding, dilation,
+                                      groups);
     }
     if (ctx->needs_input_grad(1)) {
-      d_grad_output = call_conv2d(input, u, std::nullopt, stride, padding, dilation, groups);
+      d_grad_output = call_forward<Dims>(input, u, std::nullopt, stride, padding, dilation, groups);
     }
     return two_gradients(d_input, d_grad_output);
   }
@@ -175,30 +201,38 @@ struct WeightGradNode : torch::autograd::Function<WeightGradNode> {
 
 // ---- The kernels at the Autograd key ------------------------------------------------------------
 
-Tensor conv2d_autograd(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias,
-                       IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
-                       int64_t groups) {
-  return Conv2dNode::apply(input, weight, bias, stride, padding, dilation, groups);
+template <int Dims>
+Tensor forward_autograd(const Tensor& input, const Tensor& weight,
+                        const std::optional<Tensor>& bias, IntArrayRef stride, IntArrayRef padding,
+                        IntArrayRef dilation, int64_t groups) {
+  return ForwardNode<Dims>::apply(input, weight, bias, stride, padding, dilation, groups);
 }
 
+template <int Dims>
 Tensor input_grad_autograd(const Tensor& grad_output, const Tensor& weight,
                            c10::SymIntArrayRef input_size, IntArrayRef stride, IntArrayRef padding,
                            IntArrayRef dilation, int64_t groups) {
-  return InputGradNode::apply(grad_output, weight, input_size, stride, padding, dilation, groups);
+  return InputGradNode<Dims>::apply(grad_output, weight, input_size, stride, padding, dilation,
+                                    groups);
 }
 
+template <int Dims>
 Tensor weight_grad_autograd(const Tensor& input, const Tensor& grad_output,
                             c10::SymIntArrayRef weight_size, IntArrayRef stride,
                             IntArrayRef padding, IntArrayRef dilation, int64_t groups) {
-  return WeightGradNode::apply(input, grad_output, weight_size, stride, padding, dilation, groups);
+  return WeightGradNode<Dims>::apply(input, grad_output, weight_size, stride, padding, dilation,
+                                     groups);
 }
 
 }  // namespace
 
 TORCH_LIBRARY_IMPL(torch_convbp, Autograd, m) {
-  m.impl("conv2d", &conv2d_autograd);
-  m.impl("conv2d_input_grad", &input_grad_autograd);
-  m.impl("conv2d_weight_grad", &weight_grad_autograd);
+  m.impl("conv2d", &forward_autograd<2>);
+  m.impl("conv2d_input_grad", &input_grad_autograd<2>);
+  m.impl("conv2d_weight_grad", &weight_grad_autograd<2>);
+  m.impl("conv3d", &forward_autograd<3>);
+  m.impl("conv3d_input_grad", &input_grad_autograd<3>);
+  m.impl("conv3d_weight_grad", &weight_grad_autograd<3>);
 }
 
 }  // namespace torch_convbp

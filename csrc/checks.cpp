@@ -2,7 +2,10 @@
 // The fake (meta) kernels in torch_convbp/_meta.py mirror these checks for torch.compile.
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "checks.h"
 
@@ -30,11 +33,6 @@ std::string dtype_name(at::ScalarType t) {
   }
 }
 
-void check_pair(const char* op, const char* name, IntArrayRef value) {
-  TORCH_CHECK(value.size() == 2, op, ": expected ", name, " to have 2 values (height, width), got ",
-              sizes_str(value));
-}
-
 }  // namespace
 
 void check_operands(const char* op,
@@ -57,51 +55,79 @@ void check_operands(const char* op,
 }
 
 void check_grad_output(const char* op, const Tensor& grad_output, const ConvShape& s) {
-  const std::vector<int64_t> expected{s.batch, s.out_channels, s.out_height, s.out_width};
+  std::vector<int64_t> expected{s.batch, s.out_channels, s.out_height, s.out_width};
+  if (!s.is_planar()) {
+    expected.insert(expected.begin() + 2, s.out_depth);
+  }
   TORCH_CHECK(grad_output.sizes() == IntArrayRef(expected), op, ": expected grad_output of size ",
               IntArrayRef(expected), " (the convolution's output), got ", grad_output.sizes());
 }
 
-ConvShape check_conv2d(const char* op, IntArrayRef input_size, IntArrayRef weight_size,
-                       IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
-                       int64_t groups) {
-  TORCH_CHECK(input_size.size() == 4, op, ": expected a 4-D input [N, C, H, W], got size ",
+ConvShape check_convolution(const char* op, int64_t dims, IntArrayRef input_size,
+                            IntArrayRef weight_size, IntArrayRef stride, IntArrayRef padding,
+                            IntArrayRef dilation, int64_t groups) {
+  const bool volumes = dims == 3;
+  const size_t rank = volumes ? 5 : 4;
+  TORCH_CHECK(input_size.size() == rank, op,
+              volumes ? ": expected a 5-D input [N, C, D, H, W], got size "
+                      : ": expected a 4-D input [N, C, H, W], got size ",
               sizes_str(input_size));
-  TORCH_CHECK(weight_size.size() == 4, op,
-              ": expected a 4-D weight [out_channels, in_channels/groups, kH, kW], got size ",
+  TORCH_CHECK(weight_size.size() == rank, op,
+              volumes
+                  ? ": expected a 5-D weight [out_channels, in_channels/groups, kD, kH, kW], "
+                    "got size "
+                  : ": expected a 4-D weight [out_channels, in_channels/groups, kH, kW], got size ",
               sizes_str(weight_size));
-  check_pair(op, "stride", stride);
-  check_pair(op, "padding", padding);
-  check_pair(op, "dilation", dilation);
-  TORCH_CHECK(stride[0] > 0 && stride[1] > 0, op, ": stride must be positive, got ",
+  for (const auto& [name, values] : {std::pair<const char*, IntArrayRef>{"stride", stride},
+                                     {"padding", padding},
+                                     {"dilation", dilation}}) {
+    TORCH_CHECK(values.size() == static_cast<size_t>(dims), op, ": expected ", name, " to have ",
+                volumes ? "3 values (depth, height, width)" : "2 values (height, width)", ", got ",
+                sizes_str(values));
+  }
+  const auto all = [](IntArrayRef values, auto&& test) {
+    return std::all_of(values.begin(), values.end(), test);
+  };
+  TORCH_CHECK(all(stride, [](int64_t v) { return v > 0; }), op, ": stride must be positive, got ",
               sizes_str(stride));
-  TORCH_CHECK(dilation[0] > 0 && dilation[1] > 0, op, ": dilation must be positive, got ",
-              sizes_str(dilation));
-  TORCH_CHECK(padding[0] >= 0 && padding[1] >= 0, op, ": padding must be non-negative, got ",
-              sizes_str(padding));
+  TORCH_CHECK(all(dilation, [](int64_t v) { return v > 0; }), op,
+              ": dilation must be positive, got ", sizes_str(dilation));
+  TORCH_CHECK(all(padding, [](int64_t v) { return v >= 0; }), op,
+              ": padding must be non-negative, got ", sizes_str(padding));
   TORCH_CHECK(groups > 0, op, ": groups must be positive, got ", groups);
   for (int64_t s : input_size) {
     TORCH_CHECK(s >= 0, op, ": input size must be non-negative, got ", sizes_str(input_size));
   }
 
+  // The last two spatial dimensions are height and width; a third, before them, the depth.
+  const size_t h = rank - 2, w = rank - 1;
   ConvShape s{};
   s.batch = input_size[0];
   s.in_channels = input_size[1];
-  s.height = input_size[2];
-  s.width = input_size[3];
+  s.height = input_size[h];
+  s.width = input_size[w];
   s.out_channels = weight_size[0];
-  s.kernel_h = weight_size[2];
-  s.kernel_w = weight_size[3];
-  s.stride_h = stride[0];
-  s.stride_w = stride[1];
-  s.pad_h = padding[0];
-  s.pad_w = padding[1];
-  s.dilation_h = dilation[0];
-  s.dilation_w = dilation[1];
+  s.kernel_h = weight_size[h];
+  s.kernel_w = weight_size[w];
+  s.stride_h = stride[dims - 2];
+  s.stride_w = stride[dims - 1];
+  s.pad_h = padding[dims - 2];
+  s.pad_w = padding[dims - 1];
+  s.dilation_h = dilation[dims - 2];
+  s.dilation_w = dilation[dims - 1];
   s.groups = groups;
+  s.spatial_dims = dims;
+  if (volumes) {
+    s.depth = input_size[2];
+    s.kernel_d = weight_size[2];
+    s.stride_d = stride[0];
+    s.pad_d = padding[0];
+    s.dilation_d = dilation[0];
+  }
 
-  TORCH_CHECK(s.out_channels > 0 && s.kernel_h > 0 && s.kernel_w > 0 && weight_size[1] > 0, op,
-              ": weight must have non-zero sizes, got ", sizes_str(weight_size));
+  TORCH_CHECK(s.out_channels > 0 && s.kernel_d > 0 && s.kernel_h > 0 && s.kernel_w > 0 &&
+                  weight_size[1] > 0,
+              op, ": weight must have non-zero sizes, got ", sizes_str(weight_size));
   TORCH_CHECK(s.out_channels % groups == 0, op, ": given groups=", groups,
               ", out_channels (weight size ", sizes_str(weight_size),
               ", dimension 0) must be divisible by groups");
@@ -109,15 +135,24 @@ ConvShape check_conv2d(const char* op, IntArrayRef input_size, IntArrayRef weigh
               " and weight of size ", sizes_str(weight_size), ", expected input of size ",
               sizes_str(input_size), " to have ", weight_size[1] * groups, " channels, but got ",
               s.in_channels, " channels instead");
-  TORCH_CHECK(s.height > 0 && s.width > 0, op, ": input height and width must be non-zero, got ",
+  TORCH_CHECK(s.depth > 0 && s.height > 0 && s.width > 0, op,
+              volumes ? ": input depth, height and width must be non-zero, got "
+                      : ": input height and width must be non-zero, got ",
               sizes_str(input_size));
 
-  const int64_t padded_h = s.height + 2 * s.pad_h, padded_w = s.width + 2 * s.pad_w;
-  const int64_t reach_h = s.dilation_h * (s.kernel_h - 1) + 1;  // kernel extent with dilation
+  const int64_t padded_d = s.depth + 2 * s.pad_d, padded_h = s.height + 2 * s.pad_h;
+  const int64_t padded_w = s.width + 2 * s.pad_w;
+  const int64_t reach_d = s.dilation_d * (s.kernel_d - 1) + 1;  // kernel extent with dilation
+  const int64_t reach_h = s.dilation_h * (s.kernel_h - 1) + 1;
   const int64_t reach_w = s.dilation_w * (s.kernel_w - 1) + 1;
-  TORCH_CHECK(padded_h >= reach_h && padded_w >= reach_w, op, ": padded input size per channel (",
-              padded_h, " x ", padded_w, ") is smaller than the dilated kernel (", reach_h, " x ",
-              reach_w, "); the kernel can't be larger than the padded input");
+  const std::string padded = (volumes ? std::to_string(padded_d) + " x " : std::string()) +
+                             std::to_string(padded_h) + " x " + std::to_string(padded_w);
+  const std::string reach = (volumes ? std::to_string(reach_d) + " x " : std::string()) +
+                            std::to_string(reach_h) + " x " + std::to_string(reach_w);
+  TORCH_CHECK(padded_d >= reach_d && padded_h >= reach_h && padded_w >= reach_w, op,
+              ": padded input size per channel (", padded, ") is smaller than the dilated kernel (",
+              reach, "); the kernel can't be larger than the padded input");
+  s.out_depth = (padded_d - reach_d) / s.stride_d + 1;
   s.out_height = (padded_h - reach_h) / s.stride_h + 1;
   s.out_width = (padded_w - reach_w) / s.stride_w + 1;
   return s;
@@ -131,11 +166,14 @@ ColumnGeometry check_columns(const char* op, Layout layout, const Tensor& images
   TORCH_CHECK(columns.layout() == at::kStrided, op,
               ": columns must be a dense (strided) tensor, got layout ", columns.layout());
   const bool nhwc = layout == Layout::nhwc;
-  TORCH_CHECK(images.dim() == 4 && images.is_contiguous(nhwc ? at::MemoryFormat::ChannelsLast
-                                                             : at::MemoryFormat::Contiguous),
-              op,
-              nhwc ? ": expected dense channels_last images [N, C, H, W], got size "
-                   : ": expected contiguous images [N, C, H, W], got size ",
+  const bool volumes = images.dim() == 5;
+  const auto format =
+      nhwc ? (volumes ? at::MemoryFormat::ChannelsLast3d : at::MemoryFormat::ChannelsLast)
+           : at::MemoryFormat::Contiguous;
+  TORCH_CHECK((images.dim() == 4 || volumes) && images.is_contiguous(format), op,
+              nhwc ? ": expected dense channels_last images [N, C, H, W] or [N, C, D, H, W], got "
+                     "size "
+                   : ": expected contiguous images [N, C, H, W] or [N, C, D, H, W], got size ",
               sizes_str(images.sizes()), " and strides ", images.strides());
   TORCH_CHECK(columns.is_contiguous(), op, ": expected a contiguous column matrix");
   const auto image_dtype = images.scalar_type(), column_dtype = columns.scalar_type();
@@ -147,13 +185,18 @@ ColumnGeometry check_columns(const char* op, Layout layout, const Tensor& images
   TORCH_CHECK(images.device() == columns.device(), op,
               ": images and columns must be on the same device, got ", images.device(), " and ",
               columns.device());
-  check_pair(op, "kernel_size", kernel_size);
+  const int64_t dims = images.dim() - 2;
+  TORCH_CHECK(kernel_size.size() == static_cast<size_t>(dims), op,
+              ": expected kernel_size to have ", dims,
+              " values, one per spatial dimension of the images, got ", sizes_str(kernel_size));
   const int64_t channels = images.size(1);
-  const std::vector<int64_t> kernel_weight{1, channels, kernel_size[0], kernel_size[1]};
-  const ConvShape s = check_conv2d(op, images.sizes(), kernel_weight, stride, padding, dilation, 1);
-  TORCH_CHECK(row_start >= 0 && rows >= 0 && row_start + rows <= s.out_height, op,
-              ": output rows [", row_start, ", ", row_start + rows,
-              ") are outside the output height ", s.out_height);
+  std::vector<int64_t> kernel_weight{1, channels};
+  kernel_weight.insert(kernel_weight.end(), kernel_size.begin(), kernel_size.end());
+  const ConvShape s =
+      check_convolution(op, dims, images.sizes(), kernel_weight, stride, padding, dilation, 1);
+  TORCH_CHECK(row_start >= 0 && rows >= 0 && row_start + rows <= s.output_rows(), op,
+              ": output rows [", row_start, ", ", row_start + rows, ") are outside the output ",
+              volumes ? "rows (depth slices times rows) " : "height ", s.output_rows());
   const int64_t pixels = s.batch * rows * s.out_width;
   int64_t groups = 1;
   if (nhwc) {
@@ -171,9 +214,11 @@ ColumnGeometry check_columns(const char* op, Layout layout, const Tensor& images
     TORCH_CHECK(columns.numel() == expected, op, ": expected a column matrix of ", expected,
                 " elements ([", s.column_rows(), ", ", pixels, "]), got ", columns.numel());
   }
-  return ColumnGeometry{s.batch,     channels,   s.height, s.width, s.kernel_h,   s.kernel_w,
-                        s.stride_h,  s.stride_w, s.pad_h,  s.pad_w, s.dilation_h, s.dilation_w,
-                        s.out_width, row_start,  rows,     groups};
+  return ColumnGeometry{s.batch,      channels,     s.height,    s.width,    s.kernel_h,
+                        s.kernel_w,   s.stride_h,   s.stride_w,  s.pad_h,    s.pad_w,
+                        s.dilation_h, s.dilation_w, s.out_width, row_start,  rows,
+                        groups,       s.depth,      s.kernel_d,  s.stride_d, s.pad_d,
+                        s.dilation_d, s.out_height};
 }
 
 namespace {

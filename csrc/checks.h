@@ -15,18 +15,24 @@ namespace torch_convbp {
 using at::IntArrayRef;
 using at::Tensor;
 
-// Checks everything F.conv2d checks about sizes and arguments, with messages that name the
-// problem, and returns the convolution's shape. `op` names the caller in the messages.
-ConvShape check_conv2d(const char* op, IntArrayRef input_size, IntArrayRef weight_size,
-                       IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
-                       int64_t groups);
+// Checks everything F.conv2d (dims 2) or F.conv3d (dims 3) checks about sizes and arguments,
+// with messages that name the problem, and returns the convolution's shape. `op` names the caller
+// in the messages.
+ConvShape check_convolution(const char* op, int64_t dims, IntArrayRef input_size,
+                            IntArrayRef weight_size, IntArrayRef stride, IntArrayRef padding,
+                            IntArrayRef dilation, int64_t groups);
+inline ConvShape check_conv2d(const char* op, IntArrayRef input_size, IntArrayRef weight_size,
+                              IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
+                              int64_t groups) {
+  return check_convolution(op, 2, input_size, weight_size, stride, padding, dilation, groups);
+}
 
 // Checks that the tensors of one call share a floating dtype (float64/32/16, bfloat16), a device
 // and the strided layout; the first one names the dtype and device expected of the others.
 void check_operands(const char* op,
                     std::initializer_list<std::pair<const char*, const Tensor*>> operands);
 
-// Checks an output gradient's size against the convolution's output [N, Cout, OH, OW].
+// Checks an output gradient's size against the convolution's output [N, Cout, (OD,) OH, OW].
 void check_grad_output(const char* op, const Tensor& grad_output, const ConvShape& s);
 
 // Checks the arguments of the im2col / col2im operators of one layout and returns their

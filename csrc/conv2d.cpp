@@ -24,7 +24,9 @@
 #include <ATen/OpMathType.h>
 
 #include <algorithm>
+#include <numeric>
 #include <optional>
+#include <vector>
 
 #include "checks.h"
 #include "device_kernels.h"
@@ -39,9 +41,13 @@
 namespace torch_convbp {
 namespace {
 
-// The part of an [N, C, H', W'] tensor that a chunk covers: [images, C, rows, W'].
+// An activation [N, C, H, W], or [N, C, D, H, W] seen as [N, C, D*H, W]: its depth slices and rows
+// counted together as rows, a view in either layout (shape.h).
+Tensor rows_view(const Tensor& t) { return t.dim() == 5 ? t.flatten(2, 3) : t; }
+
+// The part of an activation that a chunk covers: [images, C, rows, W'] of its rows_view.
 Tensor chunk_of(const Tensor& t, const Chunk& c) {
-  return t.narrow(0, c.image, c.images).narrow(2, c.row, c.rows);
+  return rows_view(t).narrow(0, c.image, c.images).narrow(2, c.row, c.rows);
 }
 
 // im2col of a chunk of `images` into its column matrix, or col2im of a column matrix back into
@@ -58,7 +64,7 @@ void col2im(Layout layout, const Tensor& column_matrix, const ConvShape& s, cons
               images.narrow(0, c.image, c.images));
 }
 
-// The [G, Cin/G*kh*kw, P] column matrix of a chunk of x. A 1x1, stride-1, unpadded
+// The [G, Cin/G*kd*kh*kw, P] column matrix of a chunk of x. A 1x1, stride-1, unpadded
 // convolution's input is its own column matrix: a view, no im2col, when memory allows.
 Tensor columns_of(const Tensor& x, const ConvShape& s, const Chunk& c, Layout layout,
                   Workspace& ws) {
@@ -74,13 +80,14 @@ Tensor columns_of(const Tensor& x, const ConvShape& s, const Chunk& c, Layout la
 // batched GEMM, with the weight broadcast over the images (a batch stride of 0). No im2col, no
 // staging, no workspace (benchmarks/NOTES.md, section 16). The blocks (gemm.h) are of whole
 // images, each one GEMM, so the bits do not depend on the thread count.
-// [N, Cout, H*W] = [N (broadcast), Cout, Cin] @ [N, Cin, H*W]
+// [N, Cout, (D*)H*W] = [N (broadcast), Cout, Cin] @ [N, Cin, (D*)H*W]
 void forward_pointwise_by_images(const Tensor& x, const Tensor& w, const ConvShape& s,
                                  const Tensor& output) {
   if (s.batch == 0) return;
-  const Tensor y = output.view({s.batch, s.out_channels, s.height * s.width});
+  const int64_t pixels = s.input_rows() * s.width;
+  const Tensor y = output.view({s.batch, s.out_channels, pixels});
   gemm_out(y, w.expand({s.batch, s.out_channels, s.in_channels}),
-           x.view({s.batch, s.in_channels, s.height * s.width}),
+           x.view({s.batch, s.in_channels, pixels}),
            gemm_blocks(/*units=*/1, y.sizes(), x.device()));
 }
 
@@ -172,27 +179,44 @@ void input_grad_by_col2im(const Tensor& dy, const Tensor& weight, const ConvShap
   });
 }
 
-// The weight [Cout, Cin/G, kh, kw] of the input gradient's convolution (input_grad_convolution):
-// [Cin, Cout/G, kh, kw], each group's channels swapped and each kernel rotated by 180°, written
-// once in `layout`'s memory order so that weight_matrices takes it without another copy. From a
-// contiguous weight, one flip (which always copies) into that order; from a channels_last one,
-// tap by tap, each a transposed copy of one tap's [Cout/G, Cin/G] matrices, since ATen's flip
-// ran at a few percent of a copy's speed on a channels_last weight (benchmarks/NOTES.md, 28).
+// The weight [Cout, Cin/G, (kd,) kh, kw] of the input gradient's convolution
+// (input_grad_convolution): [Cin, Cout/G, (kd,) kh, kw], each group's channels swapped and each
+// kernel rotated by 180°, written once in `layout`'s memory order so that weight_matrices takes
+// it without another copy. From a contiguous weight, one flip (which always copies) into that
+// order; from a channels_last one, tap by tap, each a transposed copy of one tap's
+// [Cout/G, Cin/G] matrices, since ATen's flip ran at a few percent of a copy's speed on a
+// channels_last weight (benchmarks/NOTES.md, 28).
 Tensor flipped_transposed_weight(const Tensor& weight, const ConvShape& s, Layout layout) {
   const int64_t g = s.groups, in = s.in_channels / g, out = s.out_channels / g;
-  Tensor flipped = at::empty({s.in_channels, out, s.kernel_h, s.kernel_w},
-                             weight.options().memory_format(memory_format(layout)));
-  const Tensor source = weight.view({g, out, in, s.kernel_h, s.kernel_w});
-  const Tensor target = flipped.view({g, in, out, s.kernel_h, s.kernel_w});
-  if (weight.suggest_memory_format() != at::MemoryFormat::ChannelsLast) {
-    target.copy_(source.transpose(1, 2).flip({3, 4}));
+  const std::vector<int64_t> kernel(weight.sizes().begin() + 2, weight.sizes().end());
+  const auto grouped = [&](int64_t first, int64_t second) {  // [g, first, second, kernel...]
+    std::vector<int64_t> size{g, first, second};
+    size.insert(size.end(), kernel.begin(), kernel.end());
+    return size;
+  };
+  std::vector<int64_t> size{s.in_channels, out};
+  size.insert(size.end(), kernel.begin(), kernel.end());
+  Tensor flipped = empty_in_layout(size, weight, layout);
+  const Tensor source = weight.view(grouped(out, in));
+  const Tensor target = flipped.view(grouped(in, out));
+  const int64_t spatial = static_cast<int64_t>(kernel.size());
+  const auto format = weight.suggest_memory_format();
+  if (format != at::MemoryFormat::ChannelsLast && format != at::MemoryFormat::ChannelsLast3d) {
+    std::vector<int64_t> kernel_dims(spatial);
+    std::iota(kernel_dims.begin(), kernel_dims.end(), 3);
+    target.copy_(source.transpose(1, 2).flip(kernel_dims));
     return flipped;
   }
-  for (int64_t ki = 0; ki < s.kernel_h; ++ki) {
-    for (int64_t kj = 0; kj < s.kernel_w; ++kj) {
-      target.select(4, kj).select(3, ki).copy_(
-          source.select(4, s.kernel_w - 1 - kj).select(3, s.kernel_h - 1 - ki).transpose(1, 2));
+  for (int64_t tap = 0; tap < s.taps(); ++tap) {
+    Tensor to = target, from = source;
+    int64_t rest = tap;
+    for (int64_t dim = spatial - 1; dim >= 0; --dim) {  // the last dimension first: the others
+      const int64_t k = rest % kernel[dim];             // keep their places
+      rest /= kernel[dim];
+      to = to.select(3 + dim, k);
+      from = from.select(3 + dim, kernel[dim] - 1 - k);
     }
+    to.copy_(from.transpose(1, 2));
   }
   return flipped;
 }
@@ -208,32 +232,35 @@ Tensor gemm_weight(const Tensor& weight, const ConvShape& s, Layout layout) {
                         " is not one of its routes");
 }
 
+// The convolution's output size: [N, Cout, (OD,) OH, OW].
+std::vector<int64_t> output_size(const ConvShape& s) {
+  if (s.is_planar()) return {s.batch, s.out_channels, s.out_height, s.out_width};
+  return {s.batch, s.out_channels, s.out_depth, s.out_height, s.out_width};
+}
+
 // `result` in `format`: a copy where the route computed in the other layout.
 Tensor in_format(const Tensor& result, at::MemoryFormat format) {
   return result.contiguous(format);
 }
 
-}  // namespace
-
-Tensor conv2d_forward(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias,
-                      IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
-                      int64_t groups) {
-  constexpr const char* op = "torch_convbp.conv2d";
+// The operators of either dimension: `op` names them in messages, `dims` (2 or 3) is theirs.
+Tensor convolution_forward(const char* op, int64_t dims, const Tensor& input, const Tensor& weight,
+                           const std::optional<Tensor>& bias, IntArrayRef stride,
+                           IntArrayRef padding, IntArrayRef dilation, int64_t groups) {
   if (bias) {
     check_operands(op, {{"input", &input}, {"weight", &weight}, {"bias", &*bias}});
   } else {
     check_operands(op, {{"input", &input}, {"weight", &weight}});
   }
   const ConvShape s =
-      check_conv2d(op, input.sizes(), weight.sizes(), stride, padding, dilation, groups);
+      check_convolution(op, dims, input.sizes(), weight.sizes(), stride, padding, dilation, groups);
   TORCH_CHECK(!bias || (bias->dim() == 1 && bias->size(0) == s.out_channels), op,
               ": expected bias of size [", s.out_channels, "] (one per output channel), got ",
               bias->sizes());
 
   const RouteChoice route = choose_route(Operator::forward, s, {input});
   const Tensor x = in_layout(input, route.layout);
-  Tensor output =
-      empty_in_layout({s.batch, s.out_channels, s.out_height, s.out_width}, x, route.layout);
+  Tensor output = empty_in_layout(output_size(s), x, route.layout);
   switch (route.route) {
     case Route::depthwise:
       call_depthwise(DepthwiseKernel::forward, x, weight.contiguous(), s, output);
@@ -241,7 +268,9 @@ Tensor conv2d_forward(const Tensor& input, const Tensor& weight, const std::opti
     case Route::grouped:
       call_grouped(GroupedKernel::forward, x, weight.contiguous(), s, output);
       break;
-    case Route::pointwise_nhwc: pointwise_nhwc_forward(x, weight, s, output); break;
+    case Route::pointwise_nhwc:
+      pointwise_nhwc_forward(rows_view(x), weight, s, rows_view(output));
+      break;
     case Route::implicit_nhwc: call_implicit(x, weight.contiguous(), s, output); break;
     case Route::pointwise_by_images:
       forward_pointwise_by_images(x, gemm_weight(weight, s, route.layout), s, output);
@@ -251,17 +280,21 @@ Tensor conv2d_forward(const Tensor& input, const Tensor& weight, const std::opti
       break;
     case Route::transposed_columns: not_this_operators_route(op, route);
   }
-  if (bias) output.add_(bias->view({1, s.out_channels, 1, 1}));
+  if (bias) {
+    std::vector<int64_t> per_channel(output.dim(), 1);
+    per_channel[1] = s.out_channels;
+    output.add_(bias->view(per_channel));
+  }
   return in_format(output, result_format(input, weight));
 }
 
-Tensor conv2d_weight_grad(const Tensor& input, const Tensor& grad_output, IntArrayRef weight_size,
-                          IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
-                          int64_t groups) {
-  constexpr const char* op = "torch_convbp.conv2d_weight_grad";
+Tensor convolution_weight_grad(const char* op, int64_t dims, const Tensor& input,
+                               const Tensor& grad_output, IntArrayRef weight_size,
+                               IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
+                               int64_t groups) {
   check_operands(op, {{"input", &input}, {"grad_output", &grad_output}});
   const ConvShape s =
-      check_conv2d(op, input.sizes(), weight_size, stride, padding, dilation, groups);
+      check_convolution(op, dims, input.sizes(), weight_size, stride, padding, dilation, groups);
   check_grad_output(op, grad_output, s);
 
   const RouteChoice route = choose_route(Operator::weight_grad, s, {input, grad_output});
@@ -278,7 +311,8 @@ Tensor conv2d_weight_grad(const Tensor& input, const Tensor& grad_output, IntArr
       call_grouped(GroupedKernel::weight_grad, x, dy, s, grad_weight);
       return grad_weight;
     }
-    case Route::pointwise_nhwc: return pointwise_nhwc_weight_grad(x, dy, weight_size, s);
+    case Route::pointwise_nhwc:
+      return pointwise_nhwc_weight_grad(rows_view(x), rows_view(dy), weight_size, s);
     case Route::columns: return weight_grad_by_chunks(x, dy, weight_size, s, route.layout);
     case Route::pointwise_by_images:
     case Route::transposed_columns:
@@ -287,13 +321,12 @@ Tensor conv2d_weight_grad(const Tensor& input, const Tensor& grad_output, IntArr
   return Tensor();  // not reached
 }
 
-Tensor conv2d_input_grad(const Tensor& grad_output, const Tensor& weight, IntArrayRef input_size,
-                         IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
-                         int64_t groups) {
-  constexpr const char* op = "torch_convbp.conv2d_input_grad";
+Tensor convolution_input_grad(const char* op, int64_t dims, const Tensor& grad_output,
+                              const Tensor& weight, IntArrayRef input_size, IntArrayRef stride,
+                              IntArrayRef padding, IntArrayRef dilation, int64_t groups) {
   check_operands(op, {{"grad_output", &grad_output}, {"weight", &weight}});
   const ConvShape s =
-      check_conv2d(op, input_size, weight.sizes(), stride, padding, dilation, groups);
+      check_convolution(op, dims, input_size, weight.sizes(), stride, padding, dilation, groups);
   check_grad_output(op, grad_output, s);
 
   const RouteChoice route = choose_route(Operator::input_grad, s, {grad_output});
@@ -307,7 +340,9 @@ Tensor conv2d_input_grad(const Tensor& grad_output, const Tensor& weight, IntArr
       call_grouped(GroupedKernel::forward, dy, flipped_transposed_weight(weight, s, Layout::nchw),
                    *input_grad_convolution(s), grad_input);
       break;
-    case Route::pointwise_nhwc: pointwise_nhwc_input_grad(dy, weight, s, grad_input); break;
+    case Route::pointwise_nhwc:
+      pointwise_nhwc_input_grad(rows_view(dy), weight, s, rows_view(grad_input));
+      break;
     case Route::implicit_nhwc:  // the stride-1 convolution of dY
       call_implicit(dy, flipped_transposed_weight(weight, s, Layout::nchw),
                     *input_grad_convolution(s), grad_input);
@@ -328,6 +363,46 @@ Tensor conv2d_input_grad(const Tensor& grad_output, const Tensor& weight, IntArr
     case Route::columns: input_grad_by_col2im(dy, weight, s, route.layout, grad_input); break;
   }
   return in_format(grad_input, result_format(grad_output, weight));
+}
+
+}  // namespace
+
+Tensor conv2d_forward(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias,
+                      IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
+                      int64_t groups) {
+  return convolution_forward("torch_convbp.conv2d", 2, input, weight, bias, stride, padding,
+                             dilation, groups);
+}
+Tensor conv2d_input_grad(const Tensor& grad_output, const Tensor& weight, IntArrayRef input_size,
+                         IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
+                         int64_t groups) {
+  return convolution_input_grad("torch_convbp.conv2d_input_grad", 2, grad_output, weight,
+                                input_size, stride, padding, dilation, groups);
+}
+Tensor conv2d_weight_grad(const Tensor& input, const Tensor& grad_output, IntArrayRef weight_size,
+                          IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
+                          int64_t groups) {
+  return convolution_weight_grad("torch_convbp.conv2d_weight_grad", 2, input, grad_output,
+                                 weight_size, stride, padding, dilation, groups);
+}
+
+Tensor conv3d_forward(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias,
+                      IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
+                      int64_t groups) {
+  return convolution_forward("torch_convbp.conv3d", 3, input, weight, bias, stride, padding,
+                             dilation, groups);
+}
+Tensor conv3d_input_grad(const Tensor& grad_output, const Tensor& weight, IntArrayRef input_size,
+                         IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
+                         int64_t groups) {
+  return convolution_input_grad("torch_convbp.conv3d_input_grad", 3, grad_output, weight,
+                                input_size, stride, padding, dilation, groups);
+}
+Tensor conv3d_weight_grad(const Tensor& input, const Tensor& grad_output, IntArrayRef weight_size,
+                          IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
+                          int64_t groups) {
+  return convolution_weight_grad("torch_convbp.conv3d_weight_grad", 3, input, grad_output,
+                                 weight_size, stride, padding, dilation, groups);
 }
 
 }  // namespace torch_convbp

@@ -3,6 +3,8 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 
+#include <vector>
+
 namespace torch_convbp {
 namespace {
 
@@ -23,24 +25,41 @@ using DepthwiseSignature = void(const Tensor&, const Tensor&, IntArrayRef, IntAr
 using GroupedSignature = void(const Tensor&, const Tensor&, IntArrayRef, IntArrayRef, IntArrayRef,
                               int64_t, const Tensor&);
 
+// The im2col / col2im kernels' geometry arguments: 2 values each for a 2-D convolution, 3 (depth
+// first) for a 3-D one.
+struct ColumnArguments {
+  std::vector<int64_t> kernel_size, stride, padding, dilation;
+  explicit ColumnArguments(const ConvShape& s)
+      : kernel_size{s.kernel_h, s.kernel_w},
+        stride{s.stride_h, s.stride_w},
+        padding{s.pad_h, s.pad_w},
+        dilation{s.dilation_h, s.dilation_w} {
+    if (s.is_planar()) return;
+    kernel_size.insert(kernel_size.begin(), s.kernel_d);
+    stride.insert(stride.begin(), s.stride_d);
+    padding.insert(padding.begin(), s.pad_d);
+    dilation.insert(dilation.begin(), s.dilation_d);
+  }
+};
+
 }  // namespace
 
 void call_im2col(Layout layout, const Tensor& images, const ConvShape& s, int64_t row_start,
                  int64_t rows, const Tensor& columns) {
   static const auto nchw = kernel_handle<ColumnKernel>("torch_convbp::im2col");
   static const auto nhwc = kernel_handle<ColumnKernel>("torch_convbp::im2col_nhwc");
+  const ColumnArguments a(s);
   (layout == Layout::nhwc ? nhwc : nchw)
-      .call(images, {s.kernel_h, s.kernel_w}, {s.stride_h, s.stride_w}, {s.pad_h, s.pad_w},
-            {s.dilation_h, s.dilation_w}, row_start, rows, columns);
+      .call(images, a.kernel_size, a.stride, a.padding, a.dilation, row_start, rows, columns);
 }
 
 void call_col2im(Layout layout, const Tensor& columns, const ConvShape& s, int64_t row_start,
                  int64_t rows, const Tensor& images) {
   static const auto nchw = kernel_handle<ColumnKernel>("torch_convbp::col2im");
   static const auto nhwc = kernel_handle<ColumnKernel>("torch_convbp::col2im_nhwc");
+  const ColumnArguments a(s);
   (layout == Layout::nhwc ? nhwc : nchw)
-      .call(columns, {s.kernel_h, s.kernel_w}, {s.stride_h, s.stride_w}, {s.pad_h, s.pad_w},
-            {s.dilation_h, s.dilation_w}, row_start, rows, images);
+      .call(columns, a.kernel_size, a.stride, a.padding, a.dilation, row_start, rows, images);
 }
 
 void call_depthwise(DepthwiseKernel kernel, const Tensor& a, const Tensor& b, const ConvShape& s,

@@ -7,18 +7,21 @@
 
 namespace torch_convbp {
 
-inline at::MemoryFormat memory_format(Layout layout) {
-  return layout == Layout::nhwc ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
+// The memory format of `layout` for a tensor of `rank` dimensions: channels last is
+// channels_last for [N, C, H, W], channels_last_3d for [N, C, D, H, W].
+inline at::MemoryFormat memory_format(Layout layout, int64_t rank) {
+  if (layout == Layout::nchw) return at::MemoryFormat::Contiguous;
+  return rank == 5 ? at::MemoryFormat::ChannelsLast3d : at::MemoryFormat::ChannelsLast;
 }
 
 // An operand in that layout (a copy only where it is not already).
 inline at::Tensor in_layout(const at::Tensor& t, Layout layout) {
-  return t.contiguous(memory_format(layout));
+  return t.contiguous(memory_format(layout, t.dim()));
 }
 
-// An empty activation of `size` in that layout.
+// An empty activation (or weight) of `size` in that layout.
 inline at::Tensor empty_in_layout(at::IntArrayRef size, const at::Tensor& like, Layout layout) {
-  return at::empty(size, like.options().memory_format(memory_format(layout)));
+  return at::empty(size, like.options().memory_format(memory_format(layout, size.size())));
 }
 
 }  // namespace torch_convbp

@@ -3,6 +3,9 @@
 
 #include <ATen/TensorUtils.h>
 
+#include <algorithm>
+#include <vector>
+
 namespace torch_convbp {
 namespace {
 
@@ -48,16 +51,19 @@ Tensor column_kernel_operand(const Tensor& column_matrix, Layout layout) {
 }
 
 Tensor weight_matrices(const Tensor& weight, const ConvShape& s, Layout layout) {
+  // NHWC rows: [Cout, (kd,) kh, kw, C/G]
   const Tensor rows =
-      layout == Layout::nchw ? weight.contiguous() : weight.permute({0, 2, 3, 1}).contiguous();
+      layout == Layout::nchw ? weight.contiguous() : weight.movedim(1, -1).contiguous();
   return rows.view({s.groups, s.out_channels / s.groups, -1});
 }
 
 Tensor weight_of_matrices(const Tensor& matrices, IntArrayRef weight_size, at::ScalarType dtype,
                           Layout layout) {
   if (layout == Layout::nchw) return matrices.view(weight_size).to(dtype);
-  const int64_t out = weight_size[0], in = weight_size[1], kh = weight_size[2], kw = weight_size[3];
-  const Tensor weight = matrices.view({out, kh, kw, in}).permute({0, 3, 1, 2});
+  // [Cout, (kd,) kh, kw, C/G] rows back to [Cout, C/G, (kd,) kh, kw]
+  std::vector<int64_t> rows_size(weight_size.begin(), weight_size.end());
+  std::rotate(rows_size.begin() + 1, rows_size.begin() + 2, rows_size.end());
+  const Tensor weight = matrices.view(rows_size).movedim(-1, 1);
   return at::empty(weight_size, matrices.options().dtype(dtype)).copy_(weight);
 }
 

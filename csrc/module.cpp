@@ -32,8 +32,9 @@ std::tuple<std::string, std::string, std::string> route(
   TORCH_CHECK(activations.size() == (which == Operator::weight_grad ? 2u : 1u),
               "torch_convbp: the ", op, " operator has ", which == Operator::weight_grad ? 2 : 1,
               " activation operands, got ", activations.size());
-  const auto s = torch_convbp::check_conv2d("torch_convbp.explain", input_size, weight_size, stride,
-                                            padding, dilation, groups);
+  const auto s = torch_convbp::check_convolution(
+      "torch_convbp.explain", static_cast<int64_t>(input_size.size()) - 2, input_size, weight_size,
+      stride, padding, dilation, groups);
   const auto choice = torch_convbp::choose_route(which, s, activations);
   return {torch_convbp::route_name(choice.route), torch_convbp::layout_name(choice.layout),
           std::string(choice.why_route) + "; " + choice.why_layout};

@@ -22,22 +22,34 @@ TORCH_LIBRARY(torch_convbp, m) {
   m.def(
       "conv2d_weight_grad(Tensor input, Tensor grad_output, SymInt[4] weight_size, int[2] stride, "
       "int[2] padding, int[2] dilation, int groups) -> Tensor");
+  // The same three for [N, C, D, H, W] tensors, on the same engine (triples: depth, height, width).
+  m.def(
+      "conv3d(Tensor input, Tensor weight, Tensor? bias, int[3] stride, int[3] padding, "
+      "int[3] dilation, int groups) -> Tensor");
+  m.def(
+      "conv3d_input_grad(Tensor grad_output, Tensor weight, SymInt[5] input_size, int[3] stride, "
+      "int[3] padding, int[3] dilation, int groups) -> Tensor");
+  m.def(
+      "conv3d_weight_grad(Tensor input, Tensor grad_output, SymInt[5] weight_size, int[3] stride, "
+      "int[3] padding, int[3] dilation, int groups) -> Tensor");
   // The device kernels. im2col writes the column matrix of output rows
   // [row_start, row_start+rows) of every image; col2im adds the columns back into the images.
+  // Images [N, C, H, W] take pairs, [N, C, D, H, W] triples (their output rows are the depth
+  // slices' rows counted together: shape.h).
   m.def(
-      "im2col(Tensor images, int[2] kernel_size, int[2] stride, int[2] padding, "
-      "int[2] dilation, int row_start, int rows, Tensor(a!) columns) -> ()");
+      "im2col(Tensor images, int[] kernel_size, int[] stride, int[] padding, "
+      "int[] dilation, int row_start, int rows, Tensor(a!) columns) -> ()");
   m.def(
-      "col2im(Tensor columns, int[2] kernel_size, int[2] stride, int[2] padding, "
-      "int[2] dilation, int row_start, int rows, Tensor(a!) images) -> ()");
+      "col2im(Tensor columns, int[] kernel_size, int[] stride, int[] padding, "
+      "int[] dilation, int row_start, int rows, Tensor(a!) images) -> ()");
   // The same two for channels_last images, with the NHWC column matrix [G, P, kh*kw*C/G]
   // (shape.h, ColumnGeometry): the groups are the columns' first dimension.
   m.def(
-      "im2col_nhwc(Tensor images, int[2] kernel_size, int[2] stride, int[2] padding, "
-      "int[2] dilation, int row_start, int rows, Tensor(a!) columns) -> ()");
+      "im2col_nhwc(Tensor images, int[] kernel_size, int[] stride, int[] padding, "
+      "int[] dilation, int row_start, int rows, Tensor(a!) columns) -> ()");
   m.def(
-      "col2im_nhwc(Tensor columns, int[2] kernel_size, int[2] stride, int[2] padding, "
-      "int[2] dilation, int row_start, int rows, Tensor(a!) images) -> ()");
+      "col2im_nhwc(Tensor columns, int[] kernel_size, int[] stride, int[] padding, "
+      "int[] dilation, int row_start, int rows, Tensor(a!) images) -> ()");
   // The depthwise special case (one input channel per group), computed directly: each writes
   // its last argument whole.
   m.def(
@@ -69,6 +81,9 @@ TORCH_LIBRARY_IMPL(torch_convbp, CompositeExplicitAutograd, m) {
   m.impl("conv2d", &conv2d_forward);
   m.impl("conv2d_input_grad", &conv2d_input_grad);
   m.impl("conv2d_weight_grad", &conv2d_weight_grad);
+  m.impl("conv3d", &conv3d_forward);
+  m.impl("conv3d_input_grad", &conv3d_input_grad);
+  m.impl("conv3d_weight_grad", &conv3d_weight_grad);
 }
 
 }  // namespace torch_convbp

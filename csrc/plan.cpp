@@ -56,7 +56,7 @@ Plan plan_chunks(const ConvShape& s, at::TensorOptions workspace, bool pixels_co
   const int64_t bytes_per_pixel = (s.column_rows() + s.out_channels) * element_size;
   const int64_t limit_pixels = g_workspace_limit.load() / bytes_per_pixel;
   const int64_t chunk_budget = std::max(s.out_width, limit_pixels / (cpu ? kLanesInLimit : 1));
-  const int64_t image_pixels = s.out_height * s.out_width;
+  const int64_t image_pixels = s.output_rows() * s.out_width;
   const int64_t batch = std::max<int64_t>(s.batch, 1);
   // A pointwise convolution takes one whole image at a time when that makes a good GEMM: then
   // its input is its column matrix and its output the GEMM's destination, with no copy at all
@@ -79,8 +79,8 @@ Plan plan_chunks(const ConvShape& s, at::TensorOptions workspace, bool pixels_co
       bands = ceil_div(bands, kChunkMultiple) * kChunkMultiple;  // an even chunk count
     }
     plan.images = 1;
-    plan.rows =
-        std::max<int64_t>(1, std::min(chunk_budget / s.out_width, ceil_div(s.out_height, bands)));
+    plan.rows = std::max<int64_t>(
+        1, std::min(chunk_budget / s.out_width, ceil_div(s.output_rows(), bands)));
   } else {
     const int64_t wanted = ceil_div(target, image_pixels);
     plan.images = std::clamp<int64_t>(std::min(wanted, chunk_budget / image_pixels), 1, batch);
@@ -89,10 +89,10 @@ Plan plan_chunks(const ConvShape& s, at::TensorOptions workspace, bool pixels_co
       chunks = ceil_div(chunks, kChunkMultiple) * kChunkMultiple;
       plan.images = ceil_div(batch, chunks);
     }
-    plan.rows = s.out_height;
+    plan.rows = s.output_rows();
   }
   plan.image_chunks = ceil_div(s.batch, plan.images);  // 0 for an empty batch
-  plan.bands = ceil_div(std::max<int64_t>(s.out_height, 1), plan.rows);
+  plan.bands = ceil_div(std::max<int64_t>(s.output_rows(), 1), plan.rows);
   const int64_t chunk_pixels = plan.images * plan.rows * s.out_width;
   plan.lanes_that_fit = std::max<int64_t>(1, limit_pixels / std::max<int64_t>(chunk_pixels, 1));
   return plan;

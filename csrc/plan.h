@@ -28,7 +28,8 @@ int64_t workspace_limit();
 int64_t workspace_peak(bool reset);
 
 // A chunk of the work: `images` whole images from `image` on and, of each, output rows
-// [row, row + rows). Several images are taken only with all their rows.
+// [row, row + rows) (of a 3-D convolution's output, its depth slices' rows counted together:
+// shape.h). Several images are taken only with all their rows.
 struct Chunk {
   int64_t image, images, row, rows;
 };
@@ -36,14 +37,14 @@ struct Chunk {
 // The chunks of a call, in a fixed order: image chunk by image chunk, and the row bands of each
 // in order. Chunk index i is image chunk i / bands, band i % bands.
 struct Plan {
-  int64_t images, rows;         // per chunk; rows < out_height only when images == 1
-  int64_t image_chunks, bands;  // ceil(batch / images), ceil(out_height / rows)
+  int64_t images, rows;         // per chunk; rows < output_rows() only when images == 1
+  int64_t image_chunks, bands;  // ceil(batch / images), ceil(output_rows() / rows)
   int64_t lanes_that_fit;       // how many chunks' workspaces fit the limit at once (>= 1)
 
   int64_t chunks() const { return image_chunks * bands; }
   Chunk chunk(const ConvShape& s, int64_t index) const {
     const int64_t image = index / bands * images, row = index % bands * rows;
-    return {image, std::min(images, s.batch - image), row, std::min(rows, s.out_height - row)};
+    return {image, std::min(images, s.batch - image), row, std::min(rows, s.output_rows() - row)};
   }
 };
 

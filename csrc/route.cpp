@@ -55,7 +55,9 @@ GemmChoice gemm_choice() {
 // Whether the implicit route computes convolution `s` (a forward one: for the input gradient,
 // its transposed convolution) of these float32, channels_last operands on the CPU.
 bool takes_implicit(const ConvShape& s, const at::Tensor& first) {
-  if (!first.device().is_cpu() || first.scalar_type() != at::kFloat) return false;
+  if (!s.is_planar() || !first.device().is_cpu() || first.scalar_type() != at::kFloat) {
+    return false;
+  }
   const GemmChoice choice = gemm_choice();
   if (choice == GemmChoice::mkl || !cpu_has_gemm_microkernel()) return false;
   if (choice == GemmChoice::microkernel) return true;
@@ -66,11 +68,16 @@ bool takes_implicit(const ConvShape& s, const at::Tensor& first) {
 
 // Whether every operand is channels_last by its strides (as suggest_memory_format decides),
 // dense in it, and not empty.
+// The channels-last format of a tensor of this rank: channels_last, or channels_last_3d.
+at::MemoryFormat channels_last_format(int64_t rank) {
+  return rank == 5 ? at::MemoryFormat::ChannelsLast3d : at::MemoryFormat::ChannelsLast;
+}
+
 bool all_channels_last(at::TensorList operands) {
   for (const at::Tensor& t : operands) {
-    if (t.dim() != 4 || t.numel() == 0 ||
-        t.suggest_memory_format() != at::MemoryFormat::ChannelsLast ||
-        !t.is_contiguous(at::MemoryFormat::ChannelsLast)) {
+    const auto format = channels_last_format(t.dim());
+    if ((t.dim() != 4 && t.dim() != 5) || t.numel() == 0 || t.suggest_memory_format() != format ||
+        !t.is_contiguous(format)) {
       return false;
     }
   }
@@ -78,7 +85,8 @@ bool all_channels_last(at::TensorList operands) {
 }
 
 bool has_narrow_groups(const ConvShape& s) {
-  return s.groups > 1 && !s.is_depthwise() && s.out_channels / s.groups <= kMaxDirectGroupChannels;
+  return s.is_planar() && s.groups > 1 && !s.is_depthwise() &&
+         s.out_channels / s.groups <= kMaxDirectGroupChannels;
 }
 
 bool has_wide_groups(const ConvShape& s) {
@@ -89,13 +97,19 @@ bool has_wide_groups(const ConvShape& s) {
 }  // namespace
 
 std::optional<ConvShape> input_grad_convolution(const ConvShape& s) {
+  const int64_t pad_d = s.dilation_d * (s.kernel_d - 1) - s.pad_d;
   const int64_t pad_h = s.dilation_h * (s.kernel_h - 1) - s.pad_h;
   const int64_t pad_w = s.dilation_w * (s.kernel_w - 1) - s.pad_w;
-  if (s.stride_h != 1 || s.stride_w != 1 || pad_h < 0 || pad_w < 0) return std::nullopt;
+  if (s.stride_d != 1 || s.stride_h != 1 || s.stride_w != 1 || pad_d < 0 || pad_h < 0 ||
+      pad_w < 0) {
+    return std::nullopt;
+  }
   ConvShape t = s;
   std::swap(t.in_channels, t.out_channels);
+  std::swap(t.depth, t.out_depth);
   std::swap(t.height, t.out_height);
   std::swap(t.width, t.out_width);
+  t.pad_d = pad_d;
   t.pad_h = pad_h;
   t.pad_w = pad_w;
   return t;
@@ -109,7 +123,7 @@ RouteChoice choose_route(Operator op, const ConvShape& s, at::TensorList activat
                                        ? "operands channels_last"
                                        : "operands not all channels_last (dense, non-empty)";
 
-  if (s.is_depthwise()) {
+  if (s.is_depthwise() && s.is_planar()) {
     const char* why = "one input channel per group: direct kernels, no GEMM";
     if (!channels_last && first.device().is_cpu() &&
         s.out_height * s.out_width < kMinNchwDepthwisePlane) {
@@ -179,11 +193,12 @@ RouteChoice choose_route(Operator op, const ConvShape& s, at::TensorList activat
 }
 
 at::MemoryFormat result_format(const at::Tensor& activation, const at::Tensor& weight) {
-  const auto channels_last = at::MemoryFormat::ChannelsLast;
+  const auto channels_last = channels_last_format(activation.dim());
   const bool suggested = activation.suggest_memory_format() == channels_last ||
                          weight.suggest_memory_format() == channels_last;
   const bool meta = activation.device().type() == c10::DeviceType::Meta;  // F.conv2d's meta rule
-  return activation.dim() == 4 && activation.size(0) > 0 && suggested && !meta
+  return (activation.dim() == 4 || activation.dim() == 5) && activation.size(0) > 0 && suggested &&
+                 !meta
              ? channels_last
              : at::MemoryFormat::Contiguous;
 }

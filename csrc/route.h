@@ -62,8 +62,9 @@ const char* layout_name(Layout layout);
 
 // The memory format of an operator's activation result, from its operands alone, never from the
 // route: channels_last where the activation operand or the weight suggests it, as F.conv2d
-// decides on the CPU (an empty batch stays contiguous, and so do meta tensors, as with F.conv2d). A route that computes in the other layout
-// copies its result into this one. The fake kernels mirror it (torch_convbp/_meta.py).
+// decides on the CPU (an empty batch stays contiguous, and so do meta tensors, as with F.conv2d). A
+// route that computes in the other layout copies its result into this one. The fake kernels mirror
+// it (torch_convbp/_meta.py).
 at::MemoryFormat result_format(const at::Tensor& activation, const at::Tensor& weight);
 
 }  // namespace torch_convbp

@@ -33,26 +33,57 @@ C10_HOST_DEVICE inline index_t output_index(index_t in, index_t pad, index_t k, 
 }
 
 // The input rows [first, first + count) that output rows [row_start, row_start + rows) of a
-// chunk read: the rows col2im writes. count is 0 when the band reaches only padding.
+// chunk read, rows of all depth slices counted together (input row R is depth slice R / height,
+// row R % height): the rows col2im writes. Within one output depth slice the band reads a tight
+// range of rows of each input slice; a band over several output slices is given whole input
+// slices. count is 0 when the band reaches only padding.
 struct InputRows {
   int64_t first, count;
 };
 inline InputRows input_rows_reached(const ColumnGeometry& g) {
-  const int64_t first =
-      std::max<int64_t>(0, input_index(g.row_start, g.stride_h, g.pad_h, int64_t{0}, g.dilation_h));
-  const int64_t last = std::min(g.height - 1, input_index(g.row_start + g.rows - 1, g.stride_h,
-                                                          g.pad_h, g.kernel_h - 1, g.dilation_h));
-  return {first, g.rows == 0 || last < first ? 0 : last - first + 1};
+  if (g.rows == 0) return {0, 0};
+  const int64_t first_row = g.row_start, last_row = g.row_start + g.rows - 1;
+  const int64_t first_slice = first_row / g.out_height, last_slice = last_row / g.out_height;
+  const int64_t id_first =
+      std::max<int64_t>(0, input_index(first_slice, g.stride_d, g.pad_d, int64_t{0}, g.dilation_d));
+  const int64_t id_last = std::min(
+      g.depth - 1, input_index(last_slice, g.stride_d, g.pad_d, g.kernel_d - 1, g.dilation_d));
+  int64_t ih_first = 0, ih_last = g.height - 1;
+  if (first_slice == last_slice) {
+    ih_first = std::max<int64_t>(
+        0, input_index(first_row % g.out_height, g.stride_h, g.pad_h, int64_t{0}, g.dilation_h));
+    ih_last = std::min(g.height - 1, input_index(last_row % g.out_height, g.stride_h, g.pad_h,
+                                                 g.kernel_h - 1, g.dilation_h));
+  }
+  if (id_last < id_first || ih_last < ih_first) return {0, 0};
+  const int64_t first = id_first * g.height + ih_first;
+  return {first, id_last * g.height + ih_last - first + 1};
+}
+
+// The input row (depth slice and row counted together: id * height + ih) that output row `row`
+// (od * out_height + oh) reads at kernel depth kd and kernel row ki, or -1 in the padding.
+template <typename Dims, typename index_t>
+C10_HOST_DEVICE inline index_t input_row_reading(const Dims& g, index_t row, index_t kd,
+                                                 index_t ki) {
+  const index_t id = input_index(row / g.out_height, g.stride_d, g.pad_d, kd, g.dilation_d);
+  const index_t ih = input_index(row % g.out_height, g.stride_h, g.pad_h, ki, g.dilation_h);
+  return id >= 0 && id < g.depth && ih >= 0 && ih < g.height ? id * g.height + ih : -1;
 }
 
 // For a chunk of a column matrix (ColumnGeometry, or cuda/columns_thread.h's ColumnDims): the row
-// of the chunk's band (output row - row_start) whose kernel row ki reads input row ih, or -1
-// where none does.
+// of the chunk's band whose kernel taps (kd, ki) read input depth slice id, row ih, or -1 where
+// none does.
 template <typename Dims, typename index_t>
-C10_HOST_DEVICE inline index_t band_row_reading(const Dims& g, index_t ih, index_t ki) {
-  const index_t oh =
-      output_index<index_t>(ih, g.pad_h, ki, g.dilation_h, g.stride_h, g.row_start + g.rows);
-  return oh >= g.row_start ? oh - g.row_start : -1;
+C10_HOST_DEVICE inline index_t band_row_reading(const Dims& g, index_t id, index_t ih, index_t kd,
+                                                index_t ki) {
+  const index_t end = g.row_start + g.rows;
+  const index_t od = output_index<index_t>(id, g.pad_d, kd, g.dilation_d, g.stride_d,
+                                           (end + g.out_height - 1) / g.out_height);
+  if (od < 0) return -1;
+  const index_t oh = output_index<index_t>(ih, g.pad_h, ki, g.dilation_h, g.stride_h, g.out_height);
+  if (oh < 0) return -1;
+  const index_t row = od * g.out_height + oh;
+  return row >= g.row_start && row < end ? row - g.row_start : -1;
 }
 
 // The output column whose kernel column kj reads input column iw, or -1 where none does.
@@ -61,16 +92,20 @@ C10_HOST_DEVICE inline index_t out_column_reading(const Dims& g, index_t iw, ind
   return output_index<index_t>(iw, g.pad_w, kj, g.dilation_w, g.stride_w, g.out_width);
 }
 
-// The gather of col2im: f(ki, kj, band_row, ow) for each tap (ki, kj), in (ki, kj) order, that
-// reads input pixel (ih, iw) from an output pixel (band_row, ow) of the chunk.
+// The gather of col2im: f(tap, band_row, ow) for each tap (kd, ki, kj), in that order (tap =
+// (kd * kernel_h + ki) * kernel_w + kj), that reads input pixel (id, ih, iw) from an output pixel
+// (band_row, ow) of the chunk.
 template <typename Dims, typename index_t, typename F>
-C10_HOST_DEVICE inline void for_each_tap_reading(const Dims& g, index_t ih, index_t iw, F&& f) {
-  for (index_t ki = 0; ki < g.kernel_h; ++ki) {
-    const index_t band_row = band_row_reading(g, ih, ki);
-    if (band_row < 0) continue;
-    for (index_t kj = 0; kj < g.kernel_w; ++kj) {
-      const index_t ow = out_column_reading(g, iw, kj);
-      if (ow >= 0) f(ki, kj, band_row, ow);
+C10_HOST_DEVICE inline void for_each_tap_reading(const Dims& g, index_t id, index_t ih, index_t iw,
+                                                 F&& f) {
+  for (index_t kd = 0; kd < g.kernel_d; ++kd) {
+    for (index_t ki = 0; ki < g.kernel_h; ++ki) {
+      const index_t band_row = band_row_reading(g, id, ih, kd, ki);
+      if (band_row < 0) continue;
+      for (index_t kj = 0; kj < g.kernel_w; ++kj) {
+        const index_t ow = out_column_reading(g, iw, kj);
+        if (ow >= 0) f((kd * g.kernel_h + ki) * g.kernel_w + kj, band_row, ow);
+      }
     }
   }
 }

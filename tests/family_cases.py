@@ -1,5 +1,7 @@
-"""The cases of the rest of the convolution family (conv1d, conv_transpose1d, conv_transpose2d),
-and an independent reference for the transposed convolution."""
+"""The cases of the rest of the convolution family (conv1d, conv_transpose1d, conv_transpose2d,
+conv3d, conv_transpose3d), and independent references for the transposed convolution and for
+convolutions of any dimension."""
+import itertools
 from dataclasses import dataclass
 from typing import Tuple, Union
 
@@ -12,7 +14,7 @@ import torch_convbp
 @dataclass(frozen=True)
 class FamilyCase:
     name: str
-    function: str  # conv1d, conv_transpose1d or conv_transpose2d
+    function: str  # conv1d, conv_transpose1d, conv_transpose2d, conv3d or conv_transpose3d
     batch: int  # None: an unbatched input
     in_channels: int
     size: Tuple[int, ...]  # input's spatial size
@@ -88,6 +90,79 @@ FAMILY_CASES = [
     FamilyCase("unbatched", T1, None, 3, (5,), 2, (4,), stride=2, padding=1, output_padding=1),
     FamilyCase("batch-zero", T1, 0, 3, (5,), 2, (2,)),
 ]
+
+C3, T3 = "conv3d", "conv_transpose3d"
+VOLUME_CASES = [
+    FamilyCase("basic", C3, 2, 3, (4, 5, 4), 4, (3, 3, 3)),
+    FamilyCase("asymmetric-everything", C3, 2, 4, (5, 6, 7), 6, (3, 2, 3), stride=(2, 1, 3), padding=(1, 0, 2),
+               dilation=(1, 2, 1), groups=2),
+    FamilyCase("same-even-kernel", C3, 1, 2, (4, 5, 6), 3, (2, 3, 4), padding="same", dilation=(3, 1, 2)),
+    FamilyCase("valid", C3, 2, 2, (3, 4, 5), 3, (2, 2, 3), padding="valid", bias=False),
+    FamilyCase("depthwise-channel-multiplier", C3, 2, 4, (4, 5, 5), 8, (3, 3, 3), padding=1, groups=4),
+    FamilyCase("pointwise-strided-shortcut", C3, 2, 4, (5, 5, 5), 6, (1, 1, 1), stride=2, bias=False),
+    FamilyCase("pointwise", C3, 2, 4, (3, 4, 5), 6, (1, 1, 1)),
+    FamilyCase("spatial-1x3x3", C3, 2, 4, (3, 6, 6), 5, (1, 3, 3), stride=(1, 2, 2), padding=(0, 1, 1)),
+    FamilyCase("temporal-3x1x1", C3, 2, 5, (4, 3, 3), 4, (3, 1, 1), stride=(2, 1, 1), padding=(1, 0, 0)),
+    FamilyCase("stem-3x7x7", C3, 1, 3, (4, 9, 9), 4, (3, 7, 7), stride=(1, 2, 2), padding=(1, 3, 3)),
+    FamilyCase("kernel-as-large-as-the-padded-input", C3, 2, 2, (2, 3, 2), 3, (4, 3, 4), padding=(1, 0, 1)),
+    FamilyCase("unbatched", C3, None, 3, (4, 3, 5), 2, (2, 2, 3), stride=(1, 2, 1), padding=1),
+    FamilyCase("batch-zero", C3, 0, 3, (3, 3, 3), 2, (2, 2, 2)),
+    FamilyCase("basic", T3, 2, 3, (3, 4, 3), 4, (3, 3, 3)),
+    FamilyCase("upsampling-2x2x2-stride-2", T3, 2, 4, (3, 3, 2), 2, (2, 2, 2), stride=2),
+    FamilyCase("asymmetric-everything", T3, 2, 4, (3, 4, 3), 6, (3, 2, 3), stride=(2, 3, 1), padding=(1, 0, 1),
+               output_padding=(1, 2, 0), dilation=(1, 2, 1), groups=2),
+    FamilyCase("output-padding-below-dilation", T3, 1, 2, (3, 3, 3), 2, (2, 3, 2), stride=1, padding=(0, 1, 2),
+               output_padding=(2, 1, 1), dilation=(3, 2, 2)),
+    FamilyCase("depthwise", T3, 2, 4, (3, 4, 4), 4, (3, 3, 3), stride=2, padding=1, output_padding=1, groups=4),
+    FamilyCase("pointwise", T3, 2, 4, (3, 3, 4), 5, (1, 1, 1)),
+    FamilyCase("unbatched", T3, None, 3, (3, 2, 3), 2, (2, 3, 2), stride=2, output_padding=1),
+    FamilyCase("batch-zero", T3, 0, 3, (2, 2, 2), 2, (2, 2, 2), stride=2),
+]
+
+
+def _tuple(value, n):
+    return (value,) * n if isinstance(value, int) else tuple(value)
+
+
+def tapwise_convolution(x, w, b, stride, padding, dilation, groups):
+    """The definition of a convolution of any dimension, one kernel tap at a time: output pixel p
+    sums w[:, :, tap] · x[p·stride - padding + tap·dilation] over the taps (forward only). A
+    tap's inputs are one strided slice of the zero-padded input; neither F nor an im2col."""
+    n, dims = x.shape[0], x.dim() - 2
+    stride, padding, dilation = (_tuple(v, dims) for v in (stride, padding, dilation))
+    kernel = w.shape[2:]
+    padded = x.new_zeros(n, x.shape[1], *(s + 2 * p for s, p in zip(x.shape[2:], padding)))
+    padded[(..., *(slice(p, p + s) for p, s in zip(padding, x.shape[2:])))] = x
+    out_size = [(s - d * (k - 1) - 1) // t + 1 for s, d, k, t in zip(padded.shape[2:], dilation, kernel, stride)]
+    out = x.new_zeros(n, w.shape[0], *out_size)
+    c_in, c_out = x.shape[1] // groups, w.shape[0] // groups
+    for tap in itertools.product(*map(range, kernel)):
+        reached = padded[(..., *(slice(t * d, t * d + s * (o - 1) + 1, s)
+                                 for t, d, s, o in zip(tap, dilation, stride, out_size)))]
+        for g in range(groups):
+            out[:, g * c_out:(g + 1) * c_out] += torch.einsum(
+                "nc...,oc->no...", reached[:, g * c_in:(g + 1) * c_in], w[(slice(g * c_out, (g + 1) * c_out), slice(None), *tap)])
+    return out if b is None else out + b.view(1, -1, *[1] * dims)
+
+
+def tapwise_transposed_convolution(x, w, b, stride, padding, output_padding, dilation, groups):
+    """The definition of a transposed convolution of any dimension, one kernel tap at a time, as a
+    scatter: input pixel i adds x[i] · w[:, :, tap] to output pixel i·stride - padding + tap·dilation.
+    The scatter fills an uncropped output, which then loses `padding` at each end and keeps
+    `output_padding` more at the far end (forward only)."""
+    n, dims = x.shape[0], x.dim() - 2
+    stride, padding, output_padding, dilation = (_tuple(v, dims) for v in (stride, padding, output_padding, dilation))
+    kernel, c_in, c_out = w.shape[2:], x.shape[1] // groups, w.shape[1]
+    full = [(i - 1) * s + d * (k - 1) + 1 + o
+            for i, s, d, k, o in zip(x.shape[2:], stride, dilation, kernel, output_padding)]
+    out = x.new_zeros(n, c_out * groups, *full)
+    for tap in itertools.product(*map(range, kernel)):
+        target = (..., *(slice(t * d, t * d + s * (i - 1) + 1, s) for t, d, s, i in zip(tap, dilation, stride, x.shape[2:])))
+        for g in range(groups):
+            out[:, g * c_out:(g + 1) * c_out][target] += torch.einsum(
+                "nc...,co->no...", x[:, g * c_in:(g + 1) * c_in], w[(slice(g * c_in, (g + 1) * c_in), slice(None), *tap)])
+    out = out[(..., *(slice(p, f - p) for p, f in zip(padding, full)))]
+    return out if b is None else out + b.view(1, -1, *[1] * dims)
 
 
 def loop_conv_transpose2d(x, w, b, stride, padding, output_padding, dilation, groups):

@@ -15,8 +15,13 @@ def test_every_layer_is_well_formed():
     assert len({layer["name"] for layer in suite_layers}) == len(suite_layers) >= 15
     for layer in suite_layers:
         assert layer["in_channels"] % layer["groups"] == 0 and layer["out_channels"] % layer["groups"] == 0
-        assert layers.out_size(layer) > 0
-        assert set(layer["suites"]) <= {"quick", "resnet18", "resnet50", "mobilenet"}
+        assert all(n > 0 for n in layers.out_sizes(layer))
+        assert set(layer["suites"]) <= set(layers.SUITES)
+        x, w = layers.make_operands(layer, 1, "meta", torch.float32)
+        y = layers.functions(layer)[1](x, w, None, *layers.conv_args(layer))  # F's own size
+        assert list(y.shape) == [1, layer["out_channels"], *layers.out_sizes(layer)]
+    assert {layers.dims(layer) for layer in suite_layers} == {2, 3}
+    assert len(layers.load_layers("2d")) + len(layers.load_layers("3d")) == len(suite_layers)
 
 
 @pytest.mark.parametrize("passes", ["forward", "backward", "both"])
@@ -34,6 +39,21 @@ def test_layer_table(passes, capsys):
     assert result["ceilings"]["square_gemm_gflops"] > 0
     assert all(row["square_gemm_gflops"] > 0 and row["of_peak"] > 0 for row in result["rows"])
     assert "| resnet18 3x3 512 @7 |" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", ["r3d_18 3x3x3 512 @2x7", "unet3d up 2x2x2/2"])
+def test_volume_layers_time_their_own_functions(name):
+    """A 3-D layer, and a transposed one, through every candidate: torch_convbp's conv3d or
+    conv_transpose3d against F's, F's without oneDNN (slow_conv3d, slow_conv_transpose3d), and
+    the bare GEMMs of the same sizes."""
+    result = suite.main(["--device", "cpu", "--suite", "3d", "--layers", name, "--batch", "1", "--rounds", "1",
+                         "--passes", "forward", "--quiet"])
+    (row,) = result["rows"]
+    assert row["batch"] == 1
+    for candidate in (*steps.CANDIDATES, "builtin_channels_last", "torch_convbp_channels_last"):
+        assert row[f"{candidate}_ms"] > 0
+    layer = layers.load_layers("3d", name)[0]
+    assert row["torch_convbp_gflops"] == pytest.approx(layers.flops(layer, 1, "forward") / row["torch_convbp_ms"] / 1e6)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
@@ -68,8 +88,8 @@ def test_memory_scaling_json_and_plot(tmp_path):
 
 
 def test_model_benchmark_runs_or_says_torchvision_is_missing(tmp_path, capsys):
-    args = ["--device", "cpu", "--models", "resnet18", "--batch", "2", "--size", "64", "--rounds", "1",
-            "--json", str(tmp_path / "models.json")]
+    args = ["--device", "cpu", "--models", "resnet18", "r3d_18", "--batch", "2", "--size", "64", "--clip-batch", "1",
+            "--clip-size", "4", "32", "--rounds", "1", "--json", str(tmp_path / "models.json")]
     plotting = importlib.util.find_spec("matplotlib") is not None
     if plotting:
         args += ["--plot", str(tmp_path / "models.png")]
@@ -81,9 +101,11 @@ def test_model_benchmark_runs_or_says_torchvision_is_missing(tmp_path, capsys):
         assert "torchvision is not installed" in out and "skipped" in out
         return
     result = json.loads((tmp_path / "models.json").read_text())
-    assert [(r["model"], r["format"]) for r in result["rows"]] == [("resnet18", "nchw"), ("resnet18", "channels_last")]
+    assert [(r["model"], r["format"], r["input"]) for r in result["rows"]] == [
+        ("resnet18", "nchw", "64x64"), ("resnet18", "channels_last", "64x64"), ("r3d_18", "nchw", "4x32x32"),
+        ("r3d_18", "channels_last", "4x32x32")]
     assert all(r["stock_ms"] > 0 and r["torch_convbp_ms"] > 0 for r in result["rows"])
-    assert "| resnet18 | channels_last |" in out
+    assert "| resnet18 | channels_last | 2 | 64x64 |" in out and "| r3d_18 | channels_last | 1 | 4x32x32 |" in out
     assert not plotting or (tmp_path / "models.png").stat().st_size > 0
 
 

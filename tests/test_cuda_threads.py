@@ -5,6 +5,7 @@ Each CUDA kernel is a thin loop over host-and-device functions (csrc/cuda/*_thre
 (block, thread) of the launch grid, in 32-bit and in 64-bit indices, and the results must equal
 the CPU kernels' bit for bit: the same index decomposition, bounds, summation order and dtype
 conversions as the GPU will run. The launch arithmetic is checked at the 2^31 boundary."""
+import math
 import os
 
 import pytest
@@ -47,7 +48,8 @@ def randn(*shape, dtype, seed):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64).to(dtype)
 
 
-# (name, images [N, C, H, W], kernel, stride, padding, dilation, output rows: None = all, else (start, count))
+# (name, images [N, C, H, W] or [N, C, D, H, W], kernel, stride, padding, dilation, output rows:
+# None = all, else (start, count); for volumes a row is one row of one depth slice)
 COLUMN_CASES = [
     ("whole-images-3x3", (2, 3, 7, 6), (3, 3), (1, 1), (1, 1), (1, 1), None),
     ("row-band", (2, 3, 9, 8), (3, 3), (1, 1), (1, 1), (1, 1), (3, 4)),
@@ -59,6 +61,12 @@ COLUMN_CASES = [
     ("stride-larger-than-kernel", (2, 2, 10, 10), (2, 2), (3, 3), (0, 0), (1, 1), None),
     ("pointwise-strided", (3, 5, 7, 6), (1, 1), (2, 2), (0, 0), (1, 1), None),
     ("wide-rows", (1, 1, 3, 300), (1, 3), (1, 1), (0, 1), (1, 1), None),
+    ("volumes-3x3x3", (2, 2, 4, 5, 4), (3, 3, 3), (1, 1, 1), (1, 1, 1), (1, 1, 1), None),
+    ("volumes-strided-asymmetric", (2, 4, 7, 6, 9), (3, 2, 3), (2, 1, 3), (1, 0, 2), (1, 2, 1), None),
+    ("volumes-band-across-slices", (1, 2, 5, 6, 5), (3, 3, 3), (1, 1, 1), (1, 1, 1), (1, 1, 1), (4, 7)),
+    ("volumes-band-within-a-slice", (1, 2, 5, 6, 5), (2, 3, 3), (2, 1, 1), (0, 1, 1), (2, 1, 1), (1, 3)),
+    ("volumes-depth-padding-past-reach", (1, 2, 2, 3, 3), (2, 2, 2), (1, 1, 1), (3, 1, 0), (1, 1, 1), None),
+    ("volumes-pointwise-strided", (2, 4, 3, 5, 6), (1, 1, 1), (1, 2, 2), (0, 0, 0), (1, 1, 1), None),
 ]
 # (images dtype, columns dtype): each type with itself, and half images with float32 columns
 COLUMN_TYPES = [(torch.float64,) * 2, (torch.float32,) * 2, (torch.float16,) * 2, (torch.bfloat16,) * 2,
@@ -66,11 +74,12 @@ COLUMN_TYPES = [(torch.float64,) * 2, (torch.float32,) * 2, (torch.float16,) * 2
 
 
 def column_geometry(images, kernel, stride, padding, dilation, rows):
-    n, c, h, w = images
-    out_h = (h + 2 * padding[0] - dilation[0] * (kernel[0] - 1) - 1) // stride[0] + 1
-    out_w = (w + 2 * padding[1] - dilation[1] * (kernel[1] - 1) - 1) // stride[1] + 1
-    row_start, count = rows or (0, out_h)
-    return (row_start, count), (c * kernel[0] * kernel[1], n * count * out_w)
+    """The band of output rows ((start, count); a volume's rows are its depth slices' rows, one
+    after another) and the NCHW column matrix's [rows, pixels]."""
+    n, c, *spatial = images
+    out = [(s + 2 * p - d * (k - 1) - 1) // t + 1 for s, k, t, p, d in zip(spatial, kernel, stride, padding, dilation)]
+    row_start, count = rows or (0, math.prod(out[:-1]))
+    return (row_start, count), (c * math.prod(kernel), n * count * out[-1])
 
 
 @pytest.mark.parametrize("index_bits", [32, 64])
@@ -97,7 +106,7 @@ def test_im2col_and_col2im_threads_match_the_cpu_bitwise(
 
 
 def nhwc_column_shape(images, kernel, rows, groups):
-    """The NHWC column matrix [G, P, kh*kw*C/G] (csrc/conv2d.h)."""
+    """The NHWC column matrix [G, P, taps*C/G] (csrc/conv2d.h)."""
     (column_rows, pixels) = rows
     return (groups, pixels, column_rows // groups)
 
@@ -115,7 +124,8 @@ def test_nhwc_im2col_and_col2im_threads_match_the_cpu_bitwise(
     band, nchw_shape = column_geometry(images, kernel, stride, padding, dilation, rows)
     column_shape = nhwc_column_shape(images, kernel, nchw_shape, groups)
     geometry = (kernel, stride, padding, dilation, *band)
-    x = randn(*images, dtype=image_dtype, seed=0).contiguous(memory_format=torch.channels_last)
+    channels_last = torch.channels_last_3d if len(images) == 5 else torch.channels_last
+    x = randn(*images, dtype=image_dtype, seed=0).contiguous(memory_format=channels_last)
 
     expected, actual = (torch.full(column_shape, float("nan"), dtype=column_dtype) for _ in range(2))
     ops.im2col_nhwc(x, *geometry, expected)
@@ -123,7 +133,7 @@ def test_nhwc_im2col_and_col2im_threads_match_the_cpu_bitwise(
     assert_bitwise_equal(actual, expected)
 
     columns = randn(*column_shape, dtype=column_dtype, seed=1)
-    start = randn(*images, dtype=image_dtype, seed=2).contiguous(memory_format=torch.channels_last)
+    start = randn(*images, dtype=image_dtype, seed=2).contiguous(memory_format=channels_last)
     expected, actual = start.clone(), start.clone()
     ops.col2im_nhwc(columns, *geometry, expected)
     harness.col2im_nhwc(columns, *geometry, index_bits, actual)

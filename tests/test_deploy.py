@@ -6,24 +6,23 @@ import pytest
 import torch
 
 import torch_convbp
-from test_family_modules import AllFour
+from test_family_modules import EveryClass
 
 F32 = dict(dtype=torch.float32)
 
 
 def converted_model():
     torch.manual_seed(0)
-    return torch_convbp.convert(AllFour()).eval()
+    return torch_convbp.convert(EveryClass()).eval()
 
 
 def example_inputs(batch):
-    g = torch.Generator().manual_seed(batch)
-    return torch.randn(batch, 2, 16, generator=g), torch.randn(batch, 3, 8, 8, generator=g)
+    return EveryClass.inputs(batch)
 
 
 def dynamic_batch():
     batch = torch.export.Dim("batch", min=1, max=64)
-    return ({0: batch}, {0: batch})
+    return ({0: batch}, {0: batch}, {0: batch})
 
 
 def assert_outputs_close(actual, expected):
@@ -39,7 +38,8 @@ def our_operators(graph_module):
 def test_torch_export(dynamic):
     model = converted_model()
     program = torch.export.export(model, example_inputs(2), dynamic_shapes=dynamic_batch() if dynamic else None)
-    assert our_operators(program.graph_module) == {"torch_convbp.conv2d.default", "torch_convbp.conv2d_input_grad.default"}
+    assert our_operators(program.graph_module) == {
+        f"torch_convbp.{name}.default" for name in ("conv2d", "conv2d_input_grad", "conv3d", "conv3d_input_grad")}
     for batch in (2, 5) if dynamic else (2,):
         with torch.no_grad():
             assert_outputs_close(program.module()(*example_inputs(batch)), model(*example_inputs(batch)))

@@ -65,6 +65,9 @@ def test_gradcheck_and_gradgradcheck(case):
     assert gradgradcheck(fn, tensors)
 
 
+OPERATORS = ("conv2d", "conv2d_input_grad", "conv2d_weight_grad", "conv3d", "conv3d_input_grad", "conv3d_weight_grad")
+
+
 class OperatorCalls(TorchDispatchMode):
     """Records the convolution operators' calls (below autograd, with the arguments they got)."""
 
@@ -73,7 +76,7 @@ class OperatorCalls(TorchDispatchMode):
         self.calls = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func.namespace == "torch_convbp" and func._opname in ("conv2d", "conv2d_input_grad", "conv2d_weight_grad"):
+        if func.namespace == "torch_convbp" and func._opname in OPERATORS:
             self.calls.append((func, args))
         return func(*args, **(kwargs or {}))
 

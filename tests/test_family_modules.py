@@ -1,5 +1,5 @@
-"""Conv1d, ConvTranspose1d and ConvTranspose2d as drop-ins for their nn classes, and convert() /
-revert() on a model that holds all four convolution classes."""
+"""Conv1d, Conv3d, ConvTranspose1d, ConvTranspose2d and ConvTranspose3d as drop-ins for their nn
+classes, and convert() / revert() on a model that holds every convolution class."""
 import pytest
 import torch
 import torch.nn as nn
@@ -38,11 +38,22 @@ def test_conv1d_matches_nn(padding_mode, padding):
         assert_same_values_and_grads(ours, ref, x.requires_grad_())
 
 
-@pytest.mark.parametrize("dims", [1, 2])
+@pytest.mark.parametrize("padding_mode", ["zeros", "reflect", "replicate", "circular"])
+@pytest.mark.parametrize("padding", [(2, 1, 0), "same", "valid"])
+def test_conv3d_matches_nn(padding_mode, padding):
+    torch.manual_seed(0)
+    ours, ref = twin(torch_convbp.Conv3d, nn.Conv3d, 4, 6, (3, 2, 3), padding=padding, padding_mode=padding_mode,
+                     dilation=(1, 2, 1), groups=2)
+    for x in (torch.randn(2, 4, 5, 6, 4, **F64), torch.randn(4, 5, 6, 4, **F64)):  # batched and unbatched
+        assert_same_values_and_grads(ours, ref, x.requires_grad_())
+
+
+@pytest.mark.parametrize("dims", [1, 2, 3])
 @pytest.mark.parametrize("bias", [True, False])
 def test_conv_transpose_matches_nn(dims, bias):
     torch.manual_seed(0)
-    classes = {1: (torch_convbp.ConvTranspose1d, nn.ConvTranspose1d), 2: (torch_convbp.ConvTranspose2d, nn.ConvTranspose2d)}
+    classes = {1: (torch_convbp.ConvTranspose1d, nn.ConvTranspose1d), 2: (torch_convbp.ConvTranspose2d, nn.ConvTranspose2d),
+               3: (torch_convbp.ConvTranspose3d, nn.ConvTranspose3d)}
     ours, ref = twin(*classes[dims], 4, 6, 3, stride=2, padding=1, output_padding=1, groups=2, dilation=1, bias=bias)
     size = (5,) * dims
     for x in (torch.randn(2, 4, *size, **F64), torch.randn(4, *size, **F64)):
@@ -60,6 +71,14 @@ def test_conv_transpose_output_size(output_size):
         x = x[0].detach().requires_grad_()
     assert_same_values_and_grads(ours, ref, x, output_size=output_size)
     assert list(ours(x, output_size=output_size).shape[-2:]) == output_size[-2:]
+
+
+def test_conv_transpose3d_output_size():
+    ours, ref = twin(torch_convbp.ConvTranspose3d, nn.ConvTranspose3d, 3, 2, 3, stride=(2, 3, 1))
+    x = torch.randn(2, 3, 3, 4, 5, **F64, requires_grad=True)
+    for size in ([7, 12, 7], [8, 14, 7], [2, 2, 8, 13, 7]):
+        assert_same_values_and_grads(ours, ref, x, output_size=size)
+        assert list(ours(x, output_size=size).shape[-3:]) == size[-3:]
 
 
 def test_conv_transpose1d_output_size():
@@ -90,7 +109,8 @@ def test_conv_transpose_padding_modes_are_nn_s():
 
 @pytest.mark.parametrize("ours_class, nn_class", [
     (torch_convbp.Conv1d, nn.Conv1d), (torch_convbp.ConvTranspose1d, nn.ConvTranspose1d),
-    (torch_convbp.ConvTranspose2d, nn.ConvTranspose2d)])
+    (torch_convbp.ConvTranspose2d, nn.ConvTranspose2d), (torch_convbp.Conv3d, nn.Conv3d),
+    (torch_convbp.ConvTranspose3d, nn.ConvTranspose3d)])
 def test_state_dict_and_repr_are_nn_s(ours_class, nn_class):
     ours, ref = ours_class(3, 6, 3, stride=2, groups=3), nn_class(3, 6, 3, stride=2, groups=3)
     assert ours.state_dict().keys() == ref.state_dict().keys()
@@ -98,8 +118,8 @@ def test_state_dict_and_repr_are_nn_s(ours_class, nn_class):
     assert isinstance(ours, nn_class) and repr(ours).replace(ours_class.__name__, "") == repr(ref).replace(nn_class.__name__, "")
 
 
-class AllFour(nn.Module):
-    """An encoder-decoder over 1-D and 2-D signals, with every convolution class."""
+class EveryClass(nn.Module):
+    """An encoder-decoder over 1-D, 2-D and 3-D signals, with every convolution class."""
 
     def __init__(self):
         super().__init__()
@@ -108,22 +128,34 @@ class AllFour(nn.Module):
         self.encode2d = nn.Conv2d(3, 8, 3, stride=2, padding=1, padding_mode="reflect")
         self.decode2d = nn.ConvTranspose2d(8, 3, 4, stride=2, padding=1, groups=1)
         self.keep = type("MyConv", (nn.Conv2d,), {})(3, 3, 1)  # a subclass: its forward may do more
+        self.encode3d = nn.Conv3d(2, 4, (3, 3, 3), stride=(1, 2, 2), padding=1, groups=2)
+        self.decode3d = nn.ConvTranspose3d(4, 2, 2, stride=(1, 2, 2), padding=(1, 0, 0))
 
-    def forward(self, signal, image):
-        return self.decode1d(torch.relu(self.encode1d(signal))), self.keep(self.decode2d(torch.relu(self.encode2d(image))))
+    def forward(self, signal, image, volume):
+        return (self.decode1d(torch.relu(self.encode1d(signal))), self.keep(self.decode2d(torch.relu(self.encode2d(image)))),
+                self.decode3d(torch.relu(self.encode3d(volume))))
+
+    CONVERTED = ("encode1d", "decode1d", "encode2d", "decode2d", "encode3d", "decode3d")
+
+    @staticmethod
+    def inputs(batch, **kwargs):
+        g = torch.Generator().manual_seed(batch)
+        return (torch.randn(batch, 2, 16, generator=g, **kwargs), torch.randn(batch, 3, 8, 8, generator=g, **kwargs),
+                torch.randn(batch, 2, 4, 6, 6, generator=g, **kwargs))
 
 
 def test_convert_and_revert_swap_every_class_and_keep_the_parameters():
     torch.manual_seed(0)
-    model = AllFour().double()
-    inputs = (torch.randn(2, 2, 16, **F64), torch.randn(2, 3, 8, 8, **F64))
+    model = EveryClass().double()
+    inputs = EveryClass.inputs(2, **F64)
     expected = model(*inputs)
     params = list(model.parameters())
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 
     assert torch_convbp.convert(model) is model
-    assert [type(m) for m in (model.encode1d, model.decode1d, model.encode2d, model.decode2d)] == [
-        torch_convbp.Conv1d, torch_convbp.ConvTranspose1d, torch_convbp.Conv2d, torch_convbp.ConvTranspose2d]
+    assert [type(getattr(model, name)) for name in EveryClass.CONVERTED] == [
+        torch_convbp.Conv1d, torch_convbp.ConvTranspose1d, torch_convbp.Conv2d, torch_convbp.ConvTranspose2d,
+        torch_convbp.Conv3d, torch_convbp.ConvTranspose3d]
     assert type(model.keep).__name__ == "MyConv"
     assert all(a is b for a, b in zip(model.parameters(), params))
     for a, e in zip(model(*inputs), expected):
@@ -132,8 +164,8 @@ def test_convert_and_revert_swap_every_class_and_keep_the_parameters():
     optimizer.step()  # the optimizer built before convert() updates the same Parameters
 
     assert torch_convbp.revert(model) is model
-    assert [type(m) for m in (model.encode1d, model.decode1d, model.encode2d, model.decode2d)] == [
-        nn.Conv1d, nn.ConvTranspose1d, nn.Conv2d, nn.ConvTranspose2d]
+    assert [type(getattr(model, name)) for name in EveryClass.CONVERTED] == [
+        nn.Conv1d, nn.ConvTranspose1d, nn.Conv2d, nn.ConvTranspose2d, nn.Conv3d, nn.ConvTranspose3d]
     assert all(a is b for a, b in zip(model.parameters(), params))
     reverted = model(*inputs)
     torch_convbp.convert(model)
@@ -143,10 +175,10 @@ def test_convert_and_revert_swap_every_class_and_keep_the_parameters():
 
 def test_a_converted_model_compiles_with_fullgraph():
     torch.manual_seed(0)
-    model = torch_convbp.convert(AllFour().double())
-    inputs = (torch.randn(2, 2, 16, **F64), torch.randn(2, 3, 8, 8, **F64))
+    model = torch_convbp.convert(EveryClass().double())
+    inputs = EveryClass.inputs(2, **F64)
     compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
     for a, e in zip(compiled(*inputs), model(*inputs)):
         torch.testing.assert_close(a, e)
     sum(y.sum() for y in compiled(*inputs)).backward()
-    assert model.decode2d.weight.grad is not None
+    assert model.decode2d.weight.grad is not None and model.encode3d.weight.grad is not None

@@ -26,6 +26,10 @@ CALLS = [
     ("conv_transpose2d", torch_convbp.conv_transpose2d, F.conv_transpose2d, (2, 6, 5, 4), (6, 3, 3, 3),
      dict(stride=2, padding=1, output_padding=1)),
     ("conv_transpose1d", torch_convbp.conv_transpose1d, F.conv_transpose1d, (2, 6, 7), (6, 2, 4), dict(stride=3, groups=2)),
+    ("conv3d", torch_convbp.conv3d, F.conv3d, (2, 4, 5, 9, 8), (6, 2, 3, 3, 2), dict(stride=(1, 2, 1), padding=1, groups=2)),
+    ("conv3d same", torch_convbp.conv3d, F.conv3d, (2, 4, 5, 9, 8), (6, 4, 2, 3, 3), dict(padding="same")),
+    ("conv_transpose3d", torch_convbp.conv_transpose3d, F.conv_transpose3d, (2, 6, 3, 5, 4), (6, 3, 2, 3, 3),
+     dict(stride=2, padding=1, output_padding=1)),
 ]
 
 
@@ -35,7 +39,9 @@ CALLS = [
 def test_functions_on_meta_tensors_give_what_f_gives(name, ours, theirs, input_size, weight_size, kwargs, dtype, layout):
     x = torch.empty(input_size, dtype=dtype, **META)
     w = torch.empty(weight_size, dtype=dtype, **META)
-    if x.dim() == 4:
+    if x.dim() == 5 and layout == CL:
+        x, w = x.contiguous(memory_format=torch.channels_last_3d), w.contiguous(memory_format=torch.channels_last_3d)
+    elif x.dim() == 4:
         x, w = x.contiguous(memory_format=layout), w.contiguous(memory_format=layout)
     x.requires_grad_(), w.requires_grad_()
     y, y_ref = ours(x, w, **kwargs), theirs(x, w, **kwargs)

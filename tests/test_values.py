@@ -12,8 +12,9 @@ LAYOUTS = ["contiguous", "channels_last", "non_contiguous"]
 
 def relayout(t, layout):
     """The same values in another memory layout."""
-    if layout == "channels_last":
-        return t.detach().contiguous(memory_format=torch.channels_last).requires_grad_(t.requires_grad)
+    if layout == "channels_last":  # channels_last_3d for volumes
+        memory_format = torch.channels_last_3d if t.dim() == 5 else torch.channels_last
+        return t.detach().contiguous(memory_format=memory_format).requires_grad_(t.requires_grad)
     if layout == "non_contiguous":  # every other element of a wider tensor, then flipped back
         wide = torch.zeros(*t.shape[:-1], 2 * t.shape[-1], dtype=t.dtype, device=t.device)
         wide[..., ::2] = t.detach()
@@ -23,7 +24,9 @@ def relayout(t, layout):
 
 def same_memory_format(a, b):
     """Dense in the same memory formats (strides of size-1 dimensions do not matter)."""
-    formats = (torch.contiguous_format, torch.channels_last)
+    if a.dim() != b.dim():
+        return False
+    formats = [torch.contiguous_format] + {4: [torch.channels_last], 5: [torch.channels_last_3d]}.get(a.dim(), [])
     return all(a.is_contiguous(memory_format=f) == b.is_contiguous(memory_format=f) for f in formats)
 
 

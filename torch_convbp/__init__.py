@@ -1,16 +1,17 @@
 """torch_convbp: convolution and all of its gradients as im2col + GEMM, on CPU and CUDA.
 
     torch_convbp.conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1)
-    torch_convbp.conv1d, conv_transpose1d, conv_transpose2d   # as in torch.nn.functional
-    torch_convbp.Conv2d(...)          # an nn.Conv2d; likewise Conv1d, ConvTranspose1d/2d
-    torch_convbp.convert(model)       # every nn.Conv1d/2d, nn.ConvTranspose1d/2d becomes ours
+    torch_convbp.conv1d, conv3d, conv_transpose1d/2d/3d    # as in torch.nn.functional
+    torch_convbp.Conv2d(...)          # an nn.Conv2d; likewise Conv1d/3d, ConvTranspose1d/2d/3d
+    torch_convbp.convert(model)       # every nn.Conv1d/2d/3d, nn.ConvTranspose1d/2d/3d becomes ours
     torch_convbp.revert(model)        # and back to the stock classes
     torch_convbp.onnx_translation_table()     # for torch.onnx.export(..., dynamo=True)
     torch_convbp.explain(x, w, padding=1)     # which route each operator takes, and why
     torch_convbp.set_workspace_limit(nbytes)
     torch_convbp.gemm_dtype(torch.bfloat16)   # the dtype the GEMMs run in (float32 on most CPUs)
 
-The operators are torch.ops.torch_convbp.{conv2d, conv2d_input_grad, conv2d_weight_grad}.
+The operators are torch.ops.torch_convbp.{conv2d, conv2d_input_grad, conv2d_weight_grad} and
+their 3-D twins {conv3d, conv3d_input_grad, conv3d_weight_grad}.
 """
 import contextlib
 import os
@@ -39,18 +40,22 @@ from . import _meta  # noqa: E402, F401  (registers the fake kernels; autograd i
 from ._args import CUDA_KERNELS
 from ._explain import explain
 from ._onnx import onnx_translation_table
-from .functional import conv1d, conv2d, conv_transpose1d, conv_transpose2d
-from .modules import Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d, convert, revert
+from .functional import conv1d, conv2d, conv3d, conv_transpose1d, conv_transpose2d, conv_transpose3d
+from .modules import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, ConvTranspose3d, convert, revert
 
 __all__ = [
     "conv1d",
     "conv2d",
+    "conv3d",
     "conv_transpose1d",
     "conv_transpose2d",
+    "conv_transpose3d",
     "Conv1d",
     "Conv2d",
+    "Conv3d",
     "ConvTranspose1d",
     "ConvTranspose2d",
+    "ConvTranspose3d",
     "convert",
     "revert",
     "onnx_translation_table",

@@ -95,35 +95,47 @@ def autocast(device_type: str, *tensors):
 
 
 def string_padding(op: str, padding: str, input, weight, stride, dilation):
-    """padding='valid' or 'same' for a 2-D convolution. 'same' is symmetric padding plus, for an
-    odd total, one extra row/column at the bottom/right (done by padding the input), as F.conv2d
-    does. Returns (input, padding)."""
+    """padding='valid' or 'same' for a 2-D or 3-D convolution. 'same' is symmetric padding plus,
+    for an odd total, one extra row/column/slice at the end (done by padding the input), as
+    F.conv2d and F.conv3d do. Returns (input, padding)."""
+    dims = len(stride)
     if padding == "valid":
-        return input, (0, 0)
+        return input, (0,) * dims
     if padding != "same":
         raise ValueError(f"{op}: invalid padding string {padding!r}, expected 'same' or 'valid'")
-    if stride != (1, 1):
+    if any(s != 1 for s in stride):
         raise ValueError(f"{op}: padding='same' is not supported for strided convolutions")
-    if weight.dim() != 4:  # the operator refuses the weight's rank, with its own message
-        return input, (0, 0)
+    if weight.dim() != dims + 2:  # the operator refuses the weight's rank, with its own message
+        return input, (0,) * dims
     total = [d * (k - 1) for d, k in zip(dilation, weight.shape[2:])]
-    extra_h, extra_w = total[0] % 2, total[1] % 2
-    if extra_h or extra_w:
-        input = F.pad(input, (0, extra_w, 0, extra_h))
-    return input, (total[0] // 2, total[1] // 2)
+    if any(t % 2 for t in total):
+        # F.pad lists (before, after) pairs from the last dimension back.
+        input = F.pad(input, [n for t in reversed(total) for n in (0, t % 2)])
+    return input, tuple(t // 2 for t in total)
+
+
+def channels_last_format(rank: int):
+    """The channels-last memory format of a batched tensor of this rank (4 or 5)."""
+    return torch.channels_last_3d if rank == 5 else channels_last
 
 
 def output_memory_format(input, weight):
-    """channels_last when the input or the weight is channels_last, as torch.nn.functional decides
-    (except for an empty batch, whose output it leaves NCHW, on meta tensors, and on CUDA where
-    cuDNN would not run channels_last: float64, or cuDNN disabled; seen on an H100 with torch
-    2.11). The operators return this format themselves but for the CUDA cases (result_format in
-    csrc/route.h), where it is one copy away."""
+    """channels_last (channels_last_3d for volumes) when the input or the weight is, as
+    torch.nn.functional decides (except for an empty batch, whose output it leaves contiguous;
+    on meta tensors; and on CUDA where cuDNN would not run channels_last: float64, or cuDNN
+    disabled, seen on an H100 with torch 2.11). The operators return this format themselves but
+    for the CUDA cases (result_format in csrc/route.h), where it is one copy away.
+
+    Volumes on the CPU differ from F.conv3d in one way, on purpose: where F.conv3d falls back
+    from oneDNN to ATen's own kernels (float64, oneDNN disabled, a batch of one small volume on
+    some thread counts), those return contiguous tensors; here the format never depends on the
+    dtype or the thread count (docs/design.md, "Memory formats")."""
     if input.is_cuda and (input.dtype == torch.float64 or not torch.backends.cudnn.enabled):
         return torch.contiguous_format
     if input.device.type == "meta":  # F.conv2d's meta kernel returns contiguous tensors
         return torch.contiguous_format
-    if input.dim() == 4 and weight.dim() == 4 and input.shape[0] > 0:
-        if channels_last in (suggest_memory_format(input), suggest_memory_format(weight)):
-            return channels_last
+    if input.dim() in (4, 5) and weight.dim() == input.dim() and input.shape[0] > 0:
+        memory_format = channels_last_format(input.dim())
+        if memory_format in (suggest_memory_format(input), suggest_memory_format(weight)):
+            return memory_format
     return torch.contiguous_format

@@ -7,7 +7,7 @@ import torch
 
 from . import _C
 from ._args import output_memory_format
-from ._meta import conv2d_output_size
+from ._meta import conv_output_size
 from .functional import convolution_arguments
 
 
@@ -46,7 +46,7 @@ class Explanation(tuple):
 def explain(input, weight, stride=1, padding=0, dilation=1, groups=1, grad_output=None) -> Explanation:
     """Which route each of the three operators (forward, input_grad, weight_grad) takes for
     torch_convbp.conv2d(input, weight, None, stride, padding, dilation, groups), or conv1d for a
-    3-D weight, and why: the choice the operators make, from the operands' sizes, strides, dtype
+    3-D weight, or conv3d for a 5-D one, and why: the choice the operators make, from the operands' sizes, strides, dtype
     and device. `grad_output` is the output gradient the backward will get; by default, one in
     the output's memory format. Nothing is computed: the tensors' values are never read.
 
@@ -55,23 +55,22 @@ def explain(input, weight, stride=1, padding=0, dilation=1, groups=1, grad_outpu
         ...
     """
     op = "torch_convbp.explain"
-    dims = 1 if weight.dim() == 3 else 2
+    dims = {3: 1, 5: 3}.get(weight.dim(), 2)
     input, weight, _, stride, padding, dilation = convolution_arguments(
         op, dims, input, weight, None, stride, padding, dilation, groups
     )
-    oh, ow = conv2d_output_size(op, input.shape, weight.shape, stride, padding, dilation, groups)
-    output_size = [input.shape[0], weight.shape[0], oh, ow]
+    operator_dims = 3 if dims == 3 else 2  # a 1-D call is a 2-D one of unit height
+    spatial = conv_output_size(op, operator_dims, input.shape, weight.shape, stride, padding, dilation, groups)
+    output_size = [input.shape[0], weight.shape[0], *spatial]
     if grad_output is None:
         grad_output = torch.empty(
             output_size, dtype=input.dtype, device=input.device, memory_format=output_memory_format(input, weight)
         )
     else:
-        if dims == 1 and grad_output.dim() == 2:  # unbatched
+        if grad_output.dim() == dims + 1:  # unbatched
             grad_output = grad_output.unsqueeze(0)
         if dims == 1:
             grad_output = grad_output.unsqueeze(2)
-        elif grad_output.dim() == 3:
-            grad_output = grad_output.unsqueeze(0)
         if list(grad_output.shape) != output_size:
             raise ValueError(f"{op}: expected grad_output of size {output_size} (the convolution's output), got {list(grad_output.shape)}")
     sizes = (list(input.shape), list(weight.shape), list(stride), list(padding), list(dilation), groups)

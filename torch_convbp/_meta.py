@@ -3,6 +3,8 @@
 Each mirrors the checks of csrc/checks.cpp (same conditions, same messages) and returns an empty
 tensor of the right size, so that a traced program fails where the real one would.
 """
+import math
+
 import torch
 from torch._prims_common import suggest_memory_format
 from torch.library import register_fake
@@ -33,26 +35,32 @@ def check_operands(op, **tensors):
         )
 
 
-def conv2d_output_size(op, input_size, weight_size, stride, padding, dilation, groups):
-    """Checks a convolution's sizes like check_conv2d in csrc/checks.cpp; returns (OH, OW)."""
+def conv_output_size(op, dims, input_size, weight_size, stride, padding, dilation, groups):
+    """Checks a convolution's sizes like check_convolution in csrc/checks.cpp (dims 2: [N, C, H, W],
+    dims 3: [N, C, D, H, W]); returns the output's spatial sizes, (OH, OW) or (OD, OH, OW)."""
     input_size, weight_size = list(input_size), list(weight_size)
+    volumes = dims == 3
     torch._check(
-        len(input_size) == 4, lambda: f"{op}: expected a 4-D input [N, C, H, W], got size {input_size}"
+        len(input_size) == dims + 2,
+        lambda: f"{op}: expected a {dims + 2}-D input [N, C, {'D, ' if volumes else ''}H, W], got size {input_size}",
     )
     torch._check(
-        len(weight_size) == 4,
-        lambda: f"{op}: expected a 4-D weight [out_channels, in_channels/groups, kH, kW], got size {weight_size}",
+        len(weight_size) == dims + 2,
+        lambda: f"{op}: expected a {dims + 2}-D weight [out_channels, in_channels/groups, {'kD, ' if volumes else ''}"
+        f"kH, kW], got size {weight_size}",
     )
-    for name, pair in (("stride", stride), ("padding", padding), ("dilation", dilation)):
-        torch._check(len(pair) == 2, lambda: f"{op}: expected {name} to have 2 values (height, width), got {list(pair)}")
+    names = "3 values (depth, height, width)" if volumes else "2 values (height, width)"
+    for name, values in (("stride", stride), ("padding", padding), ("dilation", dilation)):
+        torch._check(len(values) == dims, lambda: f"{op}: expected {name} to have {names}, got {list(values)}")
     torch._check(all(s > 0 for s in stride), lambda: f"{op}: stride must be positive, got {list(stride)}")
     torch._check(all(d > 0 for d in dilation), lambda: f"{op}: dilation must be positive, got {list(dilation)}")
     torch._check(all(p >= 0 for p in padding), lambda: f"{op}: padding must be non-negative, got {list(padding)}")
     torch._check(groups > 0, lambda: f"{op}: groups must be positive, got {groups}")
-    n, c, h, w = input_size
-    c_out, c_per_group, kh, kw = weight_size
+    torch._check(all(s >= 0 for s in input_size), lambda: f"{op}: input size must be non-negative, got {input_size}")
+    c, spatial = input_size[1], input_size[2:]
+    c_out, c_per_group, kernel = weight_size[0], weight_size[1], weight_size[2:]
     torch._check(
-        c_out > 0 and kh > 0 and kw > 0 and c_per_group > 0,
+        c_out > 0 and c_per_group > 0 and all(k > 0 for k in kernel),
         lambda: f"{op}: weight must have non-zero sizes, got {weight_size}",
     )
     torch._check(
@@ -64,15 +72,23 @@ def conv2d_output_size(op, input_size, weight_size, stride, padding, dilation, g
         lambda: f"{op}: given groups={groups} and weight of size {weight_size}, expected input of size "
         f"{input_size} to have {c_per_group * groups} channels, but got {c} channels instead",
     )
-    torch._check(h > 0 and w > 0, lambda: f"{op}: input height and width must be non-zero, got {input_size}")
-    padded_h, padded_w = h + 2 * padding[0], w + 2 * padding[1]
-    reach_h, reach_w = dilation[0] * (kh - 1) + 1, dilation[1] * (kw - 1) + 1
     torch._check(
-        padded_h >= reach_h and padded_w >= reach_w,
-        lambda: f"{op}: padded input size per channel ({padded_h} x {padded_w}) is smaller than the dilated "
-        f"kernel ({reach_h} x {reach_w}); the kernel can't be larger than the padded input",
+        all(n > 0 for n in spatial),
+        lambda: f"{op}: input {'depth, height' if volumes else 'height'} and width must be non-zero, got {input_size}",
     )
-    return (padded_h - reach_h) // stride[0] + 1, (padded_w - reach_w) // stride[1] + 1
+    padded = [n + 2 * p for n, p in zip(spatial, padding)]
+    reach = [d * (k - 1) + 1 for d, k in zip(dilation, kernel)]  # the kernel's extent with dilation
+    torch._check(
+        all(p >= r for p, r in zip(padded, reach)),
+        lambda: f"{op}: padded input size per channel ({' x '.join(map(str, padded))}) is smaller than the dilated "
+        f"kernel ({' x '.join(map(str, reach))}); the kernel can't be larger than the padded input",
+    )
+    return tuple((p - r) // s + 1 for p, r, s in zip(padded, reach, stride))
+
+
+def conv2d_output_size(op, input_size, weight_size, stride, padding, dilation, groups):
+    """(OH, OW) of a 2-D convolution, checked as check_conv2d does."""
+    return conv_output_size(op, 2, input_size, weight_size, stride, padding, dilation, groups)
 
 
 def _check_grad_output(op, grad_output, expected):
@@ -82,69 +98,84 @@ def _check_grad_output(op, grad_output, expected):
     )
 
 
+def _channels_last(rank):
+    return torch.channels_last_3d if rank == 5 else torch.channels_last
+
+
 def _result_format(activation, weight):
     """Mirrors result_format (csrc/route.h): an operator's activation result is channels_last
-    where its activation operand or the weight suggests it (as F.conv2d decides on the CPU), the
-    batch is not empty, and the device is not meta (where F.conv2d returns contiguous tensors);
-    never does the route decide."""
-    channels_last = torch.channels_last in (suggest_memory_format(activation), suggest_memory_format(weight))
-    return channels_last and activation.dim() == 4 and activation.shape[0] > 0 and activation.device.type != "meta"
+    (channels_last_3d for volumes) where its activation operand or the weight suggests it (as
+    F.conv2d decides on the CPU), the batch is not empty, and the device is not meta (where
+    F.conv2d returns contiguous tensors); never does the route decide."""
+    if activation.dim() not in (4, 5) or activation.shape[0] == 0 or activation.device.type == "meta":
+        return torch.contiguous_format
+    channels_last = _channels_last(activation.dim())
+    suggested = channels_last in (suggest_memory_format(activation), suggest_memory_format(weight))
+    return channels_last if suggested else torch.contiguous_format
 
 
-def _empty(like, size, channels_last):
-    memory_format = torch.channels_last if channels_last else torch.contiguous_format
+def _empty(like, size, memory_format):
     return torch.empty(size, dtype=like.dtype, device=like.device, memory_format=memory_format)
 
 
-@register_fake("torch_convbp::conv2d")
-def _conv2d_fake(input, weight, bias, stride, padding, dilation, groups):
-    op = "torch_convbp.conv2d"
-    if bias is None:
-        check_operands(op, input=input, weight=weight)
-    else:
-        check_operands(op, input=input, weight=weight, bias=bias)
-    oh, ow = conv2d_output_size(op, input.shape, weight.shape, stride, padding, dilation, groups)
-    c_out = weight.shape[0]
-    if bias is not None:
-        torch._check(
-            bias.dim() == 1 and bias.shape[0] == c_out,
-            lambda: f"{op}: expected bias of size [{c_out}] (one per output channel), got {list(bias.shape)}",
-        )
-    return _empty(input, (input.shape[0], c_out, oh, ow), _result_format(input, weight))
+def _register_convolution_fakes(name, dims):
+    """The fakes of the three operators of one dimension: name (conv2d, conv3d), name_input_grad
+    and name_weight_grad."""
+
+    @register_fake(f"torch_convbp::{name}")
+    def _forward_fake(input, weight, bias, stride, padding, dilation, groups):
+        op = f"torch_convbp.{name}"
+        if bias is None:
+            check_operands(op, input=input, weight=weight)
+        else:
+            check_operands(op, input=input, weight=weight, bias=bias)
+        output_size = conv_output_size(op, dims, input.shape, weight.shape, stride, padding, dilation, groups)
+        c_out = weight.shape[0]
+        if bias is not None:
+            torch._check(
+                bias.dim() == 1 and bias.shape[0] == c_out,
+                lambda: f"{op}: expected bias of size [{c_out}] (one per output channel), got {list(bias.shape)}",
+            )
+        return _empty(input, (input.shape[0], c_out, *output_size), _result_format(input, weight))
+
+    @register_fake(f"torch_convbp::{name}_input_grad")
+    def _input_grad_fake(grad_output, weight, input_size, stride, padding, dilation, groups):
+        op = f"torch_convbp.{name}_input_grad"
+        check_operands(op, grad_output=grad_output, weight=weight)
+        output_size = conv_output_size(op, dims, input_size, weight.shape, stride, padding, dilation, groups)
+        _check_grad_output(op, grad_output, (input_size[0], weight.shape[0], *output_size))
+        return _empty(grad_output, input_size, _result_format(grad_output, weight))
+
+    @register_fake(f"torch_convbp::{name}_weight_grad")
+    def _weight_grad_fake(input, grad_output, weight_size, stride, padding, dilation, groups):
+        op = f"torch_convbp.{name}_weight_grad"
+        check_operands(op, input=input, grad_output=grad_output)
+        output_size = conv_output_size(op, dims, input.shape, weight_size, stride, padding, dilation, groups)
+        _check_grad_output(op, grad_output, (input.shape[0], weight_size[0], *output_size))
+        return input.new_empty(weight_size)
 
 
-@register_fake("torch_convbp::conv2d_input_grad")
-def _conv2d_input_grad_fake(grad_output, weight, input_size, stride, padding, dilation, groups):
-    op = "torch_convbp.conv2d_input_grad"
-    check_operands(op, grad_output=grad_output, weight=weight)
-    oh, ow = conv2d_output_size(op, input_size, weight.shape, stride, padding, dilation, groups)
-    _check_grad_output(op, grad_output, (input_size[0], weight.shape[0], oh, ow))
-    return _empty(grad_output, input_size, _result_format(grad_output, weight))
-
-
-@register_fake("torch_convbp::conv2d_weight_grad")
-def _conv2d_weight_grad_fake(input, grad_output, weight_size, stride, padding, dilation, groups):
-    op = "torch_convbp.conv2d_weight_grad"
-    check_operands(op, input=input, grad_output=grad_output)
-    oh, ow = conv2d_output_size(op, input.shape, weight_size, stride, padding, dilation, groups)
-    _check_grad_output(op, grad_output, (input.shape[0], weight_size[0], oh, ow))
-    return input.new_empty(weight_size)
+_register_convolution_fakes("conv2d", dims=2)
+_register_convolution_fakes("conv3d", dims=3)
 
 
 def _check_columns(op, nhwc, images, columns, kernel_size, stride, padding, dilation, row_start, rows):
+    """Mirrors check_columns (csrc/checks.cpp): images [N, C, H, W] or [N, C, D, H, W], whose
+    output "rows" are depth slices times rows."""
     check_operands(op, images=images)
     torch._check(
         columns.layout == torch.strided,
         lambda: f"{op}: columns must be a dense (strided) tensor, got layout {columns.layout}",
     )
-    memory_format = torch.channels_last if nhwc else torch.contiguous_format
+    volumes = images.dim() == 5
+    memory_format = _channels_last(images.dim()) if nhwc else torch.contiguous_format
     torch._check(
-        images.dim() == 4 and images.is_contiguous(memory_format=memory_format),
-        lambda: f"{op}: expected {'dense channels_last' if nhwc else 'contiguous'} images [N, C, H, W], "
-        f"got size {list(images.shape)} and strides {list(images.stride())}",
+        images.dim() in (4, 5) and images.is_contiguous(memory_format=memory_format),
+        lambda: f"{op}: expected {'dense channels_last' if nhwc else 'contiguous'} images [N, C, H, W] or "
+        f"[N, C, D, H, W], got size {list(images.shape)} and strides {list(images.stride())}",
     )
     torch._check(columns.is_contiguous(), lambda: f"{op}: expected a contiguous column matrix")
-    # The GEMMs may run in float32 for float16 and bfloat16 images (gemm_dtype in conv2d.cpp).
+    # The GEMMs may run in float32 for float16 and bfloat16 images (gemm_dtype.h).
     half_images = images.dtype in (torch.float16, torch.bfloat16)
     torch._check(
         columns.dtype == images.dtype or (half_images and columns.dtype == torch.float32),
@@ -155,15 +186,23 @@ def _check_columns(op, nhwc, images, columns, kernel_size, stride, padding, dila
         images.device == columns.device,
         lambda: f"{op}: images and columns must be on the same device, got {images.device} and {columns.device}",
     )
+    dims = images.dim() - 2
+    torch._check(
+        len(kernel_size) == dims,
+        lambda: f"{op}: expected kernel_size to have {dims} values, one per spatial dimension of the images, "
+        f"got {list(kernel_size)}",
+    )
     channels = images.shape[1]
     weight_size = (1, channels, *kernel_size)
-    oh, ow = conv2d_output_size(op, images.shape, weight_size, stride, padding, dilation, 1)
+    output_size = conv_output_size(op, dims, images.shape, weight_size, stride, padding, dilation, 1)
+    output_rows = math.prod(output_size[:-1])
     torch._check(
-        0 <= row_start and 0 <= rows and row_start + rows <= oh,
-        lambda: f"{op}: output rows [{row_start}, {row_start + rows}) are outside the output height {oh}",
+        0 <= row_start and 0 <= rows and row_start + rows <= output_rows,
+        lambda: f"{op}: output rows [{row_start}, {row_start + rows}) are outside the output "
+        f"{'rows (depth slices times rows) ' if volumes else 'height '}{output_rows}",
     )
-    pixels = images.shape[0] * rows * ow
-    column_rows = channels * kernel_size[0] * kernel_size[1]
+    pixels = images.shape[0] * rows * output_size[-1]
+    column_rows = channels * math.prod(kernel_size)
     if nhwc:
         groups = columns.shape[0] if columns.dim() == 3 else 0
         torch._check(

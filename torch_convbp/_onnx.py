@@ -22,30 +22,35 @@ def _onnx_opset():
 
 def onnx_translation_table() -> dict:
     """{operator: onnxscript function} for torch.onnx.export(..., dynamo=True,
-    custom_translation_table=...): conv2d becomes Conv and conv2d_input_grad (a transposed
-    convolution, or a convolution's input gradient) ConvTranspose, with the strides, pads,
-    dilations, group and output padding of the call. conv2d_weight_grad appears only in graphs of
-    a backward pass and has no ONNX counterpart."""
+    custom_translation_table=...): conv2d and conv3d become Conv, conv2d_input_grad and
+    conv3d_input_grad (a transposed convolution, or a convolution's input gradient) ConvTranspose,
+    with the strides, pads, dilations, group and output padding of the call. The weight gradients
+    appear only in graphs of a backward pass and have no ONNX counterpart."""
     import torch
 
     op = _onnx_opset()
     ops = torch.ops.torch_convbp
 
-    def conv2d(input, weight, bias, stride, padding, dilation, groups):
+    def convolution(input, weight, bias, stride, padding, dilation, groups):
         operands = (input, weight) if bias is None else (input, weight, bias)
         return op.Conv(*operands, strides=list(stride), pads=[*padding, *padding], dilations=list(dilation), group=groups)
 
-    def conv2d_input_grad(grad_output, weight, input_size, stride, padding, dilation, groups):
+    def input_grad(grad_output, weight, input_size, stride, padding, dilation, groups):
         # ConvTranspose's output is (in - 1)·stride - 2·pad + dilation·(k - 1) + 1 + output_padding;
         # output_padding is what makes it input_size.
         output_padding = [
             input_size[2 + i]
             - ((grad_output.shape[2 + i] - 1) * stride[i] - 2 * padding[i] + dilation[i] * (weight.shape[2 + i] - 1) + 1)
-            for i in range(2)
+            for i in range(len(stride))
         ]
         return op.ConvTranspose(
             grad_output, weight, strides=list(stride), pads=[*padding, *padding], dilations=list(dilation),
             group=groups, output_padding=output_padding,
         )
 
-    return {ops.conv2d.default: conv2d, ops.conv2d_input_grad.default: conv2d_input_grad}
+    return {
+        ops.conv2d.default: convolution,
+        ops.conv2d_input_grad.default: input_grad,
+        ops.conv3d.default: convolution,
+        ops.conv3d_input_grad.default: input_grad,
+    }

@@ -4,9 +4,12 @@
     conv1d            = conv2d of unit height
     conv_transpose2d  = torch_convbp::conv2d_input_grad (the adjoint of conv2d), plus the bias
     conv_transpose1d  = conv_transpose2d of unit height
+    conv3d            = torch_convbp::conv3d (the same engine: a 2-D convolution is a 3-D one of depth 1)
+    conv_transpose3d  = torch_convbp::conv3d_input_grad, plus the bias
 
 A transposed convolution is the gradient of a convolution with respect to its input, so its own
-gradients are conv2d and conv2d_weight_grad, and gradients of any order need no new operator.
+gradients are the convolution and its weight gradient, and gradients of any order need no new
+operator.
 """
 import torch
 import torch.nn.functional as F
@@ -65,24 +68,53 @@ def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_paddi
     )
 
 
+def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """3-D convolution with the semantics of torch.nn.functional.conv3d, computed as vol2col + GEMM.
+
+    input: (N, C_in, D, H, W) or unbatched (C_in, D, H, W); weight: (C_out, C_in/groups, kD, kH, kW);
+    bias: (C_out,) or None; stride, dilation: int or (sD, sH, sW); padding: int, (pD, pH, pW),
+    'valid' or 'same'; groups: int. Differentiable to any order in input, weight and bias.
+    """
+    return _convolution("torch_convbp.conv3d", 3, input, weight, bias, stride, padding, dilation, groups)
+
+
+def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    """3-D transposed convolution with the semantics of torch.nn.functional.conv_transpose3d: the
+    input gradient of a 3-D convolution. input: (N, C_in, D, H, W) or (C_in, D, H, W); weight:
+    (C_in, C_out/groups, kD, kH, kW). Differentiable to any order.
+    """
+    return _transposed_convolution(
+        "torch_convbp.conv_transpose3d", 3, input, weight, bias, stride, padding, output_padding, groups, dilation
+    )
+
+
+def _operators(dims):
+    """(convolution, its input gradient) for 1-D and 2-D calls (as 2-D ones) or 3-D calls."""
+    if dims == 3:
+        return _ops.conv3d, _ops.conv3d_input_grad
+    return _ops.conv2d, _ops.conv2d_input_grad
+
+
 def _convolution(op, dims, input, weight, bias, stride, padding, dilation, groups):
     unbatched = input.dim() == dims + 1
     input, weight, bias, stride, padding, dilation = convolution_arguments(
         op, dims, input, weight, bias, stride, padding, dilation, groups
     )
-    output = _ops.conv2d(input, weight, bias, stride, padding, dilation, groups)
+    convolution, _ = _operators(dims)
+    output = convolution(input, weight, bias, stride, padding, dilation, groups)
     return _as_given(output, dims, unbatched, input, weight)
 
 
 def convolution_arguments(op, dims, input, weight, bias, stride, padding, dilation, groups):
-    """The arguments of a 1-D or 2-D convolution as the operators take them: a batched 4-D input
-    and weight (a unit height for 1-D), pairs of ints (a string padding resolved, the input padded
-    where 'same' needs an odd total), and the autocast dtype under autocast. Returns (input,
+    """The arguments of a 1-D, 2-D or 3-D convolution as the operators take them: a batched input
+    and weight of 4 dimensions (a unit height for 1-D) or 5, pairs or triples of ints (a string
+    padding resolved, the input padded where 'same' needs an odd total), and the autocast dtype
+    under autocast. Returns (input,
     weight, bias, stride, padding, dilation)."""
     check_tensors(op, input=input, weight=weight, bias=bias)
     check_input_rank(op, input, dims)
-    if dims == 1:
-        check_weight_rank(op, weight, 1)
+    if dims in (1, 3):  # read by 'same' padding, and reshaped for 1-D
+        check_weight_rank(op, weight, dims)
     stride, dilation = int_tuple(op, "stride", stride, dims), int_tuple(op, "dilation", dilation, dims)
     if not isinstance(padding, str):
         padding = int_tuple(op, "padding", padding, dims)
@@ -119,26 +151,28 @@ def _transposed_convolution(op, dims, input, weight, bias, stride, padding, outp
     output_size = _transposed_output_size(op, input, weight, stride, padding, output_padding, dilation, groups)
     _check_transposed_bias(op, input, bias, output_size[1])
 
+    _, input_grad = _operators(dims)
     if all(o < s for o, s in zip(output_padding, stride)):
         # The usual case: the convolution of this stride and padding maps output_size back onto
         # the input's size, so the input gradient of that convolution is the whole answer.
-        output = _ops.conv2d_input_grad(input, weight, output_size, stride, padding, dilation, groups)
+        output = input_grad(input, weight, output_size, stride, padding, dilation, groups)
     else:
         # output_padding >= stride (allowed where it is below the dilation): no convolution of this
         # padding maps output_size onto the input's size. Compute the unpadded result, then crop
         # the padding and add output_padding rows/columns, which no kernel tap reaches (zeros).
         full = [(i - 1) * s + d * (k - 1) + 1 for i, s, d, k in zip(input.shape[2:], stride, dilation, weight.shape[2:])]
-        output = _ops.conv2d_input_grad(input, weight, [*output_size[:2], *full], stride, (0, 0), dilation, groups)
-        (ph, pw), (oh, ow) = padding, output_size[2:]
-        output = F.pad(output, (-pw, pw + ow - full[1], -ph, ph + oh - full[0]))
+        output = input_grad(input, weight, [*output_size[:2], *full], stride, (0,) * len(full), dilation, groups)
+        # F.pad lists (before, after) pairs from the last dimension back.
+        crop = [(-p, p + o - f) for p, o, f in zip(padding, output_size[2:], full)]
+        output = F.pad(output, [n for pair in reversed(crop) for n in pair])
     if bias is not None:
-        output = output + bias.view(1, -1, 1, 1)
+        output = output + bias.view(1, -1, *[1] * (output.dim() - 2))
     return _as_given(output, dims, unbatched, input, weight)
 
 
 def _as_given(output, dims, unbatched, input, weight):
-    """The 4-D result in the form of the call: without the unit height of a 1-D call, without
-    the batch dimension of an unbatched one, and in torch.nn.functional's memory format."""
+    """The operator's result in the form of the call: without the unit height of a 1-D call,
+    without the batch dimension of an unbatched one, and in torch.nn.functional's memory format."""
     if dims == 1:
         output = output.squeeze(2)
     else:
@@ -147,7 +181,7 @@ def _as_given(output, dims, unbatched, input, weight):
 
 
 def _transposed_output_size(op, input, weight, stride, padding, output_padding, dilation, groups):
-    """[N, C_out, OH, OW] of a transposed convolution, after the checks that only its own argument
+    """[N, C_out, OH, OW] (or [N, C_out, OD, OH, OW]) of a transposed convolution, after the checks that only its own argument
     forms need: the operator checks the convolution it runs (groups, channels of the weight)."""
     if any(s <= 0 for s in stride) or any(d <= 0 for d in dilation):
         raise RuntimeError(f"{op}: stride and dilation must be positive, got stride={list(stride)}, dilation={list(dilation)}")

@@ -9,11 +9,11 @@ working), buffers, hooks and training mode.
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .functional import conv1d, conv2d, conv_transpose1d, conv_transpose2d
+from .functional import conv1d, conv2d, conv3d, conv_transpose1d, conv_transpose2d, conv_transpose3d
 
 
 class _Convolution:
-    """_conv_forward of nn.Conv1d / nn.Conv2d, computed by `function`."""
+    """_conv_forward of nn.Conv1d / Conv2d / Conv3d, computed by `function`."""
 
     function = None
 
@@ -26,7 +26,7 @@ class _Convolution:
 
 
 class _TransposedConvolution:
-    """forward of nn.ConvTranspose1d / nn.ConvTranspose2d, computed by `function`."""
+    """forward of nn.ConvTranspose1d / ConvTranspose2d / ConvTranspose3d, computed by `function`."""
 
     function = None
     spatial_dims = None
@@ -55,6 +55,12 @@ class Conv2d(_Convolution, nn.Conv2d):
     function = staticmethod(conv2d)
 
 
+class Conv3d(_Convolution, nn.Conv3d):
+    """nn.Conv3d computed by torch_convbp."""
+
+    function = staticmethod(conv3d)
+
+
 class ConvTranspose1d(_TransposedConvolution, nn.ConvTranspose1d):
     """nn.ConvTranspose1d computed by torch_convbp."""
 
@@ -69,7 +75,21 @@ class ConvTranspose2d(_TransposedConvolution, nn.ConvTranspose2d):
     spatial_dims = 2
 
 
-_CONVERTED = {nn.Conv1d: Conv1d, nn.Conv2d: Conv2d, nn.ConvTranspose1d: ConvTranspose1d, nn.ConvTranspose2d: ConvTranspose2d}
+class ConvTranspose3d(_TransposedConvolution, nn.ConvTranspose3d):
+    """nn.ConvTranspose3d computed by torch_convbp."""
+
+    function = staticmethod(conv_transpose3d)
+    spatial_dims = 3
+
+
+_CONVERTED = {
+    nn.Conv1d: Conv1d,
+    nn.Conv2d: Conv2d,
+    nn.Conv3d: Conv3d,
+    nn.ConvTranspose1d: ConvTranspose1d,
+    nn.ConvTranspose2d: ConvTranspose2d,
+    nn.ConvTranspose3d: ConvTranspose3d,
+}
 _REVERTED = {ours: stock for stock, ours in _CONVERTED.items()}
 
 
@@ -82,8 +102,8 @@ def _swap_classes(model: nn.Module, classes: dict) -> nn.Module:
 
 
 def convert(model: nn.Module) -> nn.Module:
-    """Makes every nn.Conv1d, nn.Conv2d, nn.ConvTranspose1d and nn.ConvTranspose2d in `model` (the
-    model itself included) its torch_convbp twin, in place, and returns the model. Only the class
+    """Makes every nn.Conv1d/2d/3d and nn.ConvTranspose1d/2d/3d in `model` (the model itself
+    included) its torch_convbp twin, in place, and returns the model. Only the class
     changes; parameters, buffers, hooks and training mode stay. Subclasses of the nn classes are
     left alone (their forward may do more)."""
     return _swap_classes(model, _CONVERTED)

@@ -37,32 +37,35 @@ TORCH_CONVBP_VECTOR_CLONES void gather_strided(const image_t* src, int64_t strid
   }
 }
 
-// columns[(c, ki, kj), image, oh, ow] = images[image, c, ih, iw] (0 in the padding), with
-// ih = oh*stride_h - pad_h + ki*dilation_h and iw likewise. One task writes one contiguous block:
-// a column-matrix row's stretch for one image.
+// columns[(c, kd, ki, kj), image, row, ow] = images[image, c, input row, iw] (0 in the padding),
+// with the input row (id, ih) the one output row `row` (od, oh) reads at (kd, ki) (taps.h) and
+// iw = ow*stride_w - pad_w + kj*dilation_w. One task writes one contiguous block: a column-matrix
+// row's stretch for one image.
 template <typename image_t, typename column_t>
 void im2col_kernel(const image_t* images, column_t* columns, const ColumnGeometry& g) {
-  const int64_t kernel_area = g.kernel_h * g.kernel_w, plane = g.height * g.width;
+  const int64_t kernel_area = g.kernel_h * g.kernel_w, taps = g.kernel_d * kernel_area;
+  const int64_t volume = g.depth * g.height * g.width;
   const int64_t block = g.rows * g.out_width;
-  const int64_t tasks = g.channels * kernel_area * g.images;
+  const int64_t tasks = g.channels * taps * g.images;
   const int64_t grain = std::max<int64_t>(1, kGrainElements / std::max<int64_t>(block, 1));
   at::parallel_for(0, tasks, grain, [&](int64_t begin, int64_t end) {
     for (int64_t task = begin; task < end; ++task) {
-      const int64_t image = task % g.images, row = task / g.images;  // row = (c, ki, kj)
-      const int64_t c = row / kernel_area, ki = row / g.kernel_w % g.kernel_h,
-                    kj = row % g.kernel_w;
-      const image_t* src = images + (image * g.channels + c) * plane;
+      const int64_t image = task % g.images, row = task / g.images;  // row = (c, kd, ki, kj)
+      const int64_t c = row / taps, kd = row / kernel_area % g.kernel_d;
+      const int64_t ki = row / g.kernel_w % g.kernel_h, kj = row % g.kernel_w;
+      const image_t* src = images + (image * g.channels + c) * volume;
       column_t* dst = columns + task * block;
       // iw = ow*stride_w + iw_offset
       const int64_t iw_offset = input_index(int64_t{0}, g.stride_w, g.pad_w, kj, g.dilation_w);
       const Span valid = valid_columns(iw_offset, g.stride_w, g.width, g.out_width);
-      for (int64_t oh = g.row_start; oh < g.row_start + g.rows; ++oh, dst += g.out_width) {
-        const int64_t ih = input_index(oh, g.stride_h, g.pad_h, ki, g.dilation_h);
-        if (ih < 0 || ih >= g.height) {
+      for (int64_t out_row = g.row_start; out_row < g.row_start + g.rows;
+           ++out_row, dst += g.out_width) {
+        const int64_t in_row = input_row_reading(g, out_row, kd, ki);
+        if (in_row < 0) {
           std::fill_n(dst, g.out_width, column_t(0));
           continue;
         }
-        const image_t* src_row = src + ih * g.width;
+        const image_t* src_row = src + in_row * g.width;
         std::fill(dst, dst + valid.begin, column_t(0));
         gather_strided(src_row + valid.begin * g.stride_w + iw_offset, g.stride_w,
                        valid.end - valid.begin, dst + valid.begin);
@@ -73,40 +76,45 @@ void im2col_kernel(const image_t* images, column_t* columns, const ColumnGeometr
 }
 
 // images[image, c] += the sum of every column entry that im2col copied from it: the adjoint of
-// im2col. One task owns one (image, channel) plane and adds its kh*kw column rows in a fixed
-// order (ki, kj, oh, ow) into a float32 (or float64) buffer, then into the plane: no two tasks
-// write the same pixel, and every pixel's sum has the same order on every run.
+// im2col. One task owns one (image, channel) volume and adds its column rows in a fixed order
+// (kd, ki, kj, output row, ow) into a float32 (or float64) buffer, then into the volume: no two
+// tasks write the same pixel, and every pixel's sum has the same order on every run.
 template <typename image_t, typename column_t>
 void col2im_kernel(const column_t* columns, image_t* images, const ColumnGeometry& g) {
   using acc_t = at::opmath_type<image_t>;
-  const int64_t kernel_area = g.kernel_h * g.kernel_w, plane = g.height * g.width;
+  const int64_t taps = g.kernel_d * g.kernel_h * g.kernel_w;
+  const int64_t volume = g.depth * g.height * g.width;
   const int64_t block = g.rows * g.out_width;
   const InputRows reached_rows = input_rows_reached(g);
   if (reached_rows.count == 0) return;
-  const int64_t first_ih = reached_rows.first, reached = reached_rows.count * g.width;
-  const int64_t grain = std::max<int64_t>(1, kGrainElements / (kernel_area * block + 1));
+  const int64_t first_row = reached_rows.first, reached = reached_rows.count * g.width;
+  const int64_t grain = std::max<int64_t>(1, kGrainElements / (taps * block + 1));
   at::parallel_for(0, g.images * g.channels, grain, [&](int64_t begin, int64_t end) {
     std::vector<acc_t> sum(reached);
     for (int64_t task = begin; task < end; ++task) {  // task = (image, c)
       const int64_t image = task / g.channels, c = task % g.channels;
       std::fill(sum.begin(), sum.end(), acc_t(0));
-      for (int64_t ki = 0; ki < g.kernel_h; ++ki) {
-        for (int64_t kj = 0; kj < g.kernel_w; ++kj) {
-          const int64_t row = (c * g.kernel_h + ki) * g.kernel_w + kj;
-          const column_t* src = columns + (row * g.images + image) * block;
-          const int64_t iw_offset = input_index(int64_t{0}, g.stride_w, g.pad_w, kj, g.dilation_w);
-          const Span valid = valid_columns(iw_offset, g.stride_w, g.width, g.out_width);
-          for (int64_t oh = g.row_start; oh < g.row_start + g.rows; ++oh, src += g.out_width) {
-            const int64_t ih = input_index(oh, g.stride_h, g.pad_h, ki, g.dilation_h);
-            if (ih < 0 || ih >= g.height) continue;
-            const int64_t sum_row = (ih - first_ih) * g.width + iw_offset;
-            for (int64_t ow = valid.begin; ow < valid.end; ++ow) {
-              sum[sum_row + ow * g.stride_w] += static_cast<acc_t>(src[ow]);
+      for (int64_t kd = 0; kd < g.kernel_d; ++kd) {
+        for (int64_t ki = 0; ki < g.kernel_h; ++ki) {
+          for (int64_t kj = 0; kj < g.kernel_w; ++kj) {
+            const int64_t row = ((c * g.kernel_d + kd) * g.kernel_h + ki) * g.kernel_w + kj;
+            const column_t* src = columns + (row * g.images + image) * block;
+            const int64_t iw_offset =
+                input_index(int64_t{0}, g.stride_w, g.pad_w, kj, g.dilation_w);
+            const Span valid = valid_columns(iw_offset, g.stride_w, g.width, g.out_width);
+            for (int64_t out_row = g.row_start; out_row < g.row_start + g.rows;
+                 ++out_row, src += g.out_width) {
+              const int64_t in_row = input_row_reading(g, out_row, kd, ki);
+              if (in_row < 0) continue;
+              const int64_t sum_row = (in_row - first_row) * g.width + iw_offset;
+              for (int64_t ow = valid.begin; ow < valid.end; ++ow) {
+                sum[sum_row + ow * g.stride_w] += static_cast<acc_t>(src[ow]);
+              }
             }
           }
         }
       }
-      image_t* dst = images + (image * g.channels + c) * plane + first_ih * g.width;
+      image_t* dst = images + (image * g.channels + c) * volume + first_row * g.width;
       for (int64_t i = 0; i < reached; ++i) {
         dst[i] = static_cast<image_t>(static_cast<acc_t>(dst[i]) + sum[i]);
       }
@@ -128,18 +136,19 @@ TORCH_CONVBP_INLINE void add_run(const column_t* src, int64_t n, acc_t* sum) {
   for (int64_t c = 0; c < n; ++c) sum[c] += static_cast<acc_t>(src[c]);
 }
 
-// Output pixel p of a chunk (ColumnGeometry): its image, output row and output column.
+// Output pixel p of a chunk (ColumnGeometry): its image, output row (depth slices counted
+// together) and output column.
 struct OutputPixel {
-  int64_t image, oh, ow;
+  int64_t image, row, ow;
 };
 inline OutputPixel output_pixel(const ColumnGeometry& g, int64_t p) {
   const int64_t rest = p / g.out_width;
   return {rest / g.rows, rest % g.rows + g.row_start, p % g.out_width};
 }
 
-// Rows [begin, end) of one group's NHWC column matrix [P, kh*kw*C/G] (ColumnGeometry): for each
-// tap (ki, kj), the group's C/G channels of the input pixel that output pixel p sees there, 0 in
-// the padding. A kernel row's taps inside the image are one run where they are adjacent in
+// Rows [begin, end) of one group's NHWC column matrix [P, kd*kh*kw*C/G] (ColumnGeometry): for each
+// tap (kd, ki, kj), the group's C/G channels of the input pixel that output pixel p sees there, 0
+// in the padding. A kernel row's taps inside the image are one run where they are adjacent in
 // memory (one group, no dilation along the width): kw*C channels in one copy.
 template <typename image_t, typename column_t>
 TORCH_CONVBP_VECTOR_CLONES void im2col_nhwc_rows(const image_t* images, column_t* columns,
@@ -153,15 +162,16 @@ TORCH_CONVBP_VECTOR_CLONES void im2col_nhwc_rows(const image_t* images, column_t
     // iw = iw_first + kj * dilation_w
     const int64_t iw_first = input_index(out.ow, g.stride_w, g.pad_w, int64_t{0}, g.dilation_w);
     const Span taps = valid_columns(iw_first, g.dilation_w, g.width, g.kernel_w);
-    column_t* dst = columns + p * g.kernel_h * tap_row_length;
-    for (int64_t ki = 0; ki < g.kernel_h; ++ki, dst += tap_row_length) {
-      const int64_t ih = input_index(out.oh, g.stride_h, g.pad_h, ki, g.dilation_h);
-      if (ih < 0 || ih >= g.height) {
+    column_t* dst = columns + p * g.kernel_d * g.kernel_h * tap_row_length;
+    for (int64_t k = 0; k < g.kernel_d * g.kernel_h; ++k, dst += tap_row_length) {  // (kd, ki)
+      const int64_t in_row = input_row_reading(g, out.row, k / g.kernel_h, k % g.kernel_h);
+      if (in_row < 0) {
         std::fill_n(dst, tap_row_length, column_t(0));
         continue;
       }
-      const image_t* src_row =
-          images + (out.image * g.height + ih) * g.width * g.channels + group * group_channels;
+      const image_t* src_row = images +
+                               (out.image * g.depth * g.height + in_row) * g.width * g.channels +
+                               group * group_channels;
       const auto tap_source = [&](int64_t kj) {  // the group's channels that tap kj reads
         return src_row + (iw_first + kj * g.dilation_w) * g.channels;
       };
@@ -179,13 +189,13 @@ TORCH_CONVBP_VECTOR_CLONES void im2col_nhwc_rows(const image_t* images, column_t
   }
 }
 
-// The NHWC column matrix [G, P, kh*kw*C/G] (ColumnGeometry): row p of group g holds, for each
-// tap (ki, kj), the group's C/G channels of the input pixel that output pixel p sees there, 0 in
-// the padding. One task takes a tile of pixels, group by group: each group's rows of the tile
+// The NHWC column matrix [G, P, kd*kh*kw*C/G] (ColumnGeometry): row p of group g holds, for each
+// tap (kd, ki, kj), the group's C/G channels of the input pixel that output pixel p sees there, 0
+// in the padding. One task takes a tile of pixels, group by group: each group's rows of the tile
 // are written in one sequential run, while the input pixels the tile reads stay in cache.
 template <typename image_t, typename column_t>
 void im2col_nhwc_kernel(const image_t* images, column_t* columns, const ColumnGeometry& g) {
-  const int64_t row_length = g.kernel_h * g.kernel_w * (g.channels / g.groups);
+  const int64_t row_length = g.kernel_d * g.kernel_h * g.kernel_w * (g.channels / g.groups);
   const int64_t pixels = g.images * g.rows * g.out_width;
   const int64_t tile = std::max<int64_t>(1, kGrainElements / (row_length * g.groups));
   at::parallel_for(0, (pixels + tile - 1) / tile, 1, [&](int64_t begin, int64_t end) {
@@ -198,27 +208,30 @@ void im2col_nhwc_kernel(const image_t* images, column_t* columns, const ColumnGe
   });
 }
 
-// Input pixels [begin, end) of the rows a chunk reaches (task = (image, ih - first, iw)), each
-// summed as col2im_nhwc_kernel says, with `sum` (C entries) as scratch.
+// Input pixels [begin, end) of the rows a chunk reaches (task = (image, row - first, iw), rows of
+// all depth slices counted together), each summed as col2im_nhwc_kernel says, with `sum`
+// (C entries) as scratch.
 template <typename image_t, typename column_t, typename acc_t>
 TORCH_CONVBP_VECTOR_CLONES void col2im_nhwc_pixels(const column_t* columns, image_t* images,
                                                    const ColumnGeometry& g, InputRows reached,
                                                    int64_t begin, int64_t end, acc_t* sum) {
   const int64_t group_channels = g.channels / g.groups;
-  const int64_t row_length = g.kernel_h * g.kernel_w * group_channels;
+  const int64_t row_length = g.kernel_d * g.kernel_h * g.kernel_w * group_channels;
   const int64_t pixels = g.images * g.rows * g.out_width;
   for (int64_t task = begin; task < end; ++task) {
     const int64_t iw = task % g.width, rest = task / g.width;
-    const int64_t ih = rest % reached.count + reached.first, image = rest / reached.count;
+    const int64_t row = rest % reached.count + reached.first, image = rest / reached.count;
     std::fill_n(sum, g.channels, acc_t(0));
-    for_each_tap_reading(g, ih, iw, [&](int64_t ki, int64_t kj, int64_t band_row, int64_t ow) {
-      const int64_t p = (image * g.rows + band_row) * g.out_width + ow;
-      const column_t* tap = columns + p * row_length + (ki * g.kernel_w + kj) * group_channels;
-      for (int64_t group = 0; group < g.groups; ++group) {
-        add_run(tap + group * pixels * row_length, group_channels, sum + group * group_channels);
-      }
-    });
-    image_t* dst = images + ((image * g.height + ih) * g.width + iw) * g.channels;
+    for_each_tap_reading(
+        g, row / g.height, row % g.height, iw, [&](int64_t tap, int64_t band_row, int64_t ow) {
+          const int64_t p = (image * g.rows + band_row) * g.out_width + ow;
+          const column_t* entries = columns + p * row_length + tap * group_channels;
+          for (int64_t group = 0; group < g.groups; ++group) {
+            add_run(entries + group * pixels * row_length, group_channels,
+                    sum + group * group_channels);
+          }
+        });
+    image_t* dst = images + ((image * g.depth * g.height + row) * g.width + iw) * g.channels;
     for (int64_t c = 0; c < g.channels; ++c) {
       dst[c] = static_cast<image_t>(static_cast<acc_t>(dst[c]) + sum[c]);
     }
@@ -226,7 +239,7 @@ TORCH_CONVBP_VECTOR_CLONES void col2im_nhwc_pixels(const column_t* columns, imag
 }
 
 // The adjoint of im2col_nhwc, as a gather: each input pixel of the rows the band reaches adds to
-// its channels the column entries im2col copied from it, tap by tap in the order (ki, kj), into
+// its channels the column entries im2col copied from it, tap by tap in the order (kd, ki, kj), into
 // a float32 (float64) sum per channel, then the sums into the pixel. Per channel that is the
 // NCHW kernels' order (col2im_kernel above, and both CUDA kernels), so the same columns give the
 // same bits in both layouts and on both devices. One task owns whole pixels: no two tasks write
@@ -236,8 +249,8 @@ void col2im_nhwc_kernel(const column_t* columns, image_t* images, const ColumnGe
   using acc_t = at::opmath_type<image_t>;
   const InputRows reached = input_rows_reached(g);
   if (reached.count == 0) return;
-  const int64_t kernel_area = g.kernel_h * g.kernel_w;
-  const int64_t grain = std::max<int64_t>(1, kGrainElements / (kernel_area * g.channels));
+  const int64_t taps = g.kernel_d * g.kernel_h * g.kernel_w;
+  const int64_t grain = std::max<int64_t>(1, kGrainElements / (taps * g.channels));
   at::parallel_for(0, g.images * reached.count * g.width, grain, [&](int64_t begin, int64_t end) {
     std::vector<acc_t> sum(g.channels);
     col2im_nhwc_pixels(columns, images, g, reached, begin, end, sum.data());

@@ -159,20 +159,20 @@ bool fits_int32_op(int64_t n) { return fits_int32(n); }
 
 TORCH_LIBRARY(torch_convbp_cuda_harness, m) {
   m.def(
-      "im2col(Tensor images, int[2] kernel_size, int[2] stride, int[2] padding, int[2] dilation, "
+      "im2col(Tensor images, int[] kernel_size, int[] stride, int[] padding, int[] dilation, "
       "int row_start, int rows, int index_bits, Tensor(a!) columns) -> ()",
       &im2col<Layout::nchw>);
   m.def(
-      "col2im(Tensor columns, int[2] kernel_size, int[2] stride, int[2] padding, int[2] dilation, "
+      "col2im(Tensor columns, int[] kernel_size, int[] stride, int[] padding, int[] dilation, "
       "int row_start, int rows, int index_bits, Tensor(a!) images) -> ()",
       &col2im<Layout::nchw>);
   m.def(
-      "im2col_nhwc(Tensor images, int[2] kernel_size, int[2] stride, int[2] padding, "
-      "int[2] dilation, int row_start, int rows, int index_bits, Tensor(a!) columns) -> ()",
+      "im2col_nhwc(Tensor images, int[] kernel_size, int[] stride, int[] padding, "
+      "int[] dilation, int row_start, int rows, int index_bits, Tensor(a!) columns) -> ()",
       &im2col<Layout::nhwc>);
   m.def(
-      "col2im_nhwc(Tensor columns, int[2] kernel_size, int[2] stride, int[2] padding, "
-      "int[2] dilation, int row_start, int rows, int index_bits, Tensor(a!) images) -> ()",
+      "col2im_nhwc(Tensor columns, int[] kernel_size, int[] stride, int[] padding, "
+      "int[] dilation, int row_start, int rows, int index_bits, Tensor(a!) images) -> ()",
       &col2im<Layout::nhwc>);
   m.def(
       "depthwise_conv2d(Tensor input, Tensor weight, int[2] stride, int[2] padding, "
