@@ -218,7 +218,7 @@ ColumnGeometry check_columns(const char* op, Layout layout, const Tensor& images
                         s.kernel_w,   s.stride_h,   s.stride_w,  s.pad_h,    s.pad_w,
                         s.dilation_h, s.dilation_w, s.out_width, row_start,  rows,
                         groups,       s.depth,      s.kernel_d,  s.stride_d, s.pad_d,
-                        s.dilation_d, s.out_height};
+                        s.dilation_d, s.out_height, s.out_depth};
 }
 
 namespace {

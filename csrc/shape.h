@@ -59,6 +59,7 @@ struct ColumnGeometry {
   int64_t groups;  // 1 in NCHW, whose column matrix does not depend on them
   int64_t depth, kernel_d, stride_d, pad_d, dilation_d;
   int64_t out_height;  // output rows per depth slice
+  int64_t out_depth;   // output depth slices (1 for images)
 };
 
 }  // namespace torch_convbp

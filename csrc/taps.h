@@ -21,6 +21,14 @@ C10_HOST_DEVICE inline index_t input_index(index_t out, index_t stride, index_t 
   return out * stride - pad + k * dilation;
 }
 
+// The depth slice of a row that counts the rows of all depth slices together (slice * height +
+// row, for output rows, input rows or kernel rows). With one slice, as for every image, no
+// division: per pixel or per tap a division costs more than the rest of the index arithmetic.
+template <typename index_t>
+C10_HOST_DEVICE inline index_t slice_of(index_t merged_row, index_t height, index_t slices) {
+  return slices == 1 ? index_t(0) : merged_row / height;
+}
+
 // Along one axis: the output index that reads input index `in` at kernel index k, or -1 where
 // none does (in is not on that tap's stride, or the output index is outside [0, out_size)). The
 // inverse of input_index.
@@ -28,8 +36,10 @@ template <typename index_t>
 C10_HOST_DEVICE inline index_t output_index(index_t in, index_t pad, index_t k, index_t dilation,
                                             index_t stride, index_t out_size) {
   const index_t scaled = in + pad - k * dilation;  // = out * stride
-  if (scaled < 0 || scaled % stride != 0 || scaled / stride >= out_size) return -1;
-  return scaled / stride;
+  if (scaled < 0) return -1;
+  // Stride 1 (and every image's depth) needs no division, which costs more than the rest here.
+  const index_t out = stride == 1 ? scaled : (scaled % stride == 0 ? scaled / stride : out_size);
+  return out < out_size ? out : -1;
 }
 
 // The input rows [first, first + count) that output rows [row_start, row_start + rows) of a
@@ -60,30 +70,29 @@ inline InputRows input_rows_reached(const ColumnGeometry& g) {
   return {first, id_last * g.height + ih_last - first + 1};
 }
 
-// The input row (depth slice and row counted together: id * height + ih) that output row `row`
-// (od * out_height + oh) reads at kernel depth kd and kernel row ki, or -1 in the padding.
+// The input row (depth slice and row counted together: id * height + ih) that output depth
+// slice od, row oh reads at kernel depth kd and kernel row ki, or -1 in the padding.
 template <typename Dims, typename index_t>
-C10_HOST_DEVICE inline index_t input_row_reading(const Dims& g, index_t row, index_t kd,
+C10_HOST_DEVICE inline index_t input_row_reading(const Dims& g, index_t od, index_t oh, index_t kd,
                                                  index_t ki) {
-  const index_t id = input_index(row / g.out_height, g.stride_d, g.pad_d, kd, g.dilation_d);
-  const index_t ih = input_index(row % g.out_height, g.stride_h, g.pad_h, ki, g.dilation_h);
+  const index_t id = input_index(od, g.stride_d, g.pad_d, kd, g.dilation_d);
+  const index_t ih = input_index(oh, g.stride_h, g.pad_h, ki, g.dilation_h);
   return id >= 0 && id < g.depth && ih >= 0 && ih < g.height ? id * g.height + ih : -1;
 }
 
-// For a chunk of a column matrix (ColumnGeometry, or cuda/columns_thread.h's ColumnDims): the row
-// of the chunk's band whose kernel taps (kd, ki) read input depth slice id, row ih, or -1 where
-// none does.
-template <typename Dims, typename index_t>
-C10_HOST_DEVICE inline index_t band_row_reading(const Dims& g, index_t id, index_t ih, index_t kd,
-                                                index_t ki) {
-  const index_t end = g.row_start + g.rows;
-  const index_t od = output_index<index_t>(id, g.pad_d, kd, g.dilation_d, g.stride_d,
-                                           (end + g.out_height - 1) / g.out_height);
-  if (od < 0) return -1;
-  const index_t oh = output_index<index_t>(ih, g.pad_h, ki, g.dilation_h, g.stride_h, g.out_height);
-  if (oh < 0) return -1;
-  const index_t row = od * g.out_height + oh;
-  return row >= g.row_start && row < end ? row - g.row_start : -1;
+// The band of a chunk (ColumnGeometry) as runs of output rows within one depth slice: f(od,
+// oh_begin, oh_end) for each slice the band crosses, in order (one call for an image). The CPU
+// kernels walk each run as they walk an image's rows, with the depth's arithmetic once per run:
+// per row and tap it slowed the 2-D layers' col2im by up to a half (benchmarks/NOTES.md, 29).
+template <typename F>
+inline void for_each_band_slice(const ColumnGeometry& g, F&& f) {
+  if (g.out_depth == 1) return f(int64_t{0}, g.row_start, g.row_start + g.rows);  // no division
+  for (int64_t row = g.row_start, end = g.row_start + g.rows; row < end;) {
+    const int64_t od = row / g.out_height, oh = row % g.out_height;
+    const int64_t oh_end = std::min(g.out_height, oh + end - row);
+    f(od, oh, oh_end);
+    row += oh_end - oh;
+  }
 }
 
 // The output column whose kernel column kj reads input column iw, or -1 where none does.
@@ -98,13 +107,17 @@ C10_HOST_DEVICE inline index_t out_column_reading(const Dims& g, index_t iw, ind
 template <typename Dims, typename index_t, typename F>
 C10_HOST_DEVICE inline void for_each_tap_reading(const Dims& g, index_t id, index_t ih, index_t iw,
                                                  F&& f) {
+  const index_t band_end = g.row_start + g.rows;
   for (index_t kd = 0; kd < g.kernel_d; ++kd) {
+    const index_t od = output_index(id, g.pad_d, kd, g.dilation_d, g.stride_d, g.out_depth);
+    if (od < 0) continue;
     for (index_t ki = 0; ki < g.kernel_h; ++ki) {
-      const index_t band_row = band_row_reading(g, id, ih, kd, ki);
-      if (band_row < 0) continue;
+      const index_t oh = output_index(ih, g.pad_h, ki, g.dilation_h, g.stride_h, g.out_height);
+      const index_t row = od * g.out_height + oh;  // of the output, depth slices counted together
+      if (oh < 0 || row < g.row_start || row >= band_end) continue;
       for (index_t kj = 0; kj < g.kernel_w; ++kj) {
         const index_t ow = out_column_reading(g, iw, kj);
-        if (ow >= 0) f((kd * g.kernel_h + ki) * g.kernel_w + kj, band_row, ow);
+        if (ow >= 0) f((kd * g.kernel_h + ki) * g.kernel_w + kj, row - g.row_start, ow);
       }
     }
   }

@@ -19,17 +19,20 @@ FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list
 
 
 @st.composite
-def valid_configs(draw):
+def valid_configs(draw, dims=2):
+    """A convolution F accepts, of 2 or 3 spatial dimensions, with tensors small enough to fuzz."""
+    small = (lambda lo, hi: st.integers(lo, min(hi, 2))) if dims == 3 else st.integers
+    tuple_of = lambda strategy: tuple(draw(strategy) for _ in range(dims))
     groups = draw(st.integers(1, 3))
     cin, cout = groups * draw(st.integers(1, 3)), groups * draw(st.integers(1, 3))
-    kernel = (draw(st.integers(1, 4)), draw(st.integers(1, 4)))
-    dilation = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
-    padding = draw(st.one_of(st.just("same"), st.just("valid"), st.tuples(st.integers(0, 3), st.integers(0, 3))))
-    stride = (1, 1) if padding == "same" else (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
-    pads = (0, 0) if isinstance(padding, str) else padding
-    size = [max(1, d * (k - 1) + 1 - 2 * p) + draw(st.integers(0, 4)) for d, k, p in zip(dilation, kernel, pads)]
+    kernel = tuple_of(small(1, 4))
+    dilation = tuple_of(small(1, 3))
+    padding = draw(st.one_of(st.just("same"), st.just("valid"), st.tuples(*[st.integers(0, 3)] * dims)))
+    stride = (1,) * dims if padding == "same" else tuple_of(st.integers(1, 3))
+    pads = (0,) * dims if isinstance(padding, str) else padding
+    size = [max(1, d * (k - 1) + 1 - 2 * p) + draw(small(0, 4)) for d, k, p in zip(dilation, kernel, pads)]
     return dict(
-        batch=draw(st.integers(0, 3)), cin=cin, cout=cout, size=size, kernel=kernel, stride=stride,
+        dims=dims, batch=draw(st.integers(0, 3)), cin=cin, cout=cout, size=size, kernel=kernel, stride=stride,
         padding=padding, dilation=dilation, groups=groups, bias=draw(st.booleans()),
         layout=draw(st.sampled_from(["contiguous", "channels_last", "non_contiguous", "unbatched"])),
         limit=draw(st.sampled_from([1 << 30, 2048, 1])),
@@ -39,7 +42,7 @@ def valid_configs(draw):
 def make_tensors(cfg, dtype=torch.float64):
     x = torch.randn(cfg["batch"], cfg["cin"], *cfg["size"], dtype=dtype)
     if cfg["layout"] == "channels_last":
-        x = x.contiguous(memory_format=torch.channels_last)
+        x = x.contiguous(memory_format=torch.channels_last_3d if x.dim() == 5 else torch.channels_last)
     elif cfg["layout"] == "non_contiguous":
         x = x.transpose(2, 3).contiguous().transpose(2, 3)
     elif cfg["layout"] == "unbatched":
@@ -53,13 +56,22 @@ def conv_args(cfg):
     return cfg["stride"], cfg["padding"], cfg["dilation"], cfg["groups"]
 
 
+def functions(cfg):
+    """(ours, F's) for the configuration's dimensions."""
+    name = f"conv{cfg['dims']}d"
+    return getattr(torch_convbp, name), getattr(F, name)
+
+
+@pytest.mark.parametrize("dims", [2, 3])
 @FUZZ
-@given(valid_configs())
-def test_random_valid_configurations_match_f_conv2d(cfg):
+@given(data=st.data())
+def test_random_valid_configurations_match_f(dims, data):
+    cfg = data.draw(valid_configs(dims))
+    ours, reference = functions(cfg)
     x, w, b = make_tensors(cfg)
     with torch_convbp.workspace_limit(cfg["limit"]):
-        y = torch_convbp.conv2d(x, w, b, *conv_args(cfg))
-    y_ref = F.conv2d(x, w, b, *conv_args(cfg))
+        y = ours(x, w, b, *conv_args(cfg))
+    y_ref = reference(x, w, b, *conv_args(cfg))
     torch.testing.assert_close(y, y_ref, rtol=1e-10, atol=1e-10)
     if y.numel():
         g = torch.randn_like(y)
@@ -70,39 +82,42 @@ def test_random_valid_configurations_match_f_conv2d(cfg):
             torch.testing.assert_close(a, e, rtol=1e-10, atol=1e-10)
 
 
-INVALID = {
-    "stride": lambda a: {**a, "stride": (0, 1)},
-    "negative stride": lambda a: {**a, "stride": -2},
-    "dilation": lambda a: {**a, "dilation": (1, 0)},
-    "padding": lambda a: {**a, "padding": (-1, 0)},
-    "groups zero": lambda a: {**a, "groups": 0},
-    "groups not dividing": lambda a: {**a, "groups": a["groups"] + 1},
-    "padding string": lambda a: {**a, "padding": "full"},
-    "stride too long": lambda a: {**a, "stride": (1, 1, 1)},
+INVALID = {  # each takes the arguments and the number of spatial dimensions
+    "stride": lambda a, n: {**a, "stride": (0,) + (1,) * (n - 1)},
+    "negative stride": lambda a, n: {**a, "stride": -2},
+    "dilation": lambda a, n: {**a, "dilation": (1,) * (n - 1) + (0,)},
+    "padding": lambda a, n: {**a, "padding": (-1,) + (0,) * (n - 1)},
+    "groups zero": lambda a, n: {**a, "groups": 0},
+    "groups not dividing": lambda a, n: {**a, "groups": a["groups"] + 1},
+    "padding string": lambda a, n: {**a, "padding": "full"},
+    "stride too long": lambda a, n: {**a, "stride": (1,) * (n + 1)},
 }
 
 
+@pytest.mark.parametrize("dims", [2, 3])
 @FUZZ
-@given(valid_configs(), st.sampled_from(sorted(INVALID)), st.sampled_from(["args", "dtype", "rank", "kernel", "bias"]))
-def test_random_invalid_configurations_raise_cleanly(cfg, how, what):
+@given(data=st.data(), how=st.sampled_from(sorted(INVALID)), what=st.sampled_from(["args", "dtype", "rank", "kernel", "bias"]))
+def test_random_invalid_configurations_raise_cleanly(dims, data, how, what):
+    cfg = data.draw(valid_configs(dims))
+    ours, _ = functions(cfg)
     x, w, b = (t if t is None else t.detach() for t in make_tensors(cfg))
     args = dict(stride=cfg["stride"], padding=cfg["padding"], dilation=cfg["dilation"], groups=cfg["groups"])
     if what == "args":
-        args = INVALID[how](args)
+        args = INVALID[how](args, dims)
         if how == "groups not dividing" and cfg["cin"] % args["groups"] == 0 and cfg["cout"] % args["groups"] == 0:
             args["groups"] = cfg["cin"] + cfg["cout"] + 1
     elif what == "dtype":
         w = w.float()
     elif what == "rank":
-        x = x[None, None] if x.dim() == 3 else x[None]  # 5-D
+        x = x[None, None] if x.dim() == dims + 1 else x[None]  # one more than batched
     elif what == "kernel":
-        w = torch.randn(cfg["cout"], cfg["cin"] // cfg["groups"], 40, 3, dtype=w.dtype)
+        w = torch.randn(cfg["cout"], cfg["cin"] // cfg["groups"], 40, *[3] * (dims - 1), dtype=w.dtype)
         args["padding"] = 0
     elif what == "bias":
         b = torch.randn(cfg["cout"] + 1, dtype=w.dtype)
     # Always refused with a message (F.conv2d itself lets a few of these through on empty batches).
     with pytest.raises((RuntimeError, ValueError)) as info:
-        torch_convbp.conv2d(x, w, b, **args)
+        ours(x, w, b, **args)
     assert "torch_convbp" in str(info.value)
 
 

@@ -37,82 +37,123 @@ TORCH_CONVBP_VECTOR_CLONES void gather_strided(const image_t* src, int64_t strid
   }
 }
 
-// columns[(c, kd, ki, kj), image, row, ow] = images[image, c, input row, iw] (0 in the padding),
-// with the input row (id, ih) the one output row `row` (od, oh) reads at (kd, ki) (taps.h) and
-// iw = ow*stride_w - pad_w + kj*dilation_w. One task writes one contiguous block: a column-matrix
-// row's stretch for one image.
+// The part of im2col_kernel that an image's im2col is: tap (ki, kj) of output rows [oh_begin,
+// oh_end) of one output depth slice, copied to dst (out_width entries a row) from `slice`, the
+// input depth slice the tap reads, or zeros where that slice is padding (slice null).
+template <typename image_t, typename column_t>
+TORCH_CONVBP_INLINE void copy_slice_rows(const image_t* slice, column_t* dst,
+                                         const ColumnGeometry& g, int64_t ki, int64_t kj,
+                                         int64_t oh_begin, int64_t oh_end) {
+  // iw = ow*stride_w + iw_offset
+  if (slice == nullptr) {
+    std::fill_n(dst, (oh_end - oh_begin) * g.out_width, column_t(0));
+    return;
+  }
+  const int64_t iw_offset = input_index(int64_t{0}, g.stride_w, g.pad_w, kj, g.dilation_w);
+  const Span valid = valid_columns(iw_offset, g.stride_w, g.width, g.out_width);
+  for (int64_t oh = oh_begin; oh < oh_end; ++oh, dst += g.out_width) {
+    const int64_t ih = input_index(oh, g.stride_h, g.pad_h, ki, g.dilation_h);
+    if (ih < 0 || ih >= g.height) {
+      std::fill_n(dst, g.out_width, column_t(0));
+      continue;
+    }
+    const image_t* src_row = slice + ih * g.width;
+    std::fill(dst, dst + valid.begin, column_t(0));
+    gather_strided(src_row + valid.begin * g.stride_w + iw_offset, g.stride_w,
+                   valid.end - valid.begin, dst + valid.begin);
+    std::fill(dst + valid.end, dst + g.out_width, column_t(0));
+  }
+}
+
+// columns[(c, kd, ki, kj), image, row, ow] = images[image, c, id, ih, iw] (0 in the padding),
+// with (id, ih, iw) the input pixel that output row `row` (od, oh) reads at tap (kd, ki, kj):
+// id = od*stride_d - pad_d + kd*dilation_d, and ih and iw likewise. One task writes one
+// contiguous block: a column-matrix row's stretch for one image.
 template <typename image_t, typename column_t>
 void im2col_kernel(const image_t* images, column_t* columns, const ColumnGeometry& g) {
   const int64_t kernel_area = g.kernel_h * g.kernel_w, taps = g.kernel_d * kernel_area;
-  const int64_t volume = g.depth * g.height * g.width;
+  const int64_t plane = g.height * g.width, volume = g.depth * plane;
   const int64_t block = g.rows * g.out_width;
   const int64_t tasks = g.channels * taps * g.images;
   const int64_t grain = std::max<int64_t>(1, kGrainElements / std::max<int64_t>(block, 1));
   at::parallel_for(0, tasks, grain, [&](int64_t begin, int64_t end) {
     for (int64_t task = begin; task < end; ++task) {
-      const int64_t image = task % g.images, row = task / g.images;  // row = (c, kd, ki, kj)
-      const int64_t c = row / taps, kd = row / kernel_area % g.kernel_d;
-      const int64_t ki = row / g.kernel_w % g.kernel_h, kj = row % g.kernel_w;
+      // task = ((c, kd, ki, kj), image): as few divisions as may be, one per index of an image's
+      // tap (slice_of: none for its depth); this runs once per row of short rows.
+      const int64_t row = task / g.images, image = task - row * g.images;
+      const int64_t c = row / taps, tap = row - c * taps;
+      const int64_t kd = slice_of(tap, kernel_area, g.kernel_d), tap_2d = tap - kd * kernel_area;
+      const int64_t ki = tap_2d / g.kernel_w, kj = tap_2d - ki * g.kernel_w;
       const image_t* src = images + (image * g.channels + c) * volume;
       column_t* dst = columns + task * block;
-      // iw = ow*stride_w + iw_offset
-      const int64_t iw_offset = input_index(int64_t{0}, g.stride_w, g.pad_w, kj, g.dilation_w);
-      const Span valid = valid_columns(iw_offset, g.stride_w, g.width, g.out_width);
-      for (int64_t out_row = g.row_start; out_row < g.row_start + g.rows;
-           ++out_row, dst += g.out_width) {
-        const int64_t in_row = input_row_reading(g, out_row, kd, ki);
-        if (in_row < 0) {
-          std::fill_n(dst, g.out_width, column_t(0));
-          continue;
-        }
-        const image_t* src_row = src + in_row * g.width;
-        std::fill(dst, dst + valid.begin, column_t(0));
-        gather_strided(src_row + valid.begin * g.stride_w + iw_offset, g.stride_w,
-                       valid.end - valid.begin, dst + valid.begin);
-        std::fill(dst + valid.end, dst + g.out_width, column_t(0));
-      }
+      for_each_band_slice(g, [&](int64_t od, int64_t oh_begin, int64_t oh_end) {
+        const int64_t id = input_index(od, g.stride_d, g.pad_d, kd, g.dilation_d);
+        const image_t* slice = id >= 0 && id < g.depth ? src + id * plane : nullptr;
+        const int64_t band_row = od * g.out_height + oh_begin - g.row_start;
+        copy_slice_rows(slice, dst + band_row * g.out_width, g, ki, kj, oh_begin, oh_end);
+      });
     }
   });
 }
 
+// The part of col2im_kernel that an image's col2im is: for output rows [oh_begin, oh_end) of one
+// output depth slice, the column entries of the taps (kd, ki, kj) of one kd, in the order
+// (ki, kj, oh, ow), added into `sum` at sum[sum_offset + ih * width + iw] for the input row ih of
+// the depth slice they read. `tap_rows`: tap (kd, 0, 0)'s column-matrix stretch for this image,
+// from the first of those rows, the next tap's `tap_step` further.
+template <typename column_t, typename acc_t>
+TORCH_CONVBP_NOINLINE void add_slice_taps(const column_t* tap_rows, int64_t tap_step, acc_t* sum,
+                                          int64_t sum_offset, const ColumnGeometry& g,
+                                          int64_t oh_begin, int64_t oh_end) {
+  const int64_t stride = g.stride_w;
+  for (int64_t ki = 0; ki < g.kernel_h; ++ki) {
+    for (int64_t kj = 0; kj < g.kernel_w; ++kj) {
+      const column_t* src = tap_rows + (ki * g.kernel_w + kj) * tap_step;
+      const int64_t iw_offset = input_index(int64_t{0}, g.stride_w, g.pad_w, kj, g.dilation_w);
+      const Span valid = valid_columns(iw_offset, g.stride_w, g.width, g.out_width);
+      for (int64_t oh = oh_begin; oh < oh_end; ++oh, src += g.out_width) {
+        const int64_t ih = input_index(oh, g.stride_h, g.pad_h, ki, g.dilation_h);
+        if (ih < 0 || ih >= g.height) continue;
+        int64_t at = sum_offset + ih * g.width + iw_offset + valid.begin * stride;
+        for (int64_t ow = valid.begin; ow < valid.end; ++ow, at += stride) {
+          sum[at] += static_cast<acc_t>(src[ow]);
+        }
+      }
+    }
+  }
+}
+
 // images[image, c] += the sum of every column entry that im2col copied from it: the adjoint of
-// im2col. One task owns one (image, channel) volume and adds its column rows in a fixed order
-// (kd, ki, kj, output row, ow) into a float32 (or float64) buffer, then into the volume: no two
-// tasks write the same pixel, and every pixel's sum has the same order on every run.
+// im2col. One task owns one (image, channel) volume and adds its column rows into a float32 (or
+// float64) buffer, then into the volume: no two tasks write the same pixel. Each pixel's terms
+// are added in the order (kd, ki, kj) (for one kd, one output slice reads a given input slice),
+// the order of the NHWC and CUDA kernels, on every run.
 template <typename image_t, typename column_t>
 void col2im_kernel(const column_t* columns, image_t* images, const ColumnGeometry& g) {
   using acc_t = at::opmath_type<image_t>;
-  const int64_t taps = g.kernel_d * g.kernel_h * g.kernel_w;
+  const int64_t kernel_area = g.kernel_h * g.kernel_w;
   const int64_t volume = g.depth * g.height * g.width;
-  const int64_t block = g.rows * g.out_width;
+  const int64_t block = g.rows * g.out_width;  // a column-matrix row's stretch for one image
   const InputRows reached_rows = input_rows_reached(g);
   if (reached_rows.count == 0) return;
   const int64_t first_row = reached_rows.first, reached = reached_rows.count * g.width;
-  const int64_t grain = std::max<int64_t>(1, kGrainElements / (taps * block + 1));
+  const int64_t grain =
+      std::max<int64_t>(1, kGrainElements / (g.kernel_d * kernel_area * block + 1));
   at::parallel_for(0, g.images * g.channels, grain, [&](int64_t begin, int64_t end) {
     std::vector<acc_t> sum(reached);
     for (int64_t task = begin; task < end; ++task) {  // task = (image, c)
       const int64_t image = task / g.channels, c = task % g.channels;
       std::fill(sum.begin(), sum.end(), acc_t(0));
       for (int64_t kd = 0; kd < g.kernel_d; ++kd) {
-        for (int64_t ki = 0; ki < g.kernel_h; ++ki) {
-          for (int64_t kj = 0; kj < g.kernel_w; ++kj) {
-            const int64_t row = ((c * g.kernel_d + kd) * g.kernel_h + ki) * g.kernel_w + kj;
-            const column_t* src = columns + (row * g.images + image) * block;
-            const int64_t iw_offset =
-                input_index(int64_t{0}, g.stride_w, g.pad_w, kj, g.dilation_w);
-            const Span valid = valid_columns(iw_offset, g.stride_w, g.width, g.out_width);
-            for (int64_t out_row = g.row_start; out_row < g.row_start + g.rows;
-                 ++out_row, src += g.out_width) {
-              const int64_t in_row = input_row_reading(g, out_row, kd, ki);
-              if (in_row < 0) continue;
-              const int64_t sum_row = (in_row - first_row) * g.width + iw_offset;
-              for (int64_t ow = valid.begin; ow < valid.end; ++ow) {
-                sum[sum_row + ow * g.stride_w] += static_cast<acc_t>(src[ow]);
-              }
-            }
-          }
-        }
+        const int64_t row = (c * g.kernel_d + kd) * kernel_area;  // column-matrix row (c, kd, 0, 0)
+        const column_t* taps = columns + (row * g.images + image) * block;
+        for_each_band_slice(g, [&](int64_t od, int64_t oh_begin, int64_t oh_end) {
+          const int64_t id = input_index(od, g.stride_d, g.pad_d, kd, g.dilation_d);
+          if (id < 0 || id >= g.depth) return;
+          const int64_t band_row = od * g.out_height + oh_begin - g.row_start;
+          add_slice_taps(taps + band_row * g.out_width, g.images * block, sum.data(),
+                         (id * g.height - first_row) * g.width, g, oh_begin, oh_end);
+        });
       }
       image_t* dst = images + (image * g.channels + c) * volume + first_row * g.width;
       for (int64_t i = 0; i < reached; ++i) {
@@ -136,14 +177,15 @@ TORCH_CONVBP_INLINE void add_run(const column_t* src, int64_t n, acc_t* sum) {
   for (int64_t c = 0; c < n; ++c) sum[c] += static_cast<acc_t>(src[c]);
 }
 
-// Output pixel p of a chunk (ColumnGeometry): its image, output row (depth slices counted
-// together) and output column.
+// Output pixel p of a chunk (ColumnGeometry): its image, output depth slice, row and column.
 struct OutputPixel {
-  int64_t image, row, ow;
+  int64_t image, slice, row, ow;
 };
 inline OutputPixel output_pixel(const ColumnGeometry& g, int64_t p) {
   const int64_t rest = p / g.out_width;
-  return {rest / g.rows, rest % g.rows + g.row_start, p % g.out_width};
+  const int64_t merged_row = rest % g.rows + g.row_start;  // depth slices counted together
+  const int64_t slice = slice_of(merged_row, g.out_height, g.out_depth);
+  return {rest / g.rows, slice, merged_row - slice * g.out_height, p % g.out_width};
 }
 
 // Rows [begin, end) of one group's NHWC column matrix [P, kd*kh*kw*C/G] (ColumnGeometry): for each
@@ -164,7 +206,8 @@ TORCH_CONVBP_VECTOR_CLONES void im2col_nhwc_rows(const image_t* images, column_t
     const Span taps = valid_columns(iw_first, g.dilation_w, g.width, g.kernel_w);
     column_t* dst = columns + p * g.kernel_d * g.kernel_h * tap_row_length;
     for (int64_t k = 0; k < g.kernel_d * g.kernel_h; ++k, dst += tap_row_length) {  // (kd, ki)
-      const int64_t in_row = input_row_reading(g, out.row, k / g.kernel_h, k % g.kernel_h);
+      const int64_t kd = slice_of(k, g.kernel_h, g.kernel_d), ki = k - kd * g.kernel_h;
+      const int64_t in_row = input_row_reading(g, out.slice, out.row, kd, ki);
       if (in_row < 0) {
         std::fill_n(dst, tap_row_length, column_t(0));
         continue;
@@ -222,8 +265,9 @@ TORCH_CONVBP_VECTOR_CLONES void col2im_nhwc_pixels(const column_t* columns, imag
     const int64_t iw = task % g.width, rest = task / g.width;
     const int64_t row = rest % reached.count + reached.first, image = rest / reached.count;
     std::fill_n(sum, g.channels, acc_t(0));
+    const int64_t id = slice_of(row, g.height, g.depth);
     for_each_tap_reading(
-        g, row / g.height, row % g.height, iw, [&](int64_t tap, int64_t band_row, int64_t ow) {
+        g, id, row - id * g.height, iw, [&](int64_t tap, int64_t band_row, int64_t ow) {
           const int64_t p = (image * g.rows + band_row) * g.out_width + ow;
           const column_t* entries = columns + p * row_length + tap * group_channels;
           for (int64_t group = 0; group < g.groups; ++group) {

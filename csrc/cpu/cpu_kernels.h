@@ -26,13 +26,23 @@
 #define TORCH_CONVBP_INLINE inline
 #endif
 
+// Keeps a hot loop nest in a function of its own, where GCC schedules it as well as it did
+// before that nest was shared by images and volumes: inlined into col2im's task loop, the strided
+// 2-D col2im ran 15% slower (benchmarks/NOTES.md, section 29).
+#if defined(__GNUC__)
+#define TORCH_CONVBP_NOINLINE __attribute__((noinline))
+#else
+#define TORCH_CONVBP_NOINLINE
+#endif
+
 namespace torch_convbp {
 
 // The output columns [begin, end) whose input column ow*stride + offset lies in [0, width).
 struct Span {
   int64_t begin, end;
 };
-inline Span valid_columns(int64_t offset, int64_t stride, int64_t width, int64_t out_width) {
+TORCH_CONVBP_INLINE Span valid_columns(int64_t offset, int64_t stride, int64_t width,
+                                       int64_t out_width) {
   const int64_t begin = offset >= 0 ? 0 : (-offset + stride - 1) / stride;
   const int64_t last = width - 1 - offset;  // the largest ow*stride allowed
   const int64_t end = last < 0 ? 0 : std::min(out_width, last / stride + 1);

@@ -17,7 +17,7 @@ template <typename index_t>
 struct ColumnDims {
   index_t images, channels, height, width, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w,
       dilation_h, dilation_w, out_width, row_start, rows, groups, depth, kernel_d, stride_d, pad_d,
-      dilation_d, out_height;
+      dilation_d, out_height, out_depth;
   explicit ColumnDims(const ColumnGeometry& g)
       : images(g.images),
         channels(g.channels),
@@ -40,7 +40,8 @@ struct ColumnDims {
         stride_d(g.stride_d),
         pad_d(g.pad_d),
         dilation_d(g.dilation_d),
-        out_height(g.out_height) {}
+        out_height(g.out_height),
+        out_depth(g.out_depth) {}
   C10_HOST_DEVICE index_t taps() const { return kernel_d * kernel_h * kernel_w; }
   C10_HOST_DEVICE index_t volume() const { return depth * height * width; }  // one channel's
 };
@@ -65,7 +66,7 @@ C10_HOST_DEVICE inline void copy_patch(const image_t* channel, index_t pixel_ste
                                        index_t dst_step, const ColumnDims<index_t>& g,
                                        index_t band_row, index_t ow) {
   const index_t row = band_row + g.row_start;  // of the output, depth slices counted together
-  const index_t od = row / g.out_height, oh = row % g.out_height;
+  const index_t od = slice_of(row, g.out_height, g.out_depth), oh = row - od * g.out_height;
   const index_t id0 = input_index(od, g.stride_d, g.pad_d, index_t(0), g.dilation_d);
   const index_t ih0 = input_index(oh, g.stride_h, g.pad_h, index_t(0), g.dilation_h);
   const index_t iw0 = input_index(ow, g.stride_w, g.pad_w, index_t(0), g.dilation_w);
@@ -128,8 +129,9 @@ C10_HOST_DEVICE inline void col2im_pixel(const column_t* columns, image_t* image
   const index_t plane = rest / reached_rows;            // image * channels + c
   const index_t c = plane % g.channels, image = plane / g.channels;
   acc_t sum = 0;
+  const index_t id = slice_of(row, g.height, g.depth);
   for_each_tap_reading(
-      g, row / g.height, row % g.height, iw, [&](index_t tap, index_t band_row, index_t ow) {
+      g, id, row - id * g.height, iw, [&](index_t tap, index_t band_row, index_t ow) {
         const index_t column_row = c * g.taps() + tap;
         sum += static_cast<acc_t>(
             columns[(column_row * g.images + image) * block + band_row * g.out_width + ow]);
@@ -190,8 +192,9 @@ C10_HOST_DEVICE inline void col2im_nhwc_channel(const column_t* columns, image_t
   const column_t* group_rows =
       columns + c / group_channels * pixels * row_length + c % group_channels;
   acc_t sum = 0;
+  const index_t id = slice_of(row, g.height, g.depth);
   for_each_tap_reading(
-      g, row / g.height, row % g.height, iw, [&](index_t tap, index_t band_row, index_t ow) {
+      g, id, row - id * g.height, iw, [&](index_t tap, index_t band_row, index_t ow) {
         const index_t p = (image * g.rows + band_row) * g.out_width + ow;
         sum += static_cast<acc_t>(group_rows[p * row_length + tap * group_channels]);
       });
