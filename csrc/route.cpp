@@ -94,6 +94,13 @@ bool has_wide_groups(const ConvShape& s) {
   return wide_inputs && s.out_channels / s.groups >= kMinNhwcGroupChannels;
 }
 
+// col2im_nhwc gathers each input pixel's terms tap by tap in runs of C/G channels, one group or
+// several: an RGB stem's strided input gradient took 2.6x (2-D) and 5.4x (3-D) its NCHW time
+// there, layout copies included (NOTES section 29).
+bool has_wide_input_groups(const ConvShape& s) {
+  return s.in_channels / s.groups >= kMinNhwcGroupChannels;
+}
+
 }  // namespace
 
 std::optional<ConvShape> input_grad_convolution(const ConvShape& s) {
@@ -188,8 +195,13 @@ RouteChoice choose_route(Operator op, const ConvShape& s, at::TensorList activat
             "stride 1: the forward convolution of the output gradient (im2col, a GEMM)",
             why_layout};
   }
-  return {Route::columns, layout,
-          "stride above 1, or padding past the kernel's reach: a GEMM, then col2im", why_layout};
+  const char* col2im = "stride above 1, or padding past the kernel's reach: a GEMM, then col2im";
+  if (nhwc && !has_wide_input_groups(s)) {
+    return {Route::columns, Layout::nchw, col2im,
+            "fewer than 16 input channels per group, which col2im would gather in runs that "
+            "short: NCHW, through layout copies"};
+  }
+  return {Route::columns, layout, col2im, why_layout};
 }
 
 at::MemoryFormat result_format(const at::Tensor& activation, const at::Tensor& weight) {

@@ -12,7 +12,9 @@ The routes, for operands that are all channels_last (dense, non-empty), else in 
   weight grad, and for the input grad where it is a stride-1 convolution with narrow groups;
 - the rest: the column matrix, in NHWC where the groups have 16 or more output channels (and,
   with several groups, 16 or more input channels), else in NCHW through layout copies; the input
-  grad of stride 1 as a forward convolution (transposed_columns), else through col2im."""
+  grad of stride 1 as a forward convolution (transposed_columns), else through col2im (in NHWC
+  only with 16 or more input channels per group).
+Volumes take the column routes (and pointwise_nhwc): the direct kernels are 2-D ones."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -41,7 +43,8 @@ ROUTES = [
     ("3x3", dict(k=3, c=16, cout=16), 1, 1, 1, ("columns/nhwc", "transposed_columns/nhwc", "columns/nhwc")),
     ("3x3 strided, 16 channels per group", dict(k=3, c=32, cout=32), 2, 1, 2, ("grouped/nhwc", "columns/nhwc", "grouped/nhwc")),
     ("3x3, 4 output channels", dict(k=3, c=16), 1, 1, 1, ("columns/nchw", "transposed_columns/nchw", "columns/nchw")),
-    ("3x3 strided, 3 input channels (an RGB stem)", dict(k=3, c=3, cout=16), 2, 1, 1, "columns/nhwc"),
+    # col2im gathers runs of the input channels per group: 3 are too few, even in one group
+    ("3x3 strided, 3 input channels (an RGB stem)", dict(k=3, c=3, cout=16), 2, 1, 1, ("columns/nhwc", "columns/nchw", "columns/nhwc")),
     ("3x3 grouped, 3 input channels per group", dict(k=3, cout=32), 1, 1, 2, "grouped/nhwc"),
     ("3x3, 2 channels per group", dict(k=3, cout=6), 1, 1, 3, "grouped/nhwc"),
     # a strided grad-input is no convolution of its own: col2im, in NCHW for narrow groups
@@ -94,6 +97,39 @@ def test_each_operator_takes_its_route_and_returns_the_operands_format(name, kwa
     opcheck(ops.conv2d.default, (x, w, None, *args))
     opcheck(ops.conv2d_input_grad.default, (g, w, list(x.shape), *args))
     opcheck(ops.conv2d_weight_grad.default, (x, g, list(w.shape), *args))
+
+
+# (name, input size, weight size, stride, padding, groups, routes as in ROUTES); channels_last_3d
+VOLUME_ROUTES = [
+    ("pointwise", (2, 16, 3, 4, 5), (16, 16, 1, 1, 1), 1, 0, 1, "pointwise_nhwc/nhwc"),
+    ("3x3x3", (2, 16, 3, 4, 5), (16, 16, 3, 3, 3), 1, 1, 1, ("columns/nhwc", "transposed_columns/nhwc", "columns/nhwc")),
+    ("3x3x3 strided", (2, 16, 5, 6, 5), (32, 16, 3, 3, 3), 2, 1, 1, "columns/nhwc"),
+    ("stem, 3 input channels, strided", (2, 3, 4, 9, 9), (16, 3, 3, 7, 7), 2, 3, 1, ("columns/nhwc", "columns/nchw", "columns/nhwc")),
+    ("depthwise", (2, 8, 3, 4, 5), (8, 1, 3, 3, 3), 1, 1, 8, ("columns/nchw", "transposed_columns/nchw", "columns/nchw")),
+    ("narrow groups", (2, 8, 3, 4, 5), (8, 4, 3, 3, 3), 1, 1, 2, ("columns/nchw", "transposed_columns/nchw", "columns/nchw")),
+]
+
+
+@pytest.mark.parametrize("name, x_size, w_size, stride, padding, groups, expected", VOLUME_ROUTES, ids=[r[0] for r in VOLUME_ROUTES])
+def test_volumes_take_the_column_routes(name, x_size, w_size, stride, padding, groups, expected, device):
+    """The direct kernels are 2-D: a volume's depthwise and narrow-grouped layers take the column
+    matrix (in NCHW, through copies); the rest as for images. Values against F.conv3d."""
+    g = torch.Generator().manual_seed(0)
+    cl3d = torch.channels_last_3d
+    x = torch.randn(x_size, generator=g, dtype=torch.float64).to(device).contiguous(memory_format=cl3d)
+    w = torch.randn(w_size, generator=g, dtype=torch.float64).to(device).contiguous(memory_format=cl3d)
+    args = [stride] * 3, [padding] * 3, [1] * 3, groups
+    y = ops.conv3d(x, w, None, *args)
+    grad = torch.randn_like(y).contiguous(memory_format=cl3d)
+    explanation = torch_convbp.explain(x, w, *args, grad_output=grad)
+    assert [f"{r.route}/{r.layout}" for r in explanation] == expected_routes(expected, device)
+    assert y.is_contiguous(memory_format=cl3d)
+    x_ref, w_ref = x.detach().requires_grad_(), w.detach().requires_grad_()
+    y_ref = F.conv3d(x_ref, w_ref, None, *args)
+    dx_ref, dw_ref = torch.autograd.grad(y_ref, (x_ref, w_ref), grad)
+    torch.testing.assert_close(y, y_ref, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(ops.conv3d_input_grad(grad, w, list(x.shape), *args), dx_ref, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(ops.conv3d_weight_grad(x, grad, list(w.shape), *args), dw_ref, rtol=1e-10, atol=1e-10)
 
 
 @pytest.mark.parametrize("input_layout, weight_layout", [(NCHW, CL), (CL, NCHW)], ids=["channels_last weight", "channels_last input"])
