@@ -45,8 +45,9 @@ def this_checkouts_benchmark():
 
 
 def time_layers(args, out_path):
-    """In a child process: torch_convbp's median fwd+bwd seconds for every layer of the suite.
-    On CUDA, TF32 stays off, as in the benchmark's float32 table."""
+    """In a child process: torch_convbp's median fwd+bwd seconds for every layer of the suite that
+    this build has a function for (a build older than conv3d has no 3-D layers). On CUDA, TF32
+    stays off, as in the benchmark's float32 table."""
     import torch
     import torch_convbp
 
@@ -54,10 +55,13 @@ def time_layers(args, out_path):
     torch.backends.cuda.matmul.allow_tf32 = False
     times = {"module": torch_convbp.__file__, "layers": {}}
     for layer in layers.load_layers(args.suite, args.layers):
-        x, w = layers.make_operands(layer, args.batch, args.device, getattr(torch, args.dtype))
+        if not hasattr(torch_convbp, f"conv{layers.dims(layer)}d"):
+            continue
+        batch = layers.batch_of(layer, args.batch)
+        x, w = layers.make_operands(layer, batch, args.device, getattr(torch, args.dtype))
         if args.channels_last:
-            x, w = (t.detach().to(memory_format=torch.channels_last).requires_grad_() for t in (x, w))
-        step = steps.conv_step(torch_convbp.conv2d, x, w, layer, "both")
+            x, w = (t.detach().to(memory_format=layers.channels_last(t)).requires_grad_() for t in (x, w))
+        step = steps.conv_step(layers.functions(layer)[0], x, w, layer, "both")
         times["layers"][layer["name"]] = timing.time_interleaved({"ours": step}, args.rounds)["ours"]
     with open(out_path, "w") as f:
         json.dump(times, f)
@@ -67,7 +71,9 @@ def run_build(checkout, args, out_path):
     env = dict(os.environ, PYTHONPATH=os.path.abspath(checkout), **FIXED_MALLOC)
     command = [sys.executable, os.path.abspath(__file__), "--child", out_path,
                "--suite", args.suite, "--layers", args.layers, "--dtype", args.dtype,
-               "--batch", str(args.batch), "--rounds", str(args.rounds), "--device", args.device]
+               "--rounds", str(args.rounds), "--device", args.device]
+    if args.batch:
+        command += ["--batch", str(args.batch)]
     if args.channels_last:
         command.append("--channels-last")
     subprocess.run(command, env=env, check=True, cwd=tempfile.gettempdir())
@@ -87,7 +93,7 @@ def main(argv=None):
     parser.add_argument("--suite", default="all")
     parser.add_argument("--layers", default="", help="only the layers whose name contains this")
     parser.add_argument("--dtype", default="float32", choices=["float32", "float64", "bfloat16", "float16"])
-    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--batch", type=int, help="every layer's batch (default: the layer's own, else 8)")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--channels-last", action="store_true", help="operands in channels_last")
@@ -103,7 +109,11 @@ def main(argv=None):
             for name in ("before", "after"):
                 path = os.path.join(scratch, f"{name}{pair}.json")
                 runs[name].append(run_build(getattr(args, name), args, path))
-    median = {name: {layer: statistics.median(run[layer] for run in rs) for layer in rs[0]}
+    both = [layer for layer in runs["after"][0] if layer in runs["before"][0]]
+    skipped = set(runs["after"][0]) ^ set(runs["before"][0])
+    if skipped:
+        print(f"compare_builds: {len(skipped)} layers only one build has, left out: {', '.join(sorted(skipped))}")
+    median = {name: {layer: statistics.median(run[layer] for run in rs) for layer in both}
               for name, rs in runs.items()}
     print("| layer | before ms | after ms | after / before | per pair |")
     print("|---|---:|---:|---:|---|")

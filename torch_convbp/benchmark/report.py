@@ -22,13 +22,17 @@ def column_names(device):
             "builtin_deterministic": f"{builtin} deterministic", "aten_im2col": "ATen im2col", "gemm": "bare GEMMs"}
 
 
+def batch_text(args):
+    return f"batch {args['batch']}" if args.get("batch") else "each layer at its batch"
+
+
 def print_layers(result, file=None):
     file = file or sys.stdout
     a, rows, ceiling = result["args"], result["rows"], result["ceilings"]
     names = {k: v for k, v in column_names(a["device"]).items() if f"{k}_ms" in rows[0]}
     others = [k for k in names if not k.startswith("torch_convbp")]
     memory = [k for k in names if f"{k}_peak_mib" in rows[0]]
-    print(f"\n{result['machine']}, torch {result['torch']}, {result['date']}: {a['device']} {a['dtype']}, batch {a['batch']}, "
+    print(f"\n{result['machine']}, torch {result['torch']}, {result['date']}: {a['device']} {a['dtype']}, {batch_text(a)}, "
           f"{a['passes']} pass(es){', TF32 allowed' if a.get('tf32') else ''}. Square {ceiling['square_gemm_size']}^3 GEMM: "
           f"{ceiling['square_gemm_gflops']:.0f} GFLOP/s; copy: {ceiling['copy_gbytes_per_s']:.0f} GB/s. Ratios are "
           f"torch_convbp's time over the other's (below 1: torch_convbp is faster); 'of peak' is torch_convbp's GFLOP/s "
@@ -39,17 +43,18 @@ def print_layers(result, file=None):
     channels_last = "channels_last_vs_builtin_channels_last" in rows[0]
     heading += [f"channels_last: vs {names['builtin_channels_last']}"] if channels_last else []
     heading += [f"{names[k]} peak MiB" for k in memory]
-    print("| layer | " + " | ".join(heading) + " |", file=file)
-    print("|---|" + "---:|" * len(heading), file=file)
+    print("| layer | batch | " + " | ".join(heading) + " |", file=file)
+    print("|---|---:|" + "---:|" * len(heading), file=file)
     for r in rows:
-        cells = [f"{r[f'{k}_ms']:.2f}" for k in names] + [f"{r['torch_convbp_gflops']:.0f}", f"{r['of_peak']:.0%}"]
+        cells = [str(r.get("batch", a["batch"]))] + [f"{r[f'{k}_ms']:.2f}" for k in names]
+        cells += [f"{r['torch_convbp_gflops']:.0f}", f"{r['of_peak']:.0%}"]
         cells += [f"{r[f'vs_{k}']:.2f}" for k in others]
         cells += [f"{r['channels_last_vs_builtin_channels_last']:.2f}"] if channels_last else []
         cells += [f"{r[f'{k}_peak_mib']:.0f}" for k in memory]
         print(f"| {r['layer']} | " + " | ".join(cells) + " |", file=file)
     means = [f"**{geomean(r[f'vs_{k}'] for r in rows):.2f}**" for k in others]
     means += [f"**{geomean(r['channels_last_vs_builtin_channels_last'] for r in rows):.2f}**"] if channels_last else []
-    print("| **geometric mean** | " + " | ".join([""] * (len(names) + 2) + means + [""] * len(memory)) + " |", file=file)
+    print("| **geometric mean** | " + " | ".join([""] * (len(names) + 3) + means + [""] * len(memory)) + " |", file=file)
 
 
 def print_memory(rows, file=None):
@@ -99,7 +104,7 @@ def plot(result, path):
     ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
     finish_ratio_plot(fig, ax, path, range(len(rows)), names,
                       "torch_convbp time / other time (log scale; left of 1: torch_convbp is faster)",
-                      f"torch_convbp, {a['passes']} pass(es), {a['dtype']}, batch {a['batch']}\n"
+                      f"torch_convbp, {a['passes']} pass(es), {a['dtype']}, {batch_text(a)}\n"
                       f"{result['machine']}, {result['date']}")
 
 

@@ -1,12 +1,13 @@
 """What is timed: one call of a candidate's pass(es), for each candidate of a layer."""
 import contextlib
 
+import math
+
 import torch
-import torch.nn.functional as F
 
 import torch_convbp
 
-from .layers import conv_args, make_operands, out_size
+from .layers import as_convolution, channels_last, conv_args, functions, make_operands, spatial
 
 CANDIDATES = ("torch_convbp", "builtin", "aten_im2col", "gemm")  # timed on every device
 
@@ -48,12 +49,15 @@ def gemm_step(layer, batch, passes, device, dtype, size=None):
       forward      Y  [G, Cout/G, NP] = W    [G, Cout/G, K] @ col [G, K, NP]
       grad-input   dC [G, K, NP]      = W^T  [G, K, Cout/G] @ dY  [G, Cout/G, NP]
       grad-weight  dW [G, Cout/G, K]  = dY   [G, Cout/G, NP] @ col^T [G, NP, K]
-    with K = Cin/G*kh*kw and NP the output pixels of the batch, in the dtype torch_convbp's GEMMs
-    run in (float32 for half-precision operands on a CPU without instructions for them)."""
+    with K = Cin/G*taps and NP the output pixels of the batch, in the dtype torch_convbp's GEMMs
+    run in (float32 for half-precision operands on a CPU without instructions for them). For a
+    transposed layer, the GEMMs of the convolution it is the input gradient of (the same three,
+    in other roles)."""
     dtype = torch_convbp.gemm_dtype(dtype, device)
     groups = layer["groups"]
-    k = layer["in_channels"] // groups * layer["kernel"] ** 2
-    m, n = layer["out_channels"] // groups, batch * out_size(layer, size) ** 2
+    c_in, c_out, pixels = as_convolution(layer, size)
+    k = c_in // groups * math.prod(spatial(layer, "kernel"))
+    m, n = c_out // groups, batch * pixels
     new = lambda *shape: torch.randn(groups, *shape, device=device, dtype=dtype)
     weight, col, grad_y = new(m, k), new(k, n), new(m, n)
     y, grad_col, grad_w = new(m, n), new(k, n), new(m, k)
@@ -79,8 +83,9 @@ def cudnn_flags(deterministic=False):
 
 
 def channels_last_copies(x, w):
-    """Leaf copies of the operands in channels_last (the layout cuDNN and oneDNN are fastest in)."""
-    return tuple(t.detach().to(memory_format=torch.channels_last).requires_grad_(t.requires_grad) for t in (x, w))
+    """Leaf copies of the operands in channels_last (channels_last_3d for volumes: the layout cuDNN
+    and oneDNN are fastest in)."""
+    return tuple(t.detach().to(memory_format=channels_last(t)).requires_grad_(t.requires_grad) for t in (x, w))
 
 
 def candidate_steps(layer, batch, passes, device, dtype, size=None, variants=True):
@@ -88,18 +93,19 @@ def candidate_steps(layer, batch, passes, device, dtype, size=None, variants=Tru
     a GPU, where cuDNN's backward is not deterministic by default) the built-in made
     deterministic."""
     x, w = make_operands(layer, batch, device, dtype, size, requires_grad=passes != "forward")
+    ours, builtin = functions(layer)
     steps = {
-        "torch_convbp": conv_step(torch_convbp.conv2d, x, w, layer, passes),
-        "builtin": conv_step(F.conv2d, x, w, layer, passes),
-        "aten_im2col": conv_step(F.conv2d, x, w, layer, passes, lambda: builtin_without_vendor_library(device)),
+        "torch_convbp": conv_step(ours, x, w, layer, passes),
+        "builtin": conv_step(builtin, x, w, layer, passes),
+        "aten_im2col": conv_step(builtin, x, w, layer, passes, lambda: builtin_without_vendor_library(device)),
         "gemm": gemm_step(layer, batch, passes, device, dtype, size),
     }
     if variants:
         x_cl, w_cl = channels_last_copies(x, w)
-        steps["torch_convbp_channels_last"] = conv_step(torch_convbp.conv2d, x_cl, w_cl, layer, passes)
-        steps["builtin_channels_last"] = conv_step(F.conv2d, x_cl, w_cl, layer, passes)
+        steps["torch_convbp_channels_last"] = conv_step(ours, x_cl, w_cl, layer, passes)
+        steps["builtin_channels_last"] = conv_step(builtin, x_cl, w_cl, layer, passes)
         if device == "cuda":
-            steps["builtin_deterministic"] = conv_step(F.conv2d, x, w, layer, passes,
+            steps["builtin_deterministic"] = conv_step(builtin, x, w, layer, passes,
                                                       lambda: cudnn_flags(deterministic=True))
     return steps
 

@@ -1,12 +1,16 @@
-"""The layer benchmark: torch_convbp.conv2d, layer by layer, against
-  builtin                the built-in F.conv2d: oneDNN on CPU, cuDNN on GPU (cudnn.benchmark=True),
+"""The layer benchmark: torch_convbp's conv2d (conv3d, conv_transpose3d, as the layer is), layer by
+layer, against
+  builtin                the built-in F.conv2d (F.conv3d, ...): oneDNN on CPU, cuDNN on GPU
+                         (cudnn.benchmark=True),
   builtin_channels_last  the same, fed channels_last input and weight (and torch_convbp_channels_last,
                          ours fed the same: its ratio to this one is the channels_last comparison),
   builtin_deterministic  (GPU only) cuDNN with cudnn.deterministic=True, as our backward always is,
-  aten_im2col            ATen's own im2col path: the built-in with oneDNN / cuDNN turned off,
+  aten_im2col            ATen's own im2col path: the built-in with oneDNN / cuDNN turned off
+                         (for volumes slow_conv3d / slow_conv_transpose3d on the CPU),
   gemm                   the bare GEMMs of the same sizes: the floor of any im2col + GEMM design.
 
     python -m torch_convbp bench                      # the quick suite, fwd+bwd, batch 8
+    python -m torch_convbp bench --suite video        # r3d_18's and r2plus1d_18's 3-D layers
     python -m torch_convbp bench --suite all --json out.json --plot out.png
     python -m torch_convbp bench --suite all --memory --scaling
     (benchmarks/bench_conv.py takes the same options)
@@ -31,7 +35,7 @@ import torch
 import torch_convbp
 
 from .environment import environment, machine_description
-from .layers import flops, load_layers, make_operands, out_size
+from .layers import SUITES, batch_of, flops, functions, load_layers, make_operands, output_pixels
 from .report import plot, print_layers, print_memory, print_scaling
 from .steps import candidate_steps, conv_step, cudnn_flags, peak_memory_mib
 from .timing import Progress, square_gemm, time_interleaved, measure_ceilings
@@ -43,11 +47,12 @@ def run_layers(args, layers, progress):
     rows = []
     peak_step, peak_work, _ = square_gemm(args.device, args.dtype)
     for layer in layers:
-        steps = candidate_steps(layer, args.batch, args.passes, args.device, args.dtype)
+        batch = batch_of(layer, args.batch)
+        steps = candidate_steps(layer, batch, args.passes, args.device, args.dtype)
         seconds = time_interleaved({**steps, "square_gemm": peak_step}, args.rounds)
         peak = seconds.pop("square_gemm")
-        work = flops(layer, args.batch, args.passes)
-        row = {"layer": layer["name"], **{f"{k}_ms": v * 1e3 for k, v in seconds.items()}}
+        work = flops(layer, batch, args.passes)
+        row = {"layer": layer["name"], "batch": batch, **{f"{k}_ms": v * 1e3 for k, v in seconds.items()}}
         row.update({f"{k}_gflops": work / v / 1e9 for k, v in seconds.items()})
         row["square_gemm_gflops"] = peak_work / peak / 1e9
         row["of_peak"] = row["torch_convbp_gflops"] / row["square_gemm_gflops"]
@@ -72,9 +77,9 @@ def run_memory(args, layers, progress):
     for layer in layers:
         for batch in args.memory_batches:
             x, w = make_operands(layer, batch, args.device, args.dtype)
-            step = conv_step(torch_convbp.conv2d, x, w, layer, "both")
+            step = conv_step(functions(layer)[0], x, w, layer, "both")
             row = {"layer": layer["name"], "batch": batch,
-                   "output_mib": batch * layer["out_channels"] * out_size(layer) ** 2 * x.element_size() / 2**20}
+                   "output_mib": batch * layer["out_channels"] * output_pixels(layer) * x.element_size() / 2**20}
             for name, limit in (("default", torch_convbp.get_workspace_limit()), ("tight", tight)):
                 with torch_convbp.workspace_limit(limit):
                     torch_convbp.workspace_peak(reset=True)
@@ -96,11 +101,11 @@ def run_scaling(args, progress):
     layer = load_layers("all", args.scaling_layer)[0]
     rows = []
     plan = [("batch", b, layer["size"]) for b in args.scaling_batches]
-    plan += [("size", args.batch, s) for s in args.scaling_sizes]
+    plan += [("size", batch_of(layer, args.batch), s) for s in args.scaling_sizes]
     for axis, batch, size in plan:
         steps = candidate_steps(layer, batch, "both", args.device, args.dtype, size, variants=False)
         seconds = time_interleaved({k: steps[k] for k in ("torch_convbp", "builtin")}, max(3, args.rounds // 2))
-        pixels = batch * out_size(layer, size) ** 2
+        pixels = batch * output_pixels(layer, size)
         rows.append({"layer": layer["name"], "axis": axis, "batch": batch, "size": size,
                      **{f"{k}_ms": v * 1e3 for k, v in seconds.items()},
                      **{f"{k}_ns_per_pixel": v * 1e9 / pixels for k, v in seconds.items()}})
@@ -112,8 +117,9 @@ def parse(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--dtype", default="float32", choices=["float32", "float64", "bfloat16", "float16"])
-    p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--suite", default="quick", help="quick, resnet18, resnet50, mobilenet or all (see shapes.json)")
+    p.add_argument("--batch", type=int, help="the batch of every layer (default: the layer's own in shapes.json, else 8)")
+    p.add_argument("--suite", default="quick",
+                   help=f"{', '.join(SUITES)}, all, 2d or 3d (every layer of those dimensions); see shapes.json")
     p.add_argument("--layers", default="", help="only the layers whose name contains this")
     p.add_argument("--passes", default="both", choices=["forward", "backward", "both"],
                    help="forward only, backward only (from a saved forward), or both")
