@@ -118,9 +118,13 @@ def test_model_benchmark_refuses_an_unknown_model():
         models.main(["--models", "resnet_nonexistent"])
 
 
-def test_model_benchmark_refuses_plot_without_matplotlib(capsys):
+@pytest.mark.parametrize("command, args", [(models.main, ["--models", "resnet18"]),
+                                           (suite.main, ["--device", "cpu", "--layers", "resnet18 3x3 512"])],
+                         ids=["models", "suite"])
+def test_plot_without_matplotlib_is_refused_before_timing(command, args, capsys):
     if importlib.util.find_spec("matplotlib") is not None:
         pytest.skip("matplotlib is installed")
     with pytest.raises(SystemExit):
-        models.main(["--models", "resnet18", "--plot", "out.png"])
-    assert "--plot needs matplotlib" in capsys.readouterr().err
+        command(args + ["--plot", "out.png"])
+    out = capsys.readouterr()
+    assert "--plot needs matplotlib" in out.err and "|" not in out.out  # refused, nothing timed

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 import torch_convbp
 
 from .environment import environment, environment_line, machine_description
-from .report import finish_ratio_plot
+from .report import check_plotting, finish_ratio_plot
 from .timing import time_interleaved
 
 MODELS = ("resnet18", "resnet50", "mobilenet_v2", "resnext50_32x4d", "r3d_18", "r2plus1d_18")
@@ -140,11 +140,7 @@ def parse(argv=None):
     args = p.parse_args(argv)
     if min(args.batch, args.clip_batch, args.rounds, *args.clip_size) < 1 or args.size < 32:
         p.error("--batch, --clip-batch, --clip-size and --rounds must be at least 1, --size at least 32")
-    if args.plot:
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError:
-            p.error("--plot needs matplotlib (pip install matplotlib)")
+    check_plotting(p, args)
     return args
 
 

@@ -1,4 +1,5 @@
 """The benchmarks' tables (Markdown, on stdout) and plots (PNG, with matplotlib)."""
+import importlib.util
 import math
 import sys
 
@@ -75,6 +76,12 @@ def print_scaling(rows, file=None):
     for r in rows:
         print(f"| {r['axis']} | {r['batch']} | {r['size']} | {r['torch_convbp_ms']:.2f} | {r['torch_convbp_ns_per_pixel']:.2f} | "
               f"{r['builtin_ms']:.2f} | {r['builtin_ns_per_pixel']:.2f} |", file=file)
+
+
+def check_plotting(parser, args):
+    """Refuse --plot before anything is timed when matplotlib is missing, not after the run."""
+    if args.plot and importlib.util.find_spec("matplotlib") is None:
+        parser.error("--plot needs matplotlib (pip install matplotlib)")
 
 
 def plot(result, path):

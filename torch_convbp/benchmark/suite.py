@@ -36,7 +36,7 @@ import torch_convbp
 
 from .environment import environment, machine_description
 from .layers import SUITES, batch_of, flops, functions, load_layers, make_operands, output_pixels
-from .report import plot, print_layers, print_memory, print_scaling
+from .report import check_plotting, plot, print_layers, print_memory, print_scaling
 from .steps import candidate_steps, conv_step, cudnn_flags, peak_memory_mib
 from .timing import Progress, square_gemm, time_interleaved, measure_ceilings
 
@@ -134,7 +134,9 @@ def parse(argv=None):
     p.add_argument("--json", help="write everything measured here")
     p.add_argument("--plot", help="write a PNG of the ratios per layer here (needs matplotlib)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    check_plotting(p, args)
+    return args
 
 
 def main(argv=None):
