@@ -12,7 +12,7 @@ from torch.library import opcheck
 import torch_convbp
 from family_cases import VOLUME_CASES, tapwise_convolution, tapwise_transposed_convolution
 from test_family import OperatorCalls
-from test_threads import threads
+from test_threads import RESULTS, assert_same_bits, results_of, threads
 from test_values import TOL, relayout, values_and_grads
 
 NONEMPTY = [c for c in VOLUME_CASES if c.batch != 0]
@@ -209,22 +209,6 @@ VOLUME_LAYERS = {
 }
 
 
-def volume_results(layer, dtype, channels_last, ours=True):
-    size, out_channels, kernel, stride, padding, dilation, groups, limit = VOLUME_LAYERS[layer]
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(size, generator=g).to(dtype)
-    w = torch.randn(out_channels, size[1] // groups, *kernel, generator=g).to(dtype)
-    b = torch.randn(out_channels, generator=g).to(dtype)
-    if channels_last:
-        x, w = x.contiguous(memory_format=CL3D), w.contiguous(memory_format=CL3D)
-    x, w, b = (t.requires_grad_() for t in (x, w, b))
-    conv3d = torch_convbp.conv3d if ours else F.conv3d
-    with torch_convbp.workspace_limit(limit or torch_convbp.get_workspace_limit()):
-        y = conv3d(x, w, b, stride, padding, dilation, groups)
-        grads = torch.autograd.grad(y, (x, w, b), torch.cos(y.double()).to(dtype))
-    return (y.detach(), *grads)
-
-
 @pytest.mark.parametrize("channels_last", [False, True], ids=["ncdhw", "channels_last_3d"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("layer", list(VOLUME_LAYERS))
@@ -232,19 +216,17 @@ def test_same_bits_on_any_thread_count(layer, dtype, channels_last):
     runs = {}
     for count in (1, 2, 3):
         with threads(count):
-            runs[count] = volume_results(layer, dtype, channels_last)
-    for count in (2, 3):
-        for name, one, many in zip(("output", "grad_input", "grad_weight", "grad_bias"), runs[1], runs[count]):
-            assert torch.equal(one, many), f"{name} on {count} threads differs from 1 thread"
+            runs[count] = results_of(VOLUME_LAYERS[layer], dtype, channels_last, torch_convbp.conv3d)
+    assert_same_bits(runs)
 
 
 @pytest.mark.parametrize("channels_last", [False, True], ids=["ncdhw", "channels_last_3d"])
 @pytest.mark.parametrize("layer", list(VOLUME_LAYERS))
 def test_the_cut_computes_the_convolution(layer, channels_last):
     """The bands and blocks (under each layer's workspace limit) add up to F.conv3d, in float64."""
-    ours = volume_results(layer, torch.float64, channels_last)
-    expected = volume_results(layer, torch.float64, channels_last, ours=False)
-    for name, got, want in zip(("output", "grad_input", "grad_weight", "grad_bias"), ours, expected):
+    ours = results_of(VOLUME_LAYERS[layer], torch.float64, channels_last, torch_convbp.conv3d)
+    expected = results_of(VOLUME_LAYERS[layer], torch.float64, channels_last, F.conv3d)
+    for name, got, want in zip(RESULTS, ours, expected):
         torch.testing.assert_close(got, want, **TOL, msg=lambda m: f"{name}: {m}")
 
 

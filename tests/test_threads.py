@@ -54,19 +54,39 @@ def threads(count):
         torch.set_num_threads(before)
 
 
-def results(layer, dtype, channels_last):
-    size, out_channels, kernel, stride, padding, dilation, groups, limit = LAYERS[layer]
+RESULTS = ("output", "grad_input", "grad_weight", "grad_bias")
+
+
+def results_of(spec, dtype, channels_last, conv=torch_convbp.conv2d):
+    """The output and the three gradients of one layer (a LAYERS-style tuple, of any rank), seeded,
+    under the layer's workspace limit; channels_last is the rank's format (4-D or 5-D)."""
+    size, out_channels, kernel, stride, padding, dilation, groups, limit = spec
     g = torch.Generator().manual_seed(0)
     x = torch.randn(size, generator=g).to(dtype)
     w = torch.randn(out_channels, size[1] // groups, *kernel, generator=g).to(dtype)
     b = torch.randn(out_channels, generator=g).to(dtype)
     if channels_last:
-        x, w = x.to(memory_format=torch.channels_last), w.to(memory_format=torch.channels_last)
+        fmt = torch.channels_last if len(size) == 4 else torch.channels_last_3d
+        x, w = x.contiguous(memory_format=fmt), w.contiguous(memory_format=fmt)
     x, w, b = (t.requires_grad_() for t in (x, w, b))
     with torch_convbp.workspace_limit(limit or torch_convbp.get_workspace_limit()):
-        y = torch_convbp.conv2d(x, w, b, stride, padding, dilation, groups)
+        y = conv(x, w, b, stride, padding, dilation, groups)
         grads = torch.autograd.grad(y, (x, w, b), torch.cos(y.double()).to(dtype))
     return (y.detach(), *grads)
+
+
+def assert_same_bits(runs):
+    """runs: thread count -> results; each must equal the one-thread run bit for bit."""
+    for count, run in runs.items():
+        for name, one, many in zip(RESULTS, runs[1], run):
+            assert torch.equal(one, many), (
+                f"{name} on {count} threads differs from 1 thread: "
+                f"max |diff| {(one.double() - many.double()).abs().max().item():.3g}"
+            )
+
+
+def results(layer, dtype, channels_last):
+    return results_of(LAYERS[layer], dtype, channels_last)
 
 
 @pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "channels_last"])
@@ -77,13 +97,7 @@ def test_same_bits_on_any_thread_count(layer, dtype, channels_last):
     for count in THREAD_COUNTS:
         with threads(count):
             runs[count] = results(layer, dtype, channels_last)
-    names = ("output", "grad_input", "grad_weight", "grad_bias")
-    for count in THREAD_COUNTS[1:]:
-        for name, one, many in zip(names, runs[1], runs[count]):
-            assert torch.equal(one, many), (
-                f"{name} on {count} threads differs from 1 thread: "
-                f"max |diff| {(one.double() - many.double()).abs().max().item():.3g}"
-            )
+    assert_same_bits(runs)
 
 
 def test_float64_too():
@@ -100,13 +114,7 @@ def test_float64_too():
 def test_the_cut_computes_the_convolution(layer, channels_last):
     """The blocks, bands, partial sums and shares that make the bits thread-free still add up to
     the convolution: float64, against F.conv2d's output and gradients."""
-    size, out_channels, kernel, stride, padding, dilation, groups, _ = LAYERS[layer]
     ours = results(layer, torch.float64, channels_last)
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(size, generator=g).double().requires_grad_()
-    w = torch.randn(out_channels, size[1] // groups, *kernel, generator=g).double().requires_grad_()
-    b = torch.randn(out_channels, generator=g).double().requires_grad_()
-    y = torch.nn.functional.conv2d(x, w, b, stride, padding, dilation, groups)
-    expected = (y.detach(), *torch.autograd.grad(y, (x, w, b), torch.cos(y)))
-    for name, got, want in zip(("output", "grad_input", "grad_weight", "grad_bias"), ours, expected):
+    expected = results_of(LAYERS[layer], torch.float64, False, conv=torch.nn.functional.conv2d)
+    for name, got, want in zip(RESULTS, ours, expected):
         torch.testing.assert_close(got, want, msg=lambda m: f"{name}: {m}")

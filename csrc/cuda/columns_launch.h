@@ -20,6 +20,18 @@
 
 namespace torch_convbp {
 
+// `launch(image, column, index)` on the images' device, with type tags for the images' and the
+// columns' element types and for the index type every element offset of the call fits in.
+template <class Launcher, class Launch>
+void launch_on_column_types(Launcher& launcher, const at::Tensor& images, const at::Tensor& columns,
+                            Launch&& launch) {
+  launcher.use_device(images.device());
+  dispatch_column_types(images, columns, [&](auto image, auto column) {
+    launcher.with_index(std::max(columns.numel(), images.numel()),
+                        [&](auto index) { launch(image, column, index); });
+  });
+}
+
 template <Layout layout, class Launcher>
 void launch_im2col(Launcher& launcher, const char* op, const at::Tensor& images,
                    IntArrayRef kernel_size, IntArrayRef stride, IntArrayRef padding,
@@ -29,17 +41,14 @@ void launch_im2col(Launcher& launcher, const char* op, const at::Tensor& images,
                                          dilation, row_start, rows);
   if (columns.numel() == 0) return;
   const int64_t total = layout == Layout::nhwc ? im2col_nhwc_threads(g) : im2col_threads(g);
-  launcher.use_device(images.device());
-  dispatch_column_types(images, columns, [&](auto image_type, auto column_type) {
-    using image_t = typename decltype(image_type)::type;
-    using column_t = typename decltype(column_type)::type;
-    launcher.with_index(std::max(columns.numel(), images.numel()), [&](auto tag) {
-      using index_t = decltype(tag);
-      launcher.template grid<index_t>(
-          total, Im2colThread<layout, image_t, column_t, index_t>{
-                     images.const_data_ptr<image_t>(), columns.mutable_data_ptr<column_t>(),
-                     ColumnDims<index_t>(g)});
-    });
+  launch_on_column_types(launcher, images, columns, [&](auto image, auto column, auto index) {
+    using image_t = typename decltype(image)::type;
+    using column_t = typename decltype(column)::type;
+    using index_t = decltype(index);
+    launcher.template grid<index_t>(
+        total, Im2colThread<layout, image_t, column_t, index_t>{
+                   images.const_data_ptr<image_t>(), columns.mutable_data_ptr<column_t>(),
+                   ColumnDims<index_t>(g)});
   });
 }
 
@@ -54,18 +63,15 @@ void launch_col2im(Launcher& launcher, const char* op, const at::Tensor& columns
   if (reached.count == 0 || images.numel() == 0) return;
   const int64_t total = layout == Layout::nhwc ? col2im_nhwc_threads(g, reached.count)
                                                : col2im_threads(g, reached.count);
-  launcher.use_device(images.device());
-  dispatch_column_types(images, columns, [&](auto image_type, auto column_type) {
-    using image_t = typename decltype(image_type)::type;
-    using column_t = typename decltype(column_type)::type;
-    launcher.with_index(std::max(columns.numel(), images.numel()), [&](auto tag) {
-      using index_t = decltype(tag);
-      launcher.template grid<index_t>(
-          total, Col2imThread<layout, image_t, column_t, index_t>{
-                     columns.const_data_ptr<column_t>(), images.mutable_data_ptr<image_t>(),
-                     ColumnDims<index_t>(g), static_cast<index_t>(reached.first),
-                     static_cast<index_t>(reached.count)});
-    });
+  launch_on_column_types(launcher, images, columns, [&](auto image, auto column, auto index) {
+    using image_t = typename decltype(image)::type;
+    using column_t = typename decltype(column)::type;
+    using index_t = decltype(index);
+    launcher.template grid<index_t>(
+        total, Col2imThread<layout, image_t, column_t, index_t>{
+                   columns.const_data_ptr<column_t>(), images.mutable_data_ptr<image_t>(),
+                   ColumnDims<index_t>(g), static_cast<index_t>(reached.first),
+                   static_cast<index_t>(reached.count)});
   });
 }
 
