@@ -270,4 +270,24 @@ ConvShape check_grouped(const char* op, const Tensor& input, const Tensor& weigh
   return s;
 }
 
+void check_transpose_copy(const char* op, const Tensor& source, const Tensor& target) {
+  TORCH_CHECK(source.layout() == at::kStrided && target.layout() == at::kStrided, op,
+              ": expected dense (strided) tensors");
+  TORCH_CHECK(source.scalar_type() == target.scalar_type(), op, ": source (",
+              dtype_name(source.scalar_type()), ") and target (", dtype_name(target.scalar_type()),
+              ") must have the same dtype");
+  TORCH_CHECK(source.device() == target.device(), op, ": source (", source.device(),
+              ") and target (", target.device(), ") must be on the same device");
+  TORCH_CHECK(source.element_size() <= 8, op, ": elements of ", source.element_size(),
+              " bytes are not supported (at most 8)");
+  TORCH_CHECK(source.dim() == 3, op, ": expected a 3-D source [B, R, C], got ", source.sizes());
+  const std::vector<int64_t> transposed{source.size(0), source.size(2), source.size(1)};
+  TORCH_CHECK(target.sizes() == IntArrayRef(transposed), op, ": expected a target of size ",
+              IntArrayRef(transposed), " (the source's matrices transposed), got ", target.sizes());
+  for (const auto& [name, t] : {std::pair{"source", &source}, std::pair{"target", &target}}) {
+    TORCH_CHECK(t->size(2) <= 1 || t->stride(2) == 1, op, ": expected the ", name,
+                "'s rows contiguous (unit last stride), got strides ", t->strides());
+  }
+}
+
 }  // namespace torch_convbp

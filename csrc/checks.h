@@ -64,4 +64,8 @@ ConvShape check_grouped(const char* op, const Tensor& input, const Tensor& weigh
                         const Tensor& output, IntArrayRef stride, IntArrayRef padding,
                         IntArrayRef dilation, int64_t groups);
 
+// Checks the arguments of the transposing copy: source [B, R, C] and target [B, C, R] of one
+// dtype (of 1 to 8 bytes) and device, each with unit stride along its last dimension.
+void check_transpose_copy(const char* op, const Tensor& source, const Tensor& target);
+
 }  // namespace torch_convbp

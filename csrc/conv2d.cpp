@@ -238,11 +238,6 @@ std::vector<int64_t> output_size(const ConvShape& s) {
   return {s.batch, s.out_channels, s.out_depth, s.out_height, s.out_width};
 }
 
-// `result` in `format`: a copy where the route computed in the other layout.
-Tensor in_format(const Tensor& result, at::MemoryFormat format) {
-  return result.contiguous(format);
-}
-
 // The operators of either dimension: `op` names them in messages, `dims` (2 or 3) is theirs.
 Tensor convolution_forward(const char* op, int64_t dims, const Tensor& input, const Tensor& weight,
                            const std::optional<Tensor>& bias, IntArrayRef stride,
@@ -285,7 +280,7 @@ Tensor convolution_forward(const char* op, int64_t dims, const Tensor& input, co
     per_channel[1] = s.out_channels;
     output.add_(bias->view(per_channel));
   }
-  return in_format(output, result_format(input, weight));
+  return to_memory_format(output, result_format(input, weight));  // the operands' format
 }
 
 Tensor convolution_weight_grad(const char* op, int64_t dims, const Tensor& input,
@@ -362,7 +357,7 @@ Tensor convolution_input_grad(const char* op, int64_t dims, const Tensor& grad_o
     }
     case Route::columns: input_grad_by_col2im(dy, weight, s, route.layout, grad_input); break;
   }
-  return in_format(grad_input, result_format(grad_output, weight));
+  return to_memory_format(grad_input, result_format(grad_output, weight));
 }
 
 }  // namespace

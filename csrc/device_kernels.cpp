@@ -93,4 +93,10 @@ void call_implicit(const Tensor& input, const Tensor& weight, const ConvShape& s
                {s.dilation_h, s.dilation_w}, s.groups, output);
 }
 
+void call_transpose_copy(const Tensor& source, const Tensor& target) {
+  static const auto handle =
+      kernel_handle<void(const Tensor&, const Tensor&)>("torch_convbp::transpose_copy");
+  handle.call(source, target);
+}
+
 }  // namespace torch_convbp

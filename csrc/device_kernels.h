@@ -34,4 +34,8 @@ void call_grouped(GroupedKernel kernel, const at::Tensor& a, const at::Tensor& b
 void call_implicit(const at::Tensor& input, const at::Tensor& weight, const ConvShape& s,
                    const at::Tensor& output);
 
+// target[b, j, i] = source[b, i, j], for source [B, R, C] and target [B, C, R], each with
+// contiguous rows (layout.cpp: an activation between NCHW and channels_last).
+void call_transpose_copy(const at::Tensor& source, const at::Tensor& target);
+
 }  // namespace torch_convbp

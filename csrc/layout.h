@@ -14,9 +14,13 @@ inline at::MemoryFormat memory_format(Layout layout, int64_t rank) {
   return rank == 5 ? at::MemoryFormat::ChannelsLast3d : at::MemoryFormat::ChannelsLast;
 }
 
-// An operand in that layout (a copy only where it is not already).
+// `t` in `format` (a copy only where it is not already). A dense activation that changes between
+// NCHW and channels last goes through the transposing copy kernel (layout.cpp).
+at::Tensor to_memory_format(const at::Tensor& t, at::MemoryFormat format);
+
+// An operand in that layout.
 inline at::Tensor in_layout(const at::Tensor& t, Layout layout) {
-  return t.contiguous(memory_format(layout, t.dim()));
+  return to_memory_format(t, memory_format(layout, t.dim()));
 }
 
 // An empty activation (or weight) of `size` in that layout.

@@ -3,6 +3,7 @@
 // themselves in cpu/ and cuda/.
 #include <torch/library.h>
 
+#include "checks.h"
 #include "conv2d.h"
 
 namespace torch_convbp {
@@ -50,6 +51,9 @@ TORCH_LIBRARY(torch_convbp, m) {
   m.def(
       "col2im_nhwc(Tensor columns, int[] kernel_size, int[] stride, int[] padding, "
       "int[] dilation, int row_start, int rows, Tensor(a!) images) -> ()");
+  // target[b, j, i] = source[b, i, j]: how an activation changes between NCHW ([C, pixels] per
+  // image) and channels_last ([pixels, C]). Other devices than the CPU take ATen's copy (below).
+  m.def("transpose_copy(Tensor source, Tensor(a!) target) -> ()");
   // The depthwise special case (one input channel per group), computed directly: each writes
   // its last argument whole.
   m.def(
@@ -84,6 +88,11 @@ TORCH_LIBRARY_IMPL(torch_convbp, CompositeExplicitAutograd, m) {
   m.impl("conv3d", &conv3d_forward);
   m.impl("conv3d_input_grad", &conv3d_input_grad);
   m.impl("conv3d_weight_grad", &conv3d_weight_grad);
+  // The CPU registers a tiled kernel (cpu/transpose_copy_cpu.cpp); a GPU copies fast as it is.
+  m.impl("transpose_copy", [](const Tensor& source, const Tensor& target) {
+    check_transpose_copy("torch_convbp.transpose_copy", source, target);
+    target.copy_(source.transpose(1, 2));
+  });
 }
 
 }  // namespace torch_convbp

@@ -14,6 +14,8 @@ OPERATORS = ("conv2d", "conv2d_input_grad", "conv2d_weight_grad", "conv3d", "con
 DEVICE_KERNELS = ("im2col", "col2im", "im2col_nhwc", "col2im_nhwc", "depthwise_conv2d", "depthwise_input_grad",
                   "depthwise_weight_grad", "grouped_conv2d", "grouped_weight_grad")
 CPU_ONLY_KERNELS = ("implicit_conv2d",)  # the CPU's GEMM micro-kernel: route implicit_nhwc
+# A CPU kernel, and ATen's copy for every other device (a GPU copies fast as it is).
+CPU_KERNEL_ELSE_ATEN = ("transpose_copy",)
 
 
 def registered(name, key):
@@ -22,7 +24,13 @@ def registered(name, key):
 
 def test_the_library_has_the_operators_and_device_kernels_and_nothing_else():
     names = {n.split("::", 1)[1] for n in torch._C._dispatch_get_all_op_names() if n.startswith("torch_convbp::")}
-    assert names == set(OPERATORS) | set(DEVICE_KERNELS) | set(CPU_ONLY_KERNELS)
+    assert names == set(OPERATORS) | set(DEVICE_KERNELS) | set(CPU_ONLY_KERNELS) | set(CPU_KERNEL_ELSE_ATEN)
+
+
+@pytest.mark.parametrize("name", CPU_KERNEL_ELSE_ATEN)
+def test_a_cpu_kernel_and_atens_copy_for_the_other_devices(name):
+    assert registered(name, "CPU") and registered(name, "CompositeExplicitAutograd")
+    assert not registered(name, "CUDA")  # CUDA takes the composite one
 
 
 @pytest.mark.parametrize("name", DEVICE_KERNELS + CPU_ONLY_KERNELS)

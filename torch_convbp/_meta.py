@@ -303,3 +303,33 @@ def _implicit_conv2d_fake(input, weight, stride, padding, dilation, groups, outp
 @register_fake("torch_convbp::grouped_weight_grad")
 def _grouped_weight_grad_fake(input, grad_output, stride, padding, dilation, groups, grad_weight):
     _check_grouped("torch_convbp.grouped_weight_grad", input, grad_weight, grad_output, stride, padding, dilation, groups)
+
+
+@register_fake("torch_convbp::transpose_copy")
+def _transpose_copy_fake(source, target):
+    """Mirrors check_transpose_copy (csrc/checks.cpp)."""
+    op = "torch_convbp.transpose_copy"
+    torch._check(source.layout == torch.strided and target.layout == torch.strided, lambda: f"{op}: expected dense (strided) tensors")
+    torch._check(
+        source.dtype == target.dtype,
+        lambda: f"{op}: source ({source.dtype}) and target ({target.dtype}) must have the same dtype",
+    )
+    torch._check(
+        source.device == target.device,
+        lambda: f"{op}: source ({source.device}) and target ({target.device}) must be on the same device",
+    )
+    torch._check(
+        source.element_size() <= 8,
+        lambda: f"{op}: elements of {source.element_size()} bytes are not supported (at most 8)",
+    )
+    torch._check(source.dim() == 3, lambda: f"{op}: expected a 3-D source [B, R, C], got {list(source.shape)}")
+    transposed = [source.shape[0], source.shape[2], source.shape[1]]
+    torch._check(
+        list(target.shape) == transposed,
+        lambda: f"{op}: expected a target of size {transposed} (the source's matrices transposed), got {list(target.shape)}",
+    )
+    for name, t in (("source", source), ("target", target)):
+        torch._check(
+            t.shape[2] <= 1 or t.stride(2) == 1,
+            lambda: f"{op}: expected the {name}'s rows contiguous (unit last stride), got strides {list(t.stride())}",
+        )

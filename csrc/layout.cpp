@@ -1,0 +1,41 @@
+// An operand or result changed between NCHW and channels last (layout.h).
+#include "layout.h"
+
+#include "device_kernels.h"
+
+namespace torch_convbp {
+namespace {
+
+using at::Tensor;
+
+// Below this many channels ATen's copy is as fast as the tiled one: its rows of C elements are
+// short, and one of the tiles' sides would be mostly empty (benchmarks/NOTES.md, section 30).
+constexpr int64_t kMinTransposedChannels = 16;
+
+// A dense activation's memory as one matrix per image: [C, pixels] in NCHW, [pixels, C] in
+// channels last. A view.
+Tensor image_matrices(const Tensor& t) {
+  const int64_t n = t.size(0), c = t.size(1), pixels = t.numel() / (n * c);
+  if (t.is_contiguous()) return t.view({n, c, pixels});
+  return t.movedim(1, -1).view({n, pixels, c});
+}
+
+}  // namespace
+
+Tensor to_memory_format(const Tensor& t, at::MemoryFormat format) {
+  if (t.is_contiguous(format)) return t;
+  const bool activation = t.dim() == 4 || t.dim() == 5;
+  const auto channels_last = memory_format(Layout::nhwc, t.dim());
+  const auto other =
+      format == at::MemoryFormat::Contiguous ? channels_last : at::MemoryFormat::Contiguous;
+  const bool between_layouts = format == at::MemoryFormat::Contiguous || format == channels_last;
+  if (!activation || !between_layouts || t.numel() == 0 || !t.is_contiguous(other) ||
+      t.size(1) < kMinTransposedChannels) {
+    return t.contiguous(format);
+  }
+  Tensor result = at::empty(t.sizes(), t.options().memory_format(format));
+  call_transpose_copy(image_matrices(t), image_matrices(result));
+  return result;
+}
+
+}  // namespace torch_convbp

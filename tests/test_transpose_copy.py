@@ -1,0 +1,100 @@
+"""The transposing copy, target[b, j, i] = source[b, i, j]: how an operand or a result changes
+between NCHW and channels_last inside the operators (csrc/layout.cpp). A copy moves bits: every
+dtype, every size around the kernel's 32 x 32 tiles, views with gaps between rows, and the
+operators' results through it are bitwise those of the operands already in the route's layout."""
+import pytest
+import torch
+from torch.library import opcheck
+
+import torch_convbp
+
+ops = torch.ops.torch_convbp
+
+# [B, R, C]: smaller than a tile, a tile's edge, across tile edges, one long and one short side
+SIZES = [(1, 1, 1), (2, 5, 7), (1, 32, 32), (3, 33, 65), (2, 3, 500), (2, 500, 3), (1, 64, 1000)]
+DTYPES = [torch.bool, torch.uint8, torch.bfloat16, torch.float16, torch.float32, torch.int32, torch.float64, torch.int64]
+
+
+def filled(size, dtype, device="cpu"):
+    values = torch.randn(size, device=device) * 100
+    return (values > 0) if dtype == torch.bool else values.to(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("size", SIZES, ids=str)
+def test_copies_every_element_to_its_transposed_place(size, dtype, device):
+    source = filled(size, dtype, device)
+    target = torch.empty(size[0], size[2], size[1], dtype=dtype, device=device)
+    ops.transpose_copy(source, target)
+    assert torch.equal(target, source.transpose(1, 2))
+
+
+@pytest.mark.parametrize("size", [(2, 33, 40), (3, 70, 5)], ids=str)
+def test_views_with_gaps_between_rows_and_matrices(size, device):
+    """Rows and matrices need not be packed: only each row's elements must be adjacent."""
+    b, r, c = size
+    source = torch.randn(b + 1, r + 3, c + 5, device=device)[1:, 2 : r + 2, 3 : c + 3]
+    target_memory = torch.full((b, c + 2, r + 7), float("nan"), device=device)
+    target = target_memory[:, 1 : c + 1, 4 : r + 4]
+    ops.transpose_copy(source, target)
+    assert torch.equal(target, source.transpose(1, 2))
+    untouched = target_memory.clone()
+    untouched[:, 1 : c + 1, 4 : r + 4] = float("nan")
+    assert untouched.isnan().all()  # nothing written outside the view
+
+
+def test_opcheck(device):
+    source = torch.randn(2, 40, 33, device=device)
+    opcheck(ops.transpose_copy.default, (source, torch.empty(2, 33, 40, device=device)))
+
+
+@pytest.mark.parametrize(
+    "source, target, match",
+    [
+        (torch.randn(2, 4, 5), torch.empty(2, 4, 5), r"expected a target of size \[2, 5, 4\]"),
+        (torch.randn(4, 5), torch.empty(5, 4), r"expected a 3-D source \[B, R, C\]"),
+        (torch.randn(2, 4, 5), torch.empty(2, 5, 4, dtype=torch.float64), "must have the same dtype"),
+        (torch.randn(2, 5, 4).transpose(1, 2), torch.empty(2, 5, 4), "source's rows contiguous"),
+        (torch.randn(2, 4, 5), torch.empty(2, 4, 5).transpose(1, 2), "target's rows contiguous"),
+        (torch.randn(2, 4, 5, dtype=torch.complex128), torch.empty(2, 5, 4, dtype=torch.complex128), "elements of 16 bytes"),
+    ],
+    ids=["target-size", "rank", "dtype", "source-rows", "target-rows", "16-byte-elements"],
+)
+def test_the_kernel_and_its_fake_refuse_alike(source, target, match):
+    for device in ("cpu", "meta"):
+        with pytest.raises(RuntimeError, match=match):
+            ops.transpose_copy(source.to(device), target.to(device))
+
+
+# Calls whose route computes in NCHW although the operands are channels_last, so that the operands
+# and the results take the transposing copy: (input size, weight size, groups, stride).
+THROUGH_COPIES = {
+    "depthwise-volume": ((2, 32, 4, 9, 8), (32, 1, 3, 3, 3), 32, 1),
+    "narrow-groups-volume": ((2, 48, 3, 8, 7), (48, 4, 3, 3, 3), 12, (1, 2, 2)),
+    "narrow-groups-strided-image": ((3, 64, 11, 13), (320, 8, 3, 3), 8, 2),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=str)
+@pytest.mark.parametrize("call", list(THROUGH_COPIES))
+def test_channels_last_operands_give_the_bits_of_contiguous_ones(call, dtype):
+    """A route that computes in NCHW copies channels_last operands in and its results back: the
+    output and the gradients are bitwise those of the same call fed contiguous operands."""
+    input_size, weight_size, groups, stride = THROUGH_COPIES[call]
+    conv = torch_convbp.conv3d if len(input_size) == 5 else torch_convbp.conv2d
+    fmt = torch.channels_last_3d if len(input_size) == 5 else torch.channels_last
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(input_size, generator=g).to(dtype)
+    w = torch.randn(weight_size, generator=g).to(dtype)
+    routes = torch_convbp.explain(x.contiguous(memory_format=fmt), w, stride=stride, padding=1, groups=groups)
+    assert all(routes[op].layout == "nchw" for op in ("forward", "input_grad", "weight_grad")), routes
+
+    def run(memory_format):
+        xs, ws = (t.contiguous(memory_format=memory_format).requires_grad_() for t in (x, w))
+        y = conv(xs, ws, stride=stride, padding=1, groups=groups)
+        return (y, *torch.autograd.grad(y, (xs, ws), torch.cos(y.double()).to(dtype)))
+
+    plain, relaid = run(torch.contiguous_format), run(fmt)
+    for name, a, b in zip(("output", "grad_input", "grad_weight"), plain, relaid):
+        assert torch.equal(a, b), name
+    assert all(t.is_contiguous(memory_format=fmt) for t in relaid[:2])  # copied back to the operands' format
