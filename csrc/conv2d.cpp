@@ -184,8 +184,9 @@ void input_grad_by_col2im(const Tensor& dy, const Tensor& weight, const ConvShap
 // kernel rotated by 180°, written once in `layout`'s memory order so that weight_matrices takes
 // it without another copy. From a contiguous weight, one flip (which always copies) into that
 // order; from a channels_last one, tap by tap, each a transposed copy of one tap's
-// [Cout/G, Cin/G] matrices, since ATen's flip ran at a few percent of a copy's speed on a
-// channels_last weight (benchmarks/NOTES.md, 28).
+// [Cout/G, Cin/G] matrices (the transposing copy kernel where the target's rows are contiguous),
+// since ATen's flip ran at a few percent of a copy's speed on a channels_last weight
+// (benchmarks/NOTES.md, 28 and 30).
 Tensor flipped_transposed_weight(const Tensor& weight, const ConvShape& s, Layout layout) {
   const int64_t g = s.groups, in = s.in_channels / g, out = s.out_channels / g;
   const std::vector<int64_t> kernel(weight.sizes().begin() + 2, weight.sizes().end());
@@ -216,7 +217,12 @@ Tensor flipped_transposed_weight(const Tensor& weight, const ConvShape& s, Layou
       to = to.select(3 + dim, k);
       from = from.select(3 + dim, kernel[dim] - 1 - k);
     }
-    to.copy_(from.transpose(1, 2));
+    // [G, Cout/G, Cin/G] into [G, Cin/G, Cout/G]: rows of both contiguous into an NHWC target
+    if (to.stride(2) == 1 && from.stride(2) == 1) {
+      call_transpose_copy(from, to);
+    } else {
+      to.copy_(from.transpose(1, 2));
+    }
   }
   return flipped;
 }
