@@ -35,14 +35,19 @@ std::string dtype_name(at::ScalarType t) {
 
 }  // namespace
 
-void check_operands(const char* op,
-                    std::initializer_list<std::pair<const char*, const Tensor*>> operands) {
+void check_operands(const char* op, NamedTensors operands) {
   const auto& [first_name, first] = *operands.begin();
   const auto dtype = first->scalar_type();
   TORCH_CHECK(
       dtype == at::kDouble || dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16,
       op, ": ", first_name, " must be float64, float32, float16 or bfloat16, got ",
       dtype_name(dtype));
+  check_same_kind(op, operands);
+}
+
+void check_same_kind(const char* op, NamedTensors operands) {
+  const auto& [first_name, first] = *operands.begin();
+  const auto dtype = first->scalar_type();
   for (const auto& [name, tensor] : operands) {
     TORCH_CHECK(tensor->layout() == at::kStrided, op, ": ", name,
                 " must be a dense (strided) tensor, got layout ", tensor->layout());
@@ -271,13 +276,7 @@ ConvShape check_grouped(const char* op, const Tensor& input, const Tensor& weigh
 }
 
 void check_transpose_copy(const char* op, const Tensor& source, const Tensor& target) {
-  TORCH_CHECK(source.layout() == at::kStrided && target.layout() == at::kStrided, op,
-              ": expected dense (strided) tensors");
-  TORCH_CHECK(source.scalar_type() == target.scalar_type(), op, ": source (",
-              dtype_name(source.scalar_type()), ") and target (", dtype_name(target.scalar_type()),
-              ") must have the same dtype");
-  TORCH_CHECK(source.device() == target.device(), op, ": source (", source.device(),
-              ") and target (", target.device(), ") must be on the same device");
+  check_same_kind(op, {{"source", &source}, {"target", &target}});
   TORCH_CHECK(source.element_size() <= 8, op, ": elements of ", source.element_size(),
               " bytes are not supported (at most 8)");
   TORCH_CHECK(source.dim() == 3, op, ": expected a 3-D source [B, R, C], got ", source.sizes());

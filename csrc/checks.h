@@ -27,10 +27,13 @@ inline ConvShape check_conv2d(const char* op, IntArrayRef input_size, IntArrayRe
   return check_convolution(op, 2, input_size, weight_size, stride, padding, dilation, groups);
 }
 
-// Checks that the tensors of one call share a floating dtype (float64/32/16, bfloat16), a device
-// and the strided layout; the first one names the dtype and device expected of the others.
-void check_operands(const char* op,
-                    std::initializer_list<std::pair<const char*, const Tensor*>> operands);
+// Checks that the tensors of one call share a dtype, a device and the strided layout; the first
+// one names the dtype and device expected of the others.
+using NamedTensors = std::initializer_list<std::pair<const char*, const Tensor*>>;
+void check_same_kind(const char* op, NamedTensors operands);
+
+// The same, for a convolution's operands, whose dtype is a floating one (float64/32/16, bfloat16).
+void check_operands(const char* op, NamedTensors operands);
 
 // Checks an output gradient's size against the convolution's output [N, Cout, (OD,) OH, OW].
 void check_grad_output(const char* op, const Tensor& grad_output, const ConvShape& s);

@@ -15,11 +15,18 @@ _FLOAT_DTYPES = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
 
 
 def check_operands(op, **tensors):
+    """Mirrors check_operands (csrc/checks.cpp): one floating dtype, device and layout."""
     (first_name, first), *_ = tensors.items()
     torch._check(
         first.dtype in _FLOAT_DTYPES,
         lambda: f"{op}: {first_name} must be float64, float32, float16 or bfloat16, got {first.dtype}",
     )
+    check_same_kind(op, **tensors)
+
+
+def check_same_kind(op, **tensors):
+    """Mirrors check_same_kind (csrc/checks.cpp): the first tensor's dtype and device for all, strided."""
+    (first_name, first), *_ = tensors.items()
     for name, t in tensors.items():
         torch._check(
             t.layout == torch.strided,
@@ -309,15 +316,7 @@ def _grouped_weight_grad_fake(input, grad_output, stride, padding, dilation, gro
 def _transpose_copy_fake(source, target):
     """Mirrors check_transpose_copy (csrc/checks.cpp)."""
     op = "torch_convbp.transpose_copy"
-    torch._check(source.layout == torch.strided and target.layout == torch.strided, lambda: f"{op}: expected dense (strided) tensors")
-    torch._check(
-        source.dtype == target.dtype,
-        lambda: f"{op}: source ({source.dtype}) and target ({target.dtype}) must have the same dtype",
-    )
-    torch._check(
-        source.device == target.device,
-        lambda: f"{op}: source ({source.device}) and target ({target.device}) must be on the same device",
-    )
+    check_same_kind(op, source=source, target=target)
     torch._check(
         source.element_size() <= 8,
         lambda: f"{op}: elements of {source.element_size()} bytes are not supported (at most 8)",
