@@ -10,10 +10,17 @@
 // Compiles a function twice on x86-64, for AVX2+FMA and for the baseline, and picks one at load
 // time by what the CPU has (GCC function multiversioning). For the arithmetic kernels, which the
 // compiler vectorizes: the extension is built for the baseline x86-64 otherwise.
+// TORCH_CONVBP_WIDE_VECTOR_CLONES adds an AVX-512 clone, for the kernels that gain from it: the
+// channels_last depthwise kernels (11-22% on an AVX-512 Xeon), where the others did not gain or
+// lost (benchmarks/NOTES.md, section 31). The clones round alike: every multiply-add is written
+// as one (summation.h), and vectorizing across outputs keeps each output's order of operations.
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
 #define TORCH_CONVBP_VECTOR_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#define TORCH_CONVBP_WIDE_VECTOR_CLONES \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define TORCH_CONVBP_VECTOR_CLONES
+#define TORCH_CONVBP_WIDE_VECTOR_CLONES
 #endif
 
 // Forces a helper of those kernels to be inlined into its caller, so that it is compiled into

@@ -149,9 +149,9 @@ TORCH_CONVBP_INLINE void sum_terms(const Terms& terms, const acc_t* w, const sca
 // Output row oh of one image, all columns and channels: each output element is the sum over the
 // taps, in (ki, kj) order, of the tap's weight times the input element the tap reads.
 template <typename scalar_t, typename acc_t>
-TORCH_CONVBP_VECTOR_CLONES void forward_row(const scalar_t* image, const acc_t* w_by_tap,
-                                            int64_t oh, RowTerms& row_terms, scalar_t* out,
-                                            const ConvShape& s) {
+TORCH_CONVBP_WIDE_VECTOR_CLONES void forward_row(const scalar_t* image, const acc_t* w_by_tap,
+                                                 int64_t oh, RowTerms& row_terms, scalar_t* out,
+                                                 const ConvShape& s) {
   const int64_t c = s.in_channels, cout = s.out_channels, m = cout / c;
   // The columns every tap reads inside the image: those of the first and of the last kernel
   // column. The next output column reads stride_w input columns on.
@@ -187,9 +187,10 @@ TORCH_CONVBP_VECTOR_CLONES void forward_row(const scalar_t* image, const acc_t* 
 // m output channels of input channel ch are ch * m + k: a term per (k, ki, kj), whose weights
 // and output gradient start at channel k and step by m.
 template <typename scalar_t, typename acc_t>
-TORCH_CONVBP_VECTOR_CLONES void input_grad_row(const scalar_t* grad_image, const acc_t* w_by_tap,
-                                               int64_t ih, RowTerms& row_terms, scalar_t* grad_in,
-                                               const ConvShape& s) {
+TORCH_CONVBP_WIDE_VECTOR_CLONES void input_grad_row(const scalar_t* grad_image,
+                                                    const acc_t* w_by_tap, int64_t ih,
+                                                    RowTerms& row_terms, scalar_t* grad_in,
+                                                    const ConvShape& s) {
   const int64_t c = s.in_channels, cout = s.out_channels, m = cout / c;
   // The input columns that every kernel column on their stride reads from inside the output:
   // iw + pad_w - (kw-1)*dilation_w >= 0 and iw + pad_w <= (OW-1)*stride_w. Their taps repeat
@@ -248,11 +249,11 @@ TORCH_CONVBP_INLINE void add_products(acc_t* l, const scalar_t* dy, const scalar
 // tap and position j = first_position + oh * OW + ow, lanes[tap][j % kSumLanes][o - first] +=
 // dy[j, o] * x[at the tap, o / m], in increasing j. Along a row the lane steps by one, wrapping.
 template <typename scalar_t, typename acc_t, typename Channel>
-TORCH_CONVBP_VECTOR_CLONES void add_weight_grad_lanes(const scalar_t* image,
-                                                      const scalar_t* grad_image,
-                                                      int64_t first_position, int64_t first,
-                                                      int64_t count, Channel x_channel,
-                                                      acc_t* lanes, const ConvShape& s) {
+TORCH_CONVBP_WIDE_VECTOR_CLONES void add_weight_grad_lanes(const scalar_t* image,
+                                                           const scalar_t* grad_image,
+                                                           int64_t first_position, int64_t first,
+                                                           int64_t count, Channel x_channel,
+                                                           acc_t* lanes, const ConvShape& s) {
   const int64_t c = s.in_channels, cout = s.out_channels;
   for (int64_t oh = 0; oh < s.out_height; ++oh) {
     const scalar_t* dy_row = grad_image + oh * s.out_width * cout + first;
@@ -334,7 +335,7 @@ TORCH_CONVBP_INLINE void tree_level(acc_t* lanes, int64_t stride, int64_t block,
 // stay in the L1 cache, where level by level over all channels they streamed through memory
 // 8 times (benchmarks/NOTES.md, section 19). Each channel's additions are the same.
 template <typename acc_t>
-TORCH_CONVBP_VECTOR_CLONES void sum_lanes(acc_t* lanes, int64_t count) {
+TORCH_CONVBP_WIDE_VECTOR_CLONES void sum_lanes(acc_t* lanes, int64_t count) {
   for (int64_t first = 0; first < count; first += kChannelBlock) {
     const int64_t block = std::min(kChannelBlock, count - first);
     for (int half = kSumLanes / 2; half > 0; half /= 2)
