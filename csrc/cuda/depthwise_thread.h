@@ -17,32 +17,19 @@
 #include "../shape.h"
 #include "../summation.h"
 #include "../taps.h"
+#include "plane_dims.h"
 
 namespace torch_convbp {
 
 // ConvShape in the kernel's index type, and the activations' layout.
 template <typename index_t>
-struct DepthwiseDims {
-  index_t batch, channels, height, width, out_channels, multiplier, kernel_h, kernel_w, stride_h,
-      stride_w, pad_h, pad_w, dilation_h, dilation_w, out_height, out_width;
+struct DepthwiseDims : PlaneDims<index_t> {
+  index_t batch, multiplier;
   bool channels_last;
   DepthwiseDims(const ConvShape& s, bool channels_last)
-      : batch(s.batch),
-        channels(s.in_channels),
-        height(s.height),
-        width(s.width),
-        out_channels(s.out_channels),
+      : PlaneDims<index_t>(s),
+        batch(s.batch),
         multiplier(s.out_channels / s.in_channels),
-        kernel_h(s.kernel_h),
-        kernel_w(s.kernel_w),
-        stride_h(s.stride_h),
-        stride_w(s.stride_w),
-        pad_h(s.pad_h),
-        pad_w(s.pad_w),
-        dilation_h(s.dilation_h),
-        dilation_w(s.dilation_w),
-        out_height(s.out_height),
-        out_width(s.out_width),
         channels_last(channels_last) {}
 };
 

@@ -16,29 +16,16 @@
 #include "../shape.h"
 #include "../summation.h"
 #include "../taps.h"
+#include "plane_dims.h"
 
 namespace torch_convbp {
 
 // ConvShape in the kernel's index type, with each group's channel counts.
 template <typename index_t>
-struct GroupedDims {
-  index_t channels, height, width, out_channels, kernel_h, kernel_w, stride_h, stride_w, pad_h,
-      pad_w, dilation_h, dilation_w, out_height, out_width, group_in, group_out;
+struct GroupedDims : PlaneDims<index_t> {
+  index_t group_in, group_out;
   explicit GroupedDims(const ConvShape& s)
-      : channels(s.in_channels),
-        height(s.height),
-        width(s.width),
-        out_channels(s.out_channels),
-        kernel_h(s.kernel_h),
-        kernel_w(s.kernel_w),
-        stride_h(s.stride_h),
-        stride_w(s.stride_w),
-        pad_h(s.pad_h),
-        pad_w(s.pad_w),
-        dilation_h(s.dilation_h),
-        dilation_w(s.dilation_w),
-        out_height(s.out_height),
-        out_width(s.out_width),
+      : PlaneDims<index_t>(s),
         group_in(s.in_channels / s.groups),
         group_out(s.out_channels / s.groups) {}
 };
