@@ -1,6 +1,7 @@
 // Every check of the operators' arguments, in one place (declared in checks.h).
 // The fake (meta) kernels in torch_convbp/_meta.py mirror these checks for torch.compile.
 #include <ATen/ATen.h>
+#include <ATen/MemoryOverlap.h>
 
 #include <algorithm>
 #include <optional>
@@ -287,6 +288,15 @@ void check_transpose_copy(const char* op, const Tensor& source, const Tensor& ta
     TORCH_CHECK(t->size(2) <= 1 || t->stride(2) == 1, op, ": expected the ", name,
                 "'s rows contiguous (unit last stride), got strides ", t->strides());
   }
+  // Each target element is written once, by one thread: no two may share memory, and the target
+  // may not be in the source's storage (a transposition in place would read what it already
+  // wrote; whether two views with gaps overlap is not cheap to tell, so none is taken).
+  TORCH_CHECK(at::has_internal_overlap(target) != at::MemOverlap::Yes, op,
+              ": the target has elements that share memory (an expanded tensor?); expected each "
+              "to have its own");
+  TORCH_CHECK(!source.is_alias_of(target), op,
+              ": the source and the target share memory (views of one storage); expected separate "
+              "tensors");
 }
 
 }  // namespace torch_convbp

@@ -66,6 +66,21 @@ def test_the_kernel_and_its_fake_refuse_alike(source, target, match):
             ops.transpose_copy(source.to(device), target.to(device))
 
 
+def test_an_expanded_target_is_refused_by_the_kernel_and_its_fake():
+    for device in ("cpu", "meta"):
+        target = torch.empty(2, 1, 4, device=device).expand(2, 5, 4)  # one row, seen five times
+        with pytest.raises(RuntimeError, match="the target has elements that share memory"):
+            ops.transpose_copy(torch.randn(2, 4, 5, device=device), target)
+
+
+def test_a_target_sharing_the_sources_memory_is_refused():
+    memory = torch.randn(2, 6, 6)
+    for source, target in ((memory, memory),  # a transposition in place would read what it wrote
+                           (memory[:, :, :3], memory[:, :3, :])):  # a part of one in the other
+        with pytest.raises(RuntimeError, match="the source and the target share memory"):
+            ops.transpose_copy(source, target)
+
+
 # Calls whose route computes in NCHW although the operands are channels_last, so that the operands
 # and the results take the transposing copy: (input size, weight size, groups, stride).
 THROUGH_COPIES = {

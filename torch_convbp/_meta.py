@@ -332,3 +332,8 @@ def _transpose_copy_fake(source, target):
             t.shape[2] <= 1 or t.stride(2) == 1,
             lambda: f"{op}: expected the {name}'s rows contiguous (unit last stride), got strides {list(t.stride())}",
         )
+    torch._check(
+        torch._debug_has_internal_overlap(target) != 1,  # 1: MemOverlap::Yes
+        lambda: f"{op}: the target has elements that share memory (an expanded tensor?); expected each to have its own",
+    )
+    # Whether the source and the target share memory depends on storage a fake tensor does not have.
