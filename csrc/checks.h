@@ -68,7 +68,8 @@ ConvShape check_grouped(const char* op, const Tensor& input, const Tensor& weigh
                         IntArrayRef dilation, int64_t groups);
 
 // Checks the arguments of the transposing copy: source [B, R, C] and target [B, C, R] of one
-// dtype (of 1 to 8 bytes) and device, each with unit stride along its last dimension.
+// dtype (of 1 to 8 bytes) and device, each with unit stride along its last dimension, and the
+// target's elements each in memory of their own, outside the source's storage.
 void check_transpose_copy(const char* op, const Tensor& source, const Tensor& target);
 
 }  // namespace torch_convbp
