@@ -24,13 +24,11 @@ Tensor image_matrices(const Tensor& t) {
 
 Tensor to_memory_format(const Tensor& t, at::MemoryFormat format) {
   if (t.is_contiguous(format)) return t;
-  const bool activation = t.dim() == 4 || t.dim() == 5;
+  const bool activation = (t.dim() == 4 || t.dim() == 5) && t.numel() > 0;
   const auto channels_last = memory_format(Layout::nhwc, t.dim());
-  const auto other =
-      format == at::MemoryFormat::Contiguous ? channels_last : at::MemoryFormat::Contiguous;
-  const bool between_layouts = format == at::MemoryFormat::Contiguous || format == channels_last;
-  if (!activation || !between_layouts || t.numel() == 0 || !t.is_contiguous(other) ||
-      t.size(1) < kMinTransposedChannels) {
+  const bool to_nchw = format == at::MemoryFormat::Contiguous && t.is_contiguous(channels_last);
+  const bool to_channels_last = format == channels_last && t.is_contiguous();
+  if (!activation || !(to_nchw || to_channels_last) || t.size(1) < kMinTransposedChannels) {
     return t.contiguous(format);
   }
   Tensor result = at::empty(t.sizes(), t.options().memory_format(format));
