@@ -200,11 +200,30 @@ struct WeightGradNode : torch::autograd::Function<WeightGradNode<Dims>> {
 };
 
 // ---- The kernels at the Autograd key ------------------------------------------------------------
+//
+// Where there is nothing for autograd to record (grad mode off, as in every backward call unless
+// a higher order is asked for, or no operand requiring grad), each calls its operator below the
+// Autograd key straight away, without a node and its saved state: host time that a small GPU layer
+// waits for (benchmarks/NOTES.md, section 32). An operand with a forward-mode tangent still goes
+// through the node, which refuses it by name (the C++ Functions have no jvp).
+
+bool nothing_to_record(std::initializer_list<const Tensor*> operands) {
+  const bool grad_mode = at::GradMode::is_enabled();
+  for (const Tensor* t : operands) {
+    if (!t->defined()) continue;
+    if ((grad_mode && t->requires_grad()) || t->_fw_grad(/*level=*/0).defined()) return false;
+  }
+  return true;
+}
 
 template <int Dims>
 Tensor forward_autograd(const Tensor& input, const Tensor& weight,
                         const std::optional<Tensor>& bias, IntArrayRef stride, IntArrayRef padding,
                         IntArrayRef dilation, int64_t groups) {
+  if (nothing_to_record({&input, &weight, bias ? &*bias : &input})) {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    return call_forward<Dims>(input, weight, bias, stride, padding, dilation, groups);
+  }
   return ForwardNode<Dims>::apply(input, weight, bias, stride, padding, dilation, groups);
 }
 
@@ -212,6 +231,11 @@ template <int Dims>
 Tensor input_grad_autograd(const Tensor& grad_output, const Tensor& weight,
                            c10::SymIntArrayRef input_size, IntArrayRef stride, IntArrayRef padding,
                            IntArrayRef dilation, int64_t groups) {
+  if (nothing_to_record({&grad_output, &weight})) {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    return call_input_grad<Dims>(grad_output, weight, input_size, stride, padding, dilation,
+                                 groups);
+  }
   return InputGradNode<Dims>::apply(grad_output, weight, input_size, stride, padding, dilation,
                                     groups);
 }
@@ -220,6 +244,11 @@ template <int Dims>
 Tensor weight_grad_autograd(const Tensor& input, const Tensor& grad_output,
                             c10::SymIntArrayRef weight_size, IntArrayRef stride,
                             IntArrayRef padding, IntArrayRef dilation, int64_t groups) {
+  if (nothing_to_record({&input, &grad_output})) {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    return call_weight_grad<Dims>(input, grad_output, weight_size, stride, padding, dilation,
+                                  groups);
+  }
   return WeightGradNode<Dims>::apply(input, grad_output, weight_size, stride, padding, dilation,
                                      groups);
 }

@@ -151,13 +151,15 @@ ConvShape check_convolution(const char* op, int64_t dims, IntArrayRef input_size
   const int64_t reach_d = s.dilation_d * (s.kernel_d - 1) + 1;  // kernel extent with dilation
   const int64_t reach_h = s.dilation_h * (s.kernel_h - 1) + 1;
   const int64_t reach_w = s.dilation_w * (s.kernel_w - 1) + 1;
-  const std::string padded = (volumes ? std::to_string(padded_d) + " x " : std::string()) +
-                             std::to_string(padded_h) + " x " + std::to_string(padded_w);
-  const std::string reach = (volumes ? std::to_string(reach_d) + " x " : std::string()) +
-                            std::to_string(reach_h) + " x " + std::to_string(reach_w);
+  // "D x H x W" (or "H x W"), built only for the message
+  const auto extent = [volumes](int64_t d, int64_t h, int64_t w) {
+    return (volumes ? std::to_string(d) + " x " : std::string()) + std::to_string(h) + " x " +
+           std::to_string(w);
+  };
   TORCH_CHECK(padded_d >= reach_d && padded_h >= reach_h && padded_w >= reach_w, op,
-              ": padded input size per channel (", padded, ") is smaller than the dilated kernel (",
-              reach, "); the kernel can't be larger than the padded input");
+              ": padded input size per channel (", extent(padded_d, padded_h, padded_w),
+              ") is smaller than the dilated kernel (", extent(reach_d, reach_h, reach_w),
+              "); the kernel can't be larger than the padded input");
   s.out_depth = (padded_d - reach_d) / s.stride_d + 1;
   s.out_height = (padded_h - reach_h) / s.stride_h + 1;
   s.out_width = (padded_w - reach_w) / s.stride_w + 1;

@@ -47,21 +47,21 @@ Tensor rows_view(const Tensor& t) { return t.dim() == 5 ? t.flatten(2, 3) : t; }
 
 // The part of an activation that a chunk covers: [images, C, rows, W'] of its rows_view.
 Tensor chunk_of(const Tensor& t, const Chunk& c) {
-  return rows_view(t).narrow(0, c.image, c.images).narrow(2, c.row, c.rows);
+  return part_of(part_of(rows_view(t), 0, c.image, c.images), 2, c.row, c.rows);
 }
 
 // im2col of a chunk of `images` into its column matrix, or col2im of a column matrix back into
 // the chunk's images.
 void im2col(Layout layout, const Tensor& images, const ConvShape& s, const Chunk& c,
             const Tensor& column_matrix) {
-  call_im2col(layout, images.narrow(0, c.image, c.images), s, c.row, c.rows,
+  call_im2col(layout, part_of(images, 0, c.image, c.images), s, c.row, c.rows,
               column_kernel_operand(column_matrix, layout));
 }
 
 void col2im(Layout layout, const Tensor& column_matrix, const ConvShape& s, const Chunk& c,
             const Tensor& images) {
   call_col2im(layout, column_kernel_operand(column_matrix, layout), s, c.row, c.rows,
-              images.narrow(0, c.image, c.images));
+              part_of(images, 0, c.image, c.images));
 }
 
 // The [G, Cin/G*kd*kh*kw, P] column matrix of a chunk of x. A 1x1, stride-1, unpadded
@@ -160,7 +160,7 @@ void input_grad_by_col2im(const Tensor& dy, const Tensor& weight, const ConvShap
                           const Tensor& grad_input) {
   const auto compute = gemm_dtype(dy.scalar_type(), dy.device());
   // [G, Cin/G*kh*kw, Cout/G], in the GEMMs' dtype
-  const Tensor w_t = weight_matrices(weight, s, layout).to(compute).transpose(1, 2);
+  const Tensor w_t = in_dtype(weight_matrices(weight, s, layout), compute).transpose(1, 2);
   grad_input.zero_();
   const auto workspace = w_t.options();
   const Plan plan = plan_chunks(s, workspace);
@@ -230,7 +230,7 @@ Tensor flipped_transposed_weight(const Tensor& weight, const ConvShape& s, Layou
 // The weight as the G matrices of `layout` in the GEMMs' dtype.
 Tensor gemm_weight(const Tensor& weight, const ConvShape& s, Layout layout) {
   const auto compute = gemm_dtype(weight.scalar_type(), weight.device());
-  return weight_matrices(weight, s, layout).to(compute);
+  return in_dtype(weight_matrices(weight, s, layout), compute);
 }
 
 [[noreturn]] void not_this_operators_route(const char* op, const RouteChoice& route) {

@@ -56,14 +56,20 @@ class SingleThreadedBlas {
   int previous_omp_ = 1;
 };
 
+// The only matrix of a [1, M, N] batch, as one view op (select is two: benchmarks/NOTES.md,
+// section 32).
+Tensor only_matrix(const Tensor& batch) {
+  return batch.as_strided({batch.size(1), batch.size(2)}, {batch.stride(1), batch.stride(2)});
+}
+
 // out = a @ b (beta 0) or out += a @ b, for [G, M, K] @ [G, K, N]; a plain mm for one group.
 void gemm_one_block(const Tensor& out, const Tensor& a, const Tensor& b, bool accumulate) {
   if (out.scalar_type() != a.scalar_type()) {  // a float32 accumulator of half-precision GEMMs
     const Tensor product = at::bmm(a, b);
     accumulate ? out.add_(product) : out.copy_(product);
   } else if (a.size(0) == 1) {
-    Tensor out_matrix = out.select(0, 0);
-    out_matrix.addmm_(a.select(0, 0), b.select(0, 0), accumulate ? 1 : 0);
+    Tensor out_matrix = only_matrix(out);
+    out_matrix.addmm_(only_matrix(a), only_matrix(b), accumulate ? 1 : 0);
   } else {
     Tensor out_batch = out;
     out_batch.baddbmm_(a, b, accumulate ? 1 : 0);

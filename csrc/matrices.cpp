@@ -17,6 +17,15 @@ std::optional<Tensor> view_if_possible(const Tensor& t, IntArrayRef shape) {
 
 }  // namespace
 
+Tensor part_of(const Tensor& t, int64_t dim, int64_t start, int64_t length) {
+  if (start == 0 && length == t.size(dim)) return t;
+  return t.narrow(dim, start, length);
+}
+
+Tensor in_dtype(const Tensor& t, at::ScalarType dtype) {
+  return t.scalar_type() == dtype ? t : t.to(dtype);
+}
+
 std::optional<Tensor> group_matrix_view(const Tensor& chunk, int64_t groups, at::ScalarType dtype,
                                         Layout layout) {
   if (chunk.scalar_type() != dtype) return std::nullopt;
@@ -34,14 +43,14 @@ std::optional<Tensor> group_matrix_view(const Tensor& chunk, int64_t groups, at:
 
 Tensor staging_chunk(const Tensor& buffer, IntArrayRef size, Layout layout) {
   const int64_t n = size[0], c = size[1], h = size[2], w = size[3];
-  const Tensor memory = buffer.narrow(0, 0, n * c * h * w);
+  const Tensor memory = part_of(buffer, 0, 0, n * c * h * w);
   return layout == Layout::nchw ? memory.view({c, n, h, w}).transpose(0, 1)
                                 : memory.view({n, h, w, c}).permute({0, 3, 1, 2});
 }
 
 Tensor column_matrix(const Tensor& buffer, const ConvShape& s, int64_t pixels, Layout layout) {
   const int64_t g = s.groups, rows = s.column_rows() / g;
-  const Tensor memory = buffer.narrow(0, 0, s.column_rows() * pixels);
+  const Tensor memory = part_of(buffer, 0, 0, s.column_rows() * pixels);
   return layout == Layout::nchw ? memory.view({g, rows, pixels})
                                 : memory.view({g, pixels, rows}).transpose(1, 2);
 }
@@ -59,7 +68,7 @@ Tensor weight_matrices(const Tensor& weight, const ConvShape& s, Layout layout) 
 
 Tensor weight_of_matrices(const Tensor& matrices, IntArrayRef weight_size, at::ScalarType dtype,
                           Layout layout) {
-  if (layout == Layout::nchw) return matrices.view(weight_size).to(dtype);
+  if (layout == Layout::nchw) return in_dtype(matrices.view(weight_size), dtype);
   // [Cout, (kd,) kh, kw, C/G] rows back to [Cout, C/G, (kd,) kh, kw]
   std::vector<int64_t> rows_size(weight_size.begin(), weight_size.end());
   std::rotate(rows_size.begin() + 1, rows_size.begin() + 2, rows_size.end());

@@ -23,6 +23,13 @@ namespace torch_convbp {
 using at::IntArrayRef;
 using at::Tensor;
 
+// t.narrow(dim, start, length), or t itself where that is all of it: the same elements without a
+// view op (three dispatcher calls), which a small layer's host time pays for (benchmarks/NOTES.md,
+// section 32).
+Tensor part_of(const Tensor& t, int64_t dim, int64_t start, int64_t length);
+// t.to(dtype), or t itself where it has that dtype (no dispatcher call), likewise.
+Tensor in_dtype(const Tensor& t, at::ScalarType dtype);
+
 // A chunk [n, C, h, w] of an activation in `layout` as its group matrices [G, C/G, n*h*w], when
 // its memory allows a view (in NCHW: one image at a time) and it has `dtype`.
 std::optional<Tensor> group_matrix_view(const Tensor& chunk, int64_t groups, at::ScalarType dtype,

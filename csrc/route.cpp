@@ -66,13 +66,13 @@ bool takes_implicit(const ConvShape& s, const at::Tensor& first) {
          s.out_channels / s.groups >= kMinNhwcGroupChannels && s.out_width >= kMinImplicitRow;
 }
 
-// Whether every operand is channels_last by its strides (as suggest_memory_format decides),
-// dense in it, and not empty.
 // The channels-last format of a tensor of this rank: channels_last, or channels_last_3d.
 at::MemoryFormat channels_last_format(int64_t rank) {
   return rank == 5 ? at::MemoryFormat::ChannelsLast3d : at::MemoryFormat::ChannelsLast;
 }
 
+// Whether every operand is channels_last by its strides (as suggest_memory_format decides),
+// dense in it, and not empty.
 bool all_channels_last(at::TensorList operands) {
   for (const at::Tensor& t : operands) {
     const auto format = channels_last_format(t.dim());

@@ -128,3 +128,24 @@ def test_plot_without_matplotlib_is_refused_before_timing(command, args, capsys)
         command(args + ["--plot", "out.png"])
     out = capsys.readouterr()
     assert "--plot needs matplotlib" in out.err and "|" not in out.out  # refused, nothing timed
+
+
+def test_host_time_command_times_both_and_counts_each_operators_launches(tmp_path, capsys):
+    """The tiny convolution's step (ours against F.conv2d) and the ATen operations of each
+    operator: a forward call launches its im2col, one GEMM and the bias add, nothing else."""
+    from torch_convbp.benchmark import host
+
+    out = tmp_path / "host.json"
+    result = host.main(["--rounds", "1", "--json", str(out)])
+    assert set(result["microseconds"]) == {f"{who}_{part}" for who in ("torch_convbp", "builtin")
+                                           for part in ("step", "forward", "backward")}
+    assert all(us > 0 for us in result["microseconds"].values())
+    ops = result["operations"]
+    assert ops["conv2d"]["launches"] == ["torch_convbp::im2col", "addmm_", "add_"]
+    assert ops["conv2d_weight_grad"]["launches"] == ["torch_convbp::im2col", "addmm_"]
+    # the stride-1 input gradient: the flipped weight (flip, then its copy), im2col of dY, a GEMM
+    assert ops["conv2d_input_grad"]["launches"] == ["flip", "copy_", "torch_convbp::im2col", "addmm_"]
+    for counts in ops.values():
+        assert counts["calls"] == counts["views"] + counts["allocations"] + counts["would_launch"]
+    assert json.loads(out.read_text())["environment"]
+    assert "launches (torch_convbp::im2col, addmm_, add_)" in capsys.readouterr().out

@@ -1,4 +1,6 @@
 """gradcheck and gradgradcheck: first and second derivatives in every input, on the case matrix."""
+import contextlib
+
 import pytest
 import torch
 from torch.autograd import gradcheck, gradgradcheck
@@ -64,3 +66,32 @@ def test_only_needed_gradients_are_computed():
         with RecordOperators() as recorded:
             y.sum().backward()
         assert recorded.calls == expected
+
+
+@pytest.mark.parametrize("no_graph", ["no_grad", "nothing_requires_grad"])
+def test_without_a_graph_the_operators_record_no_node_and_compute_the_same(no_graph):
+    """Where autograd has nothing to record, each operator runs straight below the Autograd key
+    (no node: host time, benchmarks/NOTES.md section 32), with the same bits."""
+    ops, args = torch.ops.torch_convbp, ([1, 2], [1, 0], [1, 1], 1)
+    x, w, g = torch.randn(2, 3, 7, 6), torch.randn(4, 3, 3, 2), torch.randn(2, 4, 7, 3)
+    x.requires_grad_(), g.requires_grad_()
+    recorded = [ops.conv2d(x, w, None, *args), ops.conv2d_input_grad(g, w, list(x.shape), *args),
+                ops.conv2d_weight_grad(x, g, list(w.shape), *args)]
+    x, g = x.detach(), g.detach()
+    with torch.no_grad() if no_graph == "no_grad" else contextlib.nullcontext():
+        plain = [ops.conv2d(x, w, None, *args), ops.conv2d_input_grad(g, w, list(x.shape), *args),
+                 ops.conv2d_weight_grad(x, g, list(w.shape), *args)]
+    for with_node, without in zip(recorded, plain):
+        assert with_node.grad_fn is not None and without.grad_fn is None and not without.requires_grad
+        assert torch.equal(with_node.detach(), without)
+
+
+def test_forward_mode_tangents_are_refused_by_name():
+    """The operators' autograd is reverse mode only: a dual tensor is refused, not dropped."""
+    import torch.autograd.forward_ad as fwAD
+
+    x, w = torch.randn(1, 2, 5, 5), torch.randn(3, 2, 3, 3)
+    with fwAD.dual_level():
+        dual = fwAD.make_dual(x, torch.randn_like(x))
+        with pytest.raises(RuntimeError, match="jvp is not implemented"):
+            torch_convbp.conv2d(dual, w)

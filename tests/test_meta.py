@@ -124,6 +124,6 @@ def test_nested_sparse_and_quantized_tensors_are_refused_by_name():
 def test_a_device_without_kernels_is_refused_by_name():
     """Checked on a stand-in: no such device is at hand here."""
     stand_in = types.SimpleNamespace(is_nested=False, layout=torch.strided, is_quantized=False,
-                                     device=torch.device("mps"))
+                                     is_cpu=False, is_cuda=False, device=torch.device("mps"))
     with pytest.raises(RuntimeError, match="input is on device 'mps', where torch_convbp has no kernels"):
         check_tensor("torch_convbp.conv2d", "input", stand_in)

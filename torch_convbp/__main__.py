@@ -5,6 +5,8 @@
     python -m torch_convbp check --layers "3x3 64" --rounds 1     # a smaller, faster table
     python -m torch_convbp bench [options]  # the layer benchmark (python -m torch_convbp bench --help)
     python -m torch_convbp models [options] # whole torchvision models (needs torchvision)
+    python -m torch_convbp host             # the host time of a tiny convolution's step, and the
+                                            #   ATen operations (GPU launches) of each operator
     python -m torch_convbp explain --input 8 64 56 56 --weight 64 64 3 3 --padding 1 --channels-last
                                             # which route each operator takes, and why
     python -m torch_convbp --version        # the version, and what it was built with
@@ -17,7 +19,7 @@ import torch
 
 import torch_convbp
 
-COMMANDS = ("check", "bench", "models", "explain")
+COMMANDS = ("check", "bench", "models", "host", "explain")
 
 
 def version():
@@ -87,6 +89,11 @@ def main(argv=None):
         from .benchmark import models
 
         models.main(argv[1:])
+        return 0
+    if command == "host":
+        from .benchmark import host
+
+        host.main(argv[1:])
         return 0
     if command == "explain":
         return explain(argv[1:])

@@ -21,6 +21,8 @@ def is_int(value) -> bool:
 
 def int_tuple(op: str, name: str, value: IntOrTuple, n: int) -> tuple:
     """An int, or a sequence of 1 or n ints, as an n-tuple: the forms torch.nn.functional takes."""
+    if type(value) is int:  # the usual case first (host time: benchmarks/NOTES.md, section 32)
+        return (value,) * n
     if is_int(value):
         return (value,) * n
     if isinstance(value, (tuple, list, torch.Size)) and len(value) in (1, n) and all(map(is_int, value)):
@@ -61,6 +63,8 @@ def check_tensor(op: str, name: str, t) -> None:
     non-strided layout), quantized, and devices without kernels."""
     if t is None:
         return
+    if (t.is_cpu or (t.is_cuda and CUDA_KERNELS)) and not (t.is_nested or t.is_quantized) and t.layout == torch.strided:
+        return  # the usual case, in a few attribute reads (host time: benchmarks/NOTES.md, section 32)
     if t.is_nested:
         raise RuntimeError(f"{op}: {name} is a nested tensor; torch_convbp computes on dense tensors only "
                            "(unbind it and convolve each tensor, or pad them to one size)")
@@ -88,7 +92,9 @@ def check_tensors(op: str, **tensors) -> None:
 def autocast(device_type: str, *tensors):
     """Under autocast, the tensors in the autocast dtype (the operators run in one dtype). Devices
     without autocast (meta, for one) are never under it."""
-    if not torch.amp.is_autocast_available(device_type) or not torch.is_autocast_enabled(device_type):
+    if device_type not in ("cpu", "cuda") and not torch.amp.is_autocast_available(device_type):
+        return tensors
+    if not torch.is_autocast_enabled(device_type):
         return tensors
     dtype = torch.get_autocast_dtype(device_type)
     return tuple(t if t is None or not t.is_floating_point() else t.to(dtype) for t in tensors)

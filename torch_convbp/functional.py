@@ -175,7 +175,7 @@ def _as_given(output, dims, unbatched, input, weight):
     without the batch dimension of an unbatched one, and in torch.nn.functional's memory format."""
     if dims == 1:
         output = output.squeeze(2)
-    else:
+    elif input.is_cuda:  # elsewhere the operators' format is F's already (output_memory_format)
         output = output.contiguous(memory_format=output_memory_format(input, weight))
     return output.squeeze(0) if unbatched else output
 
