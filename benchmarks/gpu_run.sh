@@ -4,7 +4,8 @@
 #   2. the whole test suite, slow CUDA tests included;
 #   3. compute-sanitizer over the CUDA tests: memcheck, and racecheck for the kernels that use
 #      shared memory (the depthwise weight gradient);
-#   4. the benchmark suite on CUDA at batch 32: float32 with TF32 off, TF32, bfloat16.
+#   4. the benchmark suite on CUDA at batch 32: float32 with TF32 off, TF32, bfloat16, and float32
+#      with every candidate captured in a CUDA graph; the host time of a tiny step.
 # Every log, JSON and PNG lands in one folder:
 #   benchmarks/gpu_run.sh [OUT]      # OUT: this argument, else $OUT, else benchmarks/results/gpu-<date>
 # Without a GPU it rehearses every step on the CPU with small settings (no slow tests, one round,
@@ -63,9 +64,13 @@ if [ "$GPU" = 1 ]; then
   step slow-tests python3 -m pytest -q -p no:cacheprovider -m slow
   tail -n 1 "$OUT/slow-tests.log" >> "$OUT/pytest-summary.txt"
   if command -v compute-sanitizer >/dev/null; then
-    SANITIZED=(python3 -m pytest -q -x -p no:cacheprovider tests/test_cuda.py -m "not slow")
-    step memcheck compute-sanitizer --tool memcheck --error-exitcode 1 "${SANITIZED[@]}"
-    step racecheck compute-sanitizer --tool racecheck --error-exitcode 1 "${SANITIZED[@]}" -k depthwise
+    # Every CUDA kernel: the CUDA-only tests, and the CUDA cases of each route's tests (the NHWC
+    # columns, the narrow groups' kernels, depthwise, pointwise) and of the transposing copy.
+    SANITIZED=(python3 -m pytest -q -p no:cacheprovider -m "not slow" tests/test_cuda.py
+               tests/test_route_columns_nhwc.py tests/test_route_grouped.py tests/test_route_depthwise.py
+               tests/test_route_pointwise.py tests/test_route_implicit.py tests/test_transpose_copy.py)
+    step memcheck compute-sanitizer --tool memcheck --error-exitcode 1 "${SANITIZED[@]}" -k "cuda or not cpu"
+    step racecheck compute-sanitizer --tool racecheck --error-exitcode 1 "${SANITIZED[@]}" -k "depthwise or grouped"
   else
     echo "gpu_run: compute-sanitizer is not on PATH: memcheck and racecheck skipped"
     failed=1
@@ -75,5 +80,9 @@ BENCH=(python3 benchmarks/bench_conv.py --device "$DEVICE" --batch "$BATCH" --su
 step bench-float32 "${BENCH[@]}" --memory --json "$OUT/bench-float32.json" --plot "$OUT/bench-float32.png"
 step bench-tf32 "${BENCH[@]}" --tf32 --json "$OUT/bench-tf32.json" --plot "$OUT/bench-tf32.png"
 step bench-bfloat16 "${BENCH[@]}" --dtype bfloat16 --json "$OUT/bench-bfloat16.json" --plot "$OUT/bench-bfloat16.png"
+if [ "$GPU" = 1 ]; then  # the same, every candidate captured in a CUDA graph: the host taken out
+  step bench-float32-graphs "${BENCH[@]}" --cuda-graphs --json "$OUT/bench-float32-graphs.json"
+fi
+step host python3 -m torch_convbp host --json "$OUT/host.json"
 echo "gpu_run: everything is in $OUT"
 exit $failed

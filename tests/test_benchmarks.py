@@ -130,6 +130,21 @@ def test_plot_without_matplotlib_is_refused_before_timing(command, args, capsys)
     assert "--plot needs matplotlib" in out.err and "|" not in out.out  # refused, nothing timed
 
 
+def test_cuda_graphs_mode_is_refused_off_a_gpu(capsys):
+    with pytest.raises(SystemExit):
+        suite.main(["--device", "cpu", "--layers", "resnet18 3x3 512", "--cuda-graphs"])
+    assert "--cuda-graphs needs --device cuda" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_cuda_graphs_mode_times_every_candidate_captured(capsys):
+    result = suite.main(["--device", "cuda", "--layers", "resnet18 3x3 512", "--batch", "2", "--rounds", "1",
+                         "--cuda-graphs", "--quiet"])
+    (row,) = result["rows"]
+    assert row["torch_convbp_ms"] > 0 and row["builtin_ms"] > 0 and "torch_convbp_peak_mib" not in row
+    assert "captured in a CUDA graph" in capsys.readouterr().out
+
+
 def test_host_time_command_times_both_and_counts_each_operators_launches(tmp_path, capsys):
     """The tiny convolution's step (ours against F.conv2d) and the ATen operations of each
     operator: a forward call launches its im2col, one GEMM and the bias add, nothing else."""

@@ -34,7 +34,8 @@ def print_layers(result, file=None):
     others = [k for k in names if not k.startswith("torch_convbp")]
     memory = [k for k in names if f"{k}_peak_mib" in rows[0]]
     print(f"\n{result['machine']}, torch {result['torch']}, {result['date']}: {a['device']} {a['dtype']}, {batch_text(a)}, "
-          f"{a['passes']} pass(es){', TF32 allowed' if a.get('tf32') else ''}. Square {ceiling['square_gemm_size']}^3 GEMM: "
+          f"{a['passes']} pass(es){', TF32 allowed' if a.get('tf32') else ''}"
+          f"{', every candidate captured in a CUDA graph' if a.get('cuda_graphs') else ''}. Square {ceiling['square_gemm_size']}^3 GEMM: "
           f"{ceiling['square_gemm_gflops']:.0f} GFLOP/s; copy: {ceiling['copy_gbytes_per_s']:.0f} GB/s. Ratios are "
           f"torch_convbp's time over the other's (below 1: torch_convbp is faster); 'of peak' is torch_convbp's GFLOP/s "
           f"over the square GEMM's, timed in the same rounds as the layer.", file=file)

@@ -88,10 +88,26 @@ def channels_last_copies(x, w):
     return tuple(t.detach().to(memory_format=channels_last(t)).requires_grad_(t.requires_grad) for t in (x, w))
 
 
-def candidate_steps(layer, batch, passes, device, dtype, size=None, variants=True):
+def captured(step, warmups=3):
+    """The step captured in a CUDA graph, as a step that replays it: the GPU's work with the
+    host's taken out. Warmed up first on a side stream, as torch.cuda.graph asks (and so that
+    cuDNN has chosen its algorithms before the capture)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmups):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    return graph.replay
+
+
+def candidate_steps(layer, batch, passes, device, dtype, size=None, variants=True, cuda_graphs=False):
     """The candidates' steps; with variants, also ours and the built-in fed channels_last and (on
     a GPU, where cuDNN's backward is not deterministic by default) the built-in made
-    deterministic."""
+    deterministic. With cuda_graphs, each step is captured in a CUDA graph and replayed."""
     x, w = make_operands(layer, batch, device, dtype, size, requires_grad=passes != "forward")
     ours, builtin = functions(layer)
     steps = {
@@ -107,6 +123,8 @@ def candidate_steps(layer, batch, passes, device, dtype, size=None, variants=Tru
         if device == "cuda":
             steps["builtin_deterministic"] = conv_step(builtin, x, w, layer, passes,
                                                       lambda: cudnn_flags(deterministic=True))
+    if cuda_graphs:
+        steps = {name: captured(step) for name, step in steps.items()}
     return steps
 
 

@@ -13,6 +13,7 @@ layer, against
     python -m torch_convbp bench --suite video        # r3d_18's and r2plus1d_18's 3-D layers
     python -m torch_convbp bench --suite all --json out.json --plot out.png
     python -m torch_convbp bench --suite all --memory --scaling
+    python -m torch_convbp bench --suite all --cuda-graphs   # every candidate captured in a CUDA graph
     (benchmarks/bench_conv.py takes the same options)
 
 Candidates are timed with torch.utils.benchmark, interleaved (round after round, each candidate
@@ -48,7 +49,7 @@ def run_layers(args, layers, progress):
     peak_step, peak_work, _ = square_gemm(args.device, args.dtype)
     for layer in layers:
         batch = batch_of(layer, args.batch)
-        steps = candidate_steps(layer, batch, args.passes, args.device, args.dtype)
+        steps = candidate_steps(layer, batch, args.passes, args.device, args.dtype, cuda_graphs=args.cuda_graphs)
         seconds = time_interleaved({**steps, "square_gemm": peak_step}, args.rounds)
         peak = seconds.pop("square_gemm")
         work = flops(layer, batch, args.passes)
@@ -62,7 +63,7 @@ def run_layers(args, layers, progress):
         if "torch_convbp_channels_last" in seconds:  # both fed channels_last
             row["channels_last_vs_builtin_channels_last"] = (
                 seconds["torch_convbp_channels_last"] / seconds["builtin_channels_last"])
-        if args.device == "cuda":
+        if args.device == "cuda" and not args.cuda_graphs:  # a graph's memory is taken at capture
             row.update({f"{name}_peak_mib": peak_memory_mib(step) for name, step in steps.items() if name != "gemm"})
         rows.append(row)
         progress.step(layer["name"])
@@ -125,6 +126,8 @@ def parse(argv=None):
                    help="forward only, backward only (from a saved forward), or both")
     p.add_argument("--rounds", type=int, default=7, help="interleaved rounds; medians are reported")
     p.add_argument("--tf32", action="store_true", help="allow TF32 on CUDA")
+    p.add_argument("--cuda-graphs", action="store_true",
+                   help="time every candidate captured in a CUDA graph and replayed: the GPU's time without the host's")
     p.add_argument("--memory", action="store_true", help="also measure the peak workspace for --memory-batches")
     p.add_argument("--memory-batches", type=int, nargs="+", default=[8, 64, 256])
     p.add_argument("--scaling", action="store_true", help="also time against batch size and image size")
@@ -136,6 +139,8 @@ def parse(argv=None):
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     args = p.parse_args(argv)
     check_plotting(p, args)
+    if args.cuda_graphs and args.device != "cuda":
+        p.error("--cuda-graphs needs --device cuda (CUDA graphs are a GPU's)")
     return args
 
 
