@@ -91,6 +91,35 @@ void forward_pointwise_by_images(const Tensor& x, const Tensor& w, const ConvSha
            gemm_blocks(/*units=*/1, y.sizes(), x.device()));
 }
 
+// The sum over the first dimension of t [n, ...], in a fixed order: the last half added into the
+// first until two slices are left (the slice between the halves of an odd count waits for the
+// next round), then those two into a new tensor; ceil(log2 n) additions, each one launch on a
+// GPU. Overwrites t; the result is t's only slice where n is 1, else memory of its own.
+Tensor sum_in_halves(const Tensor& t) {
+  int64_t n = t.size(0);
+  for (; n > 2; n -= n / 2) {
+    t.narrow(0, 0, n / 2).add_(t.narrow(0, n - n / 2, n / 2));
+  }
+  return n == 1 ? t.select(0, 0) : at::add(t.select(0, 0), t.select(0, 1));
+}
+
+// Route pointwise_by_images (weight grad): every image's product in one batched GEMM whose
+// operands are views of the tensors (no im2col, no staging copies), then the products summed in
+// halves, in an order fixed by the batch size (benchmarks/NOTES.md, section 33). The products
+// take N weights' memory, which the route's rule bounds (route.cpp).
+// [N, Cout, Cin] = [N, Cout, (D*)H*W] @ [N, (D*)H*W, Cin], then summed over N
+Tensor weight_grad_pointwise_by_images(const Tensor& x, const Tensor& dy, IntArrayRef weight_size,
+                                       const ConvShape& s) {
+  if (s.batch == 0) return at::zeros(weight_size, x.options());
+  const int64_t pixels = s.input_rows() * s.width;
+  const Tensor products = at::empty({s.batch, s.out_channels, s.in_channels}, x.options());
+  const CountedScratch counted(products);
+  gemm_out(products, dy.view({s.batch, s.out_channels, pixels}),
+           x.view({s.batch, s.in_channels, pixels}).transpose(1, 2),
+           gemm_blocks(/*units=*/1, products.sizes(), x.device()));
+  return sum_in_halves(products).view(weight_size);
+}
+
 // Route columns (forward) and transposed_columns: output = W @ im2col(x), chunk by chunk, for the
 // G weight matrices w [G, Cout/G, Cin/G*kh*kw] (in the GEMMs' dtype, and K in the layout's
 // order); x and output in `layout`. Every chunk writes its own part of the output: each is a unit.
@@ -315,7 +344,7 @@ Tensor convolution_weight_grad(const char* op, int64_t dims, const Tensor& input
     case Route::pointwise_nhwc:
       return pointwise_nhwc_weight_grad(rows_view(x), rows_view(dy), weight_size, s);
     case Route::columns: return weight_grad_by_chunks(x, dy, weight_size, s, route.layout);
-    case Route::pointwise_by_images:
+    case Route::pointwise_by_images: return weight_grad_pointwise_by_images(x, dy, weight_size, s);
     case Route::transposed_columns:
     case Route::implicit_nhwc: not_this_operators_route(op, route);
   }

@@ -44,6 +44,14 @@ constexpr int64_t kMaxPartialSums = 4;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Adds `bytes` to the workspace in use, and raises the peak to it.
+void count_in_use(int64_t bytes) {
+  const int64_t in_use = g_workspace_in_use += bytes;
+  int64_t peak = g_workspace_peak.load();
+  while (in_use > peak && !g_workspace_peak.compare_exchange_weak(peak, in_use)) {
+  }
+}
+
 }  // namespace
 
 // Chooses the chunks: about target_chunk_pixels() output pixels each (whole images side by side,
@@ -123,13 +131,16 @@ Tensor& Workspace::take(Tensor& buffer, int64_t rows) {
   if (!buffer.defined()) {
     buffer = at::empty({rows * max_pixels_}, options_);
     held_bytes_ += buffer.nbytes();
-    const int64_t in_use = g_workspace_in_use += buffer.nbytes();
-    int64_t peak = g_workspace_peak.load();
-    while (in_use > peak && !g_workspace_peak.compare_exchange_weak(peak, in_use)) {
-    }
+    count_in_use(buffer.nbytes());
   }
   return buffer;
 }
+
+CountedScratch::CountedScratch(const Tensor& scratch) : bytes_(scratch.nbytes()) {
+  count_in_use(bytes_);
+}
+
+CountedScratch::~CountedScratch() { g_workspace_in_use -= bytes_; }
 
 void set_workspace_limit(int64_t bytes) {
   TORCH_CHECK(bytes > 0, "torch_convbp: the workspace limit must be positive, got ", bytes);

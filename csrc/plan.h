@@ -87,6 +87,19 @@ class Workspace {
   int64_t held_bytes_ = 0;
 };
 
+// Scratch memory a route allocates itself, outside a Workspace, counted with the workspaces
+// (workspace_peak) while this lives.
+class CountedScratch {
+ public:
+  explicit CountedScratch(const Tensor& scratch);
+  CountedScratch(const CountedScratch&) = delete;
+  CountedScratch& operator=(const CountedScratch&) = delete;
+  ~CountedScratch();
+
+ private:
+  int64_t bytes_;
+};
+
 // Runs body(unit, workspace) for every unit in [0, units), each unit once, its chunks in its own
 // order. Units are independent pieces of work (chunks, image chunks, partial sums). On the CPU
 // they are dealt to lanes, min(threads, units, plan.lanes_that_fit) of them, which run in

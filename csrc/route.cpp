@@ -9,6 +9,7 @@
 
 #include "cpu_features.h"
 #include "gemm_dtype.h"
+#include "plan.h"
 
 namespace torch_convbp {
 namespace {
@@ -101,6 +102,23 @@ bool has_wide_input_groups(const ConvShape& s) {
   return s.in_channels / s.groups >= kMinNhwcGroupChannels;
 }
 
+// The weight gradient of a 1x1 NCHW layer as a product per image (pointwise_by_images), summed in
+// halves, instead of the column route's chunks, whose images a GPU copies into the column matrix
+// and the output gradient into staging (NCHW keeps one image's pixels together, not a chunk's;
+// the CPU's chunks are single images, views, and took the same time: NOTES section 33). Where
+// the products' traffic (about 2.5 weights per image: written by the GEMM, then summed) stays
+// under half of the copies' (2 x (Cin + Cout) x pixels per image), in float32 or float64 (the
+// products are in the operands' dtype; half precision sums in float32 by the column route), and
+// the products fit the workspace limit.
+bool weight_grad_by_images(const ConvShape& s, const at::Tensor& first) {
+  if (at::isReducedFloatingType(first.scalar_type())) return false;
+  const int64_t weight = s.in_channels * s.out_channels;
+  const int64_t pixels = s.input_rows() * s.width;
+  const int64_t products_bytes = s.batch * weight * static_cast<int64_t>(first.element_size());
+  return 5 * weight <= 2 * (s.in_channels + s.out_channels) * pixels &&
+         products_bytes <= workspace_limit();
+}
+
 }  // namespace
 
 std::optional<ConvShape> input_grad_convolution(const ConvShape& s) {
@@ -153,6 +171,13 @@ RouteChoice choose_route(Operator op, const ConvShape& s, at::TensorList activat
       return {Route::pointwise_by_images, Layout::nchw,
               "1x1, stride 1, unpadded, one group: one batched GEMM over the images",
               why_operand_layout};
+    }
+    if (weight_grad_by_images(s, first)) {
+      return {Route::pointwise_by_images, Layout::nchw,
+              "1x1, stride 1, unpadded, one group: a batched GEMM of each image's product, "
+              "summed in halves",
+              "products of each image that cost less than copying the images, float32 or float64, "
+              "within the workspace limit"};
     }
   }
 

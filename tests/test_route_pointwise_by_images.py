@@ -1,0 +1,74 @@
+"""Route pointwise_by_images: a 1x1, stride-1, unpadded, ungrouped convolution in NCHW is one
+batched GEMM over the images for the forward and the input gradient, and for the weight gradient
+a product per image (one batched GEMM on views, no copies) summed in halves, in an order fixed by
+the batch size (csrc/conv2d.cpp), where the products cost less than copying the images and fit
+the workspace limit (csrc/route.cpp)."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch_convbp
+from cases import shift_and_add_conv2d
+from route_cases import operands
+
+NCHW = torch.contiguous_format
+ops = torch.ops.torch_convbp
+
+
+def weight_grad_route(x, w):
+    return torch_convbp.explain(x, w)["weight_grad"].route
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 7, 8])
+def test_weight_gradient_against_f_conv2d_and_a_reference_of_our_own(n, device):
+    """Every batch size sums its halves differently (an odd count leaves a middle image for the
+    next round); all give the gradient."""
+    x, w = operands(n=n, c=8, h=6, w=5, cout=12, device=device, layout=NCHW)
+    assert weight_grad_route(x, w) == "pointwise_by_images"
+    x.requires_grad_(), w.requires_grad_()
+    g = torch.randn(n, 12, 6, 5, dtype=x.dtype, device=device)
+    ours = torch.autograd.grad(torch_convbp.conv2d(x, w), w, g)[0]
+    ref = torch.autograd.grad(F.conv2d(x, w), w, g)[0]
+    own = torch.autograd.grad(shift_and_add_conv2d(x, w, None, (1, 1), (0, 0, 0, 0), (1, 1), 1), w, g)[0]
+    torch.testing.assert_close(ours, ref, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(ours, own, rtol=1e-10, atol=1e-10)
+    assert ours.is_contiguous() and ours.shape == w.shape
+
+
+def test_the_gradient_holds_its_own_memory_not_the_products():
+    """The products of all the images are scratch: the gradient returned is a weight's worth."""
+    x, w = operands(n=6, c=8, h=6, w=5, cout=12, layout=NCHW)
+    g = torch.randn(6, 12, 6, 5, dtype=x.dtype)
+    dw = ops.conv2d_weight_grad(x, g, list(w.shape), [1, 1], [0, 0], [1, 1], 1)
+    assert dw.untyped_storage().nbytes() == w.numel() * w.element_size()
+
+
+def test_the_products_count_against_the_workspace_limit():
+    """They are counted in workspace_peak; under a limit they do not fit, the column route."""
+    x, w = operands(n=6, c=8, h=6, w=5, cout=12, layout=NCHW)
+    g = torch.randn(6, 12, 6, 5, dtype=x.dtype)
+    products = 6 * w.numel() * w.element_size()
+    torch_convbp.workspace_peak(reset=True)
+    ops.conv2d_weight_grad(x, g, list(w.shape), [1, 1], [0, 0], [1, 1], 1)
+    assert torch_convbp.workspace_peak() >= products
+    with torch_convbp.workspace_limit(products - 1):
+        assert weight_grad_route(x, w) == "columns"
+        torch_convbp.workspace_peak(reset=True)
+        dw = ops.conv2d_weight_grad(x, g, list(w.shape), [1, 1], [0, 0], [1, 1], 1)
+        assert torch_convbp.workspace_peak() <= products - 1
+    torch.testing.assert_close(dw, torch.nn.grad.conv2d_weight(x, w.shape, g), rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("shape, cout, dtype, route", [
+    # the products (5 weights per 2 images' copies) against the copies of (Cin + Cout) x pixels
+    ((4, 64, 56, 56), 256, torch.float32, "pointwise_by_images"),
+    ((4, 1024, 14, 14), 256, torch.float32, "columns"),
+    ((4, 8, 1, 1), 12, torch.float64, "columns"),
+    # products in the operands' dtype: half precision sums in float32, by the column route
+    ((4, 64, 56, 56), 256, torch.bfloat16, "columns"),
+    ((4, 64, 56, 56), 256, torch.float16, "columns"),
+], ids=str)
+def test_the_rule(shape, cout, dtype, route):
+    x = torch.empty(shape, dtype=dtype, device="meta")
+    w = torch.empty(cout, shape[1], 1, 1, dtype=dtype, device="meta")
+    assert weight_grad_route(x, w) == route
