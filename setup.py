@@ -2,7 +2,9 @@
 
 Install with `pip install --no-build-isolation -e .` so that pip does not fetch another torch.
 The CUDA kernels (csrc/cuda/*.cu) are built when torch is a CUDA build and a CUDA toolkit is
-found; TORCH_CONVBP_CUDA=1 forces them, TORCH_CONVBP_CUDA=0 leaves them out.
+found; TORCH_CONVBP_CUDA=1 forces them, TORCH_CONVBP_CUDA=0 leaves them out. TORCH_CONVBP_CUTLASS=1
+adds the CUTLASS implicit-GEMM prototype (csrc/cuda/cutlass/, needs the nvidia-cutlass wheel's
+headers or CUTLASS_INCLUDE_DIR; benchmarks/NOTES.md, section 33).
 
 For a CUDA build no variable is needed, on machines without a GPU too:
 - the toolkit is the one whose nvcc is on PATH (asked of nvcc itself, since the nvcc on PATH may
@@ -100,15 +102,36 @@ def extension():
     # The architectures, as the module reports them (torch_convbp._C.built_for_cuda_archs): tokens
     # joined by "+", stringified in module.cpp (a quoted define would not survive ninja's shell).
     archs = f"-DTORCH_CONVBP_CUDA_ARCHS={cuda_architectures()}"
+    cuda_sources, include_dirs = sorted(glob.glob("csrc/cuda/*.cu")), []
+    if os.environ.get("TORCH_CONVBP_CUTLASS") == "1":  # the implicit-GEMM prototype (off by default)
+        cuda_sources += sorted(glob.glob("csrc/cuda/cutlass/*.cu"))
+        include_dirs.append(cutlass_include_dir())
     extension = CUDAExtension(
         "torch_convbp._C",
-        sources + sorted(glob.glob("csrc/cuda/*.cu")),
+        sources + cuda_sources,
+        include_dirs=include_dirs,
         # No --use_fast_math: it flushes float32 denormals to zero, and the kernels must give the
         # CPU kernels' bits (they are memory-bound; fast math would buy nothing).
         extra_compile_args={"cxx": [*cxx_flags, archs], "nvcc": ["-O3"]},
         extra_link_args=link_flags,
     )
     return extension, BuildExtension
+
+
+def cutlass_include_dir():
+    """CUTLASS's C++ headers, for TORCH_CONVBP_CUTLASS=1: CUTLASS_INCLUDE_DIR, else those of the
+    nvidia-cutlass wheel (pip install nvidia-cutlass; headers only, nothing is linked)."""
+    directory = os.environ.get("CUTLASS_INCLUDE_DIR")
+    if not directory:
+        try:
+            import cutlass_library
+        except ImportError:
+            raise RuntimeError("TORCH_CONVBP_CUTLASS=1 needs CUTLASS's headers: pip install nvidia-cutlass, "
+                               "or set CUTLASS_INCLUDE_DIR") from None
+        directory = os.path.join(os.path.dirname(cutlass_library.__file__), "source", "include")
+    if not os.path.isfile(os.path.join(directory, "cutlass", "conv", "device", "implicit_gemm_convolution.h")):
+        raise RuntimeError(f"TORCH_CONVBP_CUTLASS=1: no CUTLASS conv headers under {directory}")
+    return directory
 
 
 def cuda_architectures():

@@ -5,7 +5,8 @@
 #   3. compute-sanitizer over the CUDA tests: memcheck, and racecheck for the kernels that use
 #      shared memory (the depthwise weight gradient);
 #   4. the benchmark suite on CUDA at batch 32: float32 with TF32 off, TF32, bfloat16, and float32
-#      with every candidate captured in a CUDA graph; the host time of a tiny step.
+#      with every candidate captured in a CUDA graph; the host time of a tiny step;
+#   5. with CUTLASS's headers in .whl/, the implicit-GEMM prototype: rebuilt, tested, timed.
 # Every log, JSON and PNG lands in one folder:
 #   benchmarks/gpu_run.sh [OUT]      # OUT: this argument, else $OUT, else benchmarks/results/gpu-<date>
 # Without a GPU it rehearses every step on the CPU with small settings (no slow tests, one round,
@@ -84,5 +85,12 @@ if [ "$GPU" = 1 ]; then  # the same, every candidate captured in a CUDA graph: t
   step bench-float32-graphs "${BENCH[@]}" --cuda-graphs --json "$OUT/bench-float32-graphs.json"
 fi
 step host python3 -m torch_convbp host --json "$OUT/host.json"
+# Last, as it rebuilds the extension: the CUTLASS implicit-GEMM prototype (NOTES section 33), when
+# CUTLASS's headers came along (the nvidia-cutlass wheel in .whl/, like expecttest's).
+if [ "$GPU" = 1 ] && python3 -c "import cutlass_library" 2>/dev/null; then
+  step build-cutlass env TORCH_CONVBP_CUTLASS=1 python3 -m pip install --no-build-isolation --no-deps --no-index -e .
+  step cutlass-tests python3 -m pytest -q -p no:cacheprovider tests/test_cutlass_prototype.py
+  step bench-cutlass python3 benchmarks/bench_cutlass.py --batch "$BATCH" --json "$OUT/bench-cutlass.json"
+fi
 echo "gpu_run: everything is in $OUT"
 exit $failed
