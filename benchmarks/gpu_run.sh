@@ -69,7 +69,8 @@ if [ "$GPU" = 1 ]; then
     # columns, the narrow groups' kernels, depthwise, pointwise) and of the transposing copy.
     SANITIZED=(python3 -m pytest -q -p no:cacheprovider -m "not slow" tests/test_cuda.py
                tests/test_route_columns_nhwc.py tests/test_route_grouped.py tests/test_route_depthwise.py
-               tests/test_route_pointwise.py tests/test_route_implicit.py tests/test_transpose_copy.py)
+               tests/test_route_pointwise.py tests/test_route_pointwise_by_images.py tests/test_route_implicit.py
+               tests/test_transpose_copy.py)
     step memcheck compute-sanitizer --tool memcheck --error-exitcode 1 "${SANITIZED[@]}" -k "cuda or not cpu"
     step racecheck compute-sanitizer --tool racecheck --error-exitcode 1 "${SANITIZED[@]}" -k "depthwise or grouped"
   else

@@ -104,13 +104,22 @@ bool has_wide_input_groups(const ConvShape& s) {
 
 // The weight gradient of a 1x1 NCHW layer as a product per image (pointwise_by_images), summed in
 // halves, instead of the column route's chunks, whose images a GPU copies into the column matrix
-// and the output gradient into staging (NCHW keeps one image's pixels together, not a chunk's;
-// the CPU's chunks are single images, views, and took the same time: NOTES section 33). Where
-// the products' traffic (about 2.5 weights per image: written by the GEMM, then summed) stays
-// under half of the copies' (2 x (Cin + Cout) x pixels per image), in float32 or float64 (the
-// products are in the operands' dtype; half precision sums in float32 by the column route), and
-// the products fit the workspace limit.
+// and the output gradient into staging (NCHW keeps one image's pixels together, not a chunk's).
+// Where the products' traffic (about 2.5 weights per image: written by the GEMM, then summed)
+// stays under half of the copies' (2 x (Cin + Cout) x pixels per image), in float32 or float64
+// (the products are in the operands' dtype; half precision sums in float32 by the column route),
+// and the products fit the workspace limit. Not on the CPU, whose chunks there are single images,
+// views already: a training step of 1x1 64>256@56 took 1.16x its time this way (NOTES section
+// 33). TORCH_CONVBP_POINTWISE_WEIGHT_GRAD=by_images takes it wherever the rule holds, on the CPU
+// too, =columns never: for tests and benchmarks.
 bool weight_grad_by_images(const ConvShape& s, const at::Tensor& first) {
+  const char* text = std::getenv("TORCH_CONVBP_POINTWISE_WEIGHT_GRAD");
+  const std::string_view choice = text ? text : "auto";
+  TORCH_CHECK(choice == "auto" || choice == "by_images" || choice == "columns",
+              "torch_convbp: TORCH_CONVBP_POINTWISE_WEIGHT_GRAD must be auto, by_images or "
+              "columns, got '",
+              choice, "'");
+  if (choice == "columns" || (choice == "auto" && first.device().is_cpu())) return false;
   if (at::isReducedFloatingType(first.scalar_type())) return false;
   const int64_t weight = s.in_channels * s.out_channels;
   const int64_t pixels = s.input_rows() * s.width;
@@ -176,8 +185,8 @@ RouteChoice choose_route(Operator op, const ConvShape& s, at::TensorList activat
       return {Route::pointwise_by_images, Layout::nchw,
               "1x1, stride 1, unpadded, one group: a batched GEMM of each image's product, "
               "summed in halves",
-              "products of each image that cost less than copying the images, float32 or float64, "
-              "within the workspace limit"};
+              "off the CPU (or TORCH_CONVBP_POINTWISE_WEIGHT_GRAD=by_images): products that "
+              "cost less than copying the images, float32 or float64, within the workspace limit"};
     }
   }
 

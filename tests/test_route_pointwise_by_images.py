@@ -1,8 +1,9 @@
 """Route pointwise_by_images: a 1x1, stride-1, unpadded, ungrouped convolution in NCHW is one
-batched GEMM over the images for the forward and the input gradient, and for the weight gradient
-a product per image (one batched GEMM on views, no copies) summed in halves, in an order fixed by
-the batch size (csrc/conv2d.cpp), where the products cost less than copying the images and fit
-the workspace limit (csrc/route.cpp)."""
+batched GEMM over the images for the forward and the input gradient, and, off the CPU, for the
+weight gradient a product per image (one batched GEMM on views, no copies) summed in halves, in an
+order fixed by the batch size (csrc/conv2d.cpp), where the products cost less than copying the
+images and fit the workspace limit (csrc/route.cpp). On the CPU the tests take that weight
+gradient with TORCH_CONVBP_POINTWISE_WEIGHT_GRAD=by_images: the same code the GPU runs."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -13,6 +14,12 @@ from route_cases import operands
 
 NCHW = torch.contiguous_format
 ops = torch.ops.torch_convbp
+CHOICE = "TORCH_CONVBP_POINTWISE_WEIGHT_GRAD"
+
+
+@pytest.fixture(autouse=True)
+def _by_images(monkeypatch):
+    monkeypatch.setenv(CHOICE, "by_images")
 
 
 def weight_grad_route(x, w):
@@ -72,3 +79,36 @@ def test_the_rule(shape, cout, dtype, route):
     x = torch.empty(shape, dtype=dtype, device="meta")
     w = torch.empty(cout, shape[1], 1, 1, dtype=dtype, device="meta")
     assert weight_grad_route(x, w) == route
+
+
+@pytest.mark.parametrize("choice", ["auto", "columns"])
+def test_the_choice(choice, device, monkeypatch):
+    """auto: off the CPU only (on it a step took longer: NOTES section 33); columns: never."""
+    monkeypatch.setenv(CHOICE, choice)
+    x, w = operands(n=4, c=8, h=6, w=5, cout=12, device=device, layout=NCHW)
+    expected = "pointwise_by_images" if choice == "auto" and device != "cpu" else "columns"
+    assert weight_grad_route(x, w) == expected
+
+
+def test_an_unknown_choice_is_refused_by_name(monkeypatch):
+    monkeypatch.setenv(CHOICE, "fastest")
+    x, w = operands(n=2, c=8, h=6, w=5, cout=12, layout=NCHW)
+    with pytest.raises(RuntimeError, match="TORCH_CONVBP_POINTWISE_WEIGHT_GRAD must be auto, by_images or columns"):
+        torch_convbp.conv2d(x.requires_grad_(), w.requires_grad_()).sum().backward()
+
+
+@pytest.mark.parametrize("n", [5, 8])
+def test_same_bits_on_any_thread_count(n):
+    """The products are cut into blocks of whole images, each one thread's GEMM, and the halves
+    are added elementwise: the thread count decides nothing."""
+    x = torch.randn(n, 12, 9, 9)
+    g = torch.randn(n, 20, 9, 9)
+    before = torch.get_num_threads()
+    results = []
+    try:
+        for threads in (1, 2, 3, 4):
+            torch.set_num_threads(threads)
+            results.append(ops.conv2d_weight_grad(x, g, [20, 12, 1, 1], [1, 1], [0, 0], [1, 1], 1))
+    finally:
+        torch.set_num_threads(before)
+    assert all(torch.equal(r, results[0]) for r in results)

@@ -5,8 +5,9 @@ test_route_*.py.
 
 The routes, for operands that are all channels_last (dense, non-empty), else in NCHW:
 - pointwise (1x1, stride 1, unpadded), one group: pointwise_nhwc, GEMMs on the tensors' own
-  memory; in NCHW, pointwise_by_images (forward and input grad: one batched GEMM; weight grad: a
-  product per image, summed in halves, where that costs less than copying the images);
+  memory; in NCHW, pointwise_by_images (forward and input grad: one batched GEMM; weight grad,
+  off the CPU: a product per image, summed in halves, where that costs less than copying the
+  images);
 - depthwise (one input channel per group): the depthwise kernels, in either layout (on the CPU
   small output planes compute in NHWC, through copies);
 - several groups of at most 32 output channels: the direct grouped kernels for the forward and
@@ -35,8 +36,9 @@ ROUTES = [
     # by its strides a 1x1 image is contiguous, not channels_last
     # the weight gradient's products per image would cost more than copying one pixel per image
     ("one pixel per image", dict(h=1, w=1), 1, 0, 1, ("pointwise_by_images/nchw", "pointwise_by_images/nchw", "columns/nchw")),
-    ("contiguous operands", dict(layout=NCHW), 1, 0, 1, "pointwise_by_images/nchw"),
-    ("empty batch", dict(n=0), 1, 0, 1, "pointwise_by_images/nchw"),
+    # the weight gradient's products per image off the CPU; on it, the column route's chunks
+    ("contiguous operands", dict(layout=NCHW), 1, 0, 1, ("pointwise_by_images/nchw", "pointwise_by_images/nchw", "by-images-off-cpu")),
+    ("empty batch", dict(n=0), 1, 0, 1, ("pointwise_by_images/nchw", "pointwise_by_images/nchw", "by-images-off-cpu")),
     ("grouped pointwise, 3 channels per group", {}, 1, 0, 2, "grouped/nhwc"),
     ("grouped pointwise contiguous", dict(layout=NCHW), 1, 0, 2, ("columns/nchw", "transposed_columns/nchw", "columns/nchw")),
     ("strided pointwise, 4 output channels", {}, 2, 0, 1, "columns/nchw"),
@@ -70,7 +72,8 @@ ROUTES = [
 def expected_routes(expected, device):
     routes = (expected,) * 3 if isinstance(expected, str) else expected
     small_planes = "nhwc" if device == "cpu" else "nchw"
-    return [r.replace("small-planes", small_planes) for r in routes]
+    by_images = "columns/nchw" if device == "cpu" else "pointwise_by_images/nchw"
+    return [r.replace("small-planes", small_planes).replace("by-images-off-cpu", by_images) for r in routes]
 
 
 def result_is_channels_last(activation, weight):

@@ -30,8 +30,6 @@ LAYERS = {
     "strided-row-bands-16-channels": ((2, 16, 33, 29), 16, (3, 3), 2, 1, 1, 1, 60_000),
     "pointwise": ((8, 32, 14, 14), 64, (1, 1), 1, 0, 1, 1, None),
     "pointwise-wide-images": ((3, 16, 24, 24), 32, (1, 1), 1, 0, 1, 1, None),
-    # in NCHW the weight gradient's products per image, summed in halves (an odd count: 5)
-    "pointwise-odd-batch": ((5, 12, 9, 9), 20, (1, 1), 1, 0, 1, 1, None),
     # fed channels_last: a weight gradient [24, 16] too narrow to cut, cut along its 6400 pixels
     "pointwise-narrow-many-pixels": ((4, 16, 40, 40), 24, (1, 1), 1, 0, 1, 1, None),
     "pointwise-strided": ((4, 32, 14, 14), 48, (1, 1), 2, 0, 1, 1, None),
