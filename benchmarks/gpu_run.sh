@@ -79,9 +79,12 @@ if [ "$GPU" = 1 ]; then
   fi
 fi
 BENCH=(python3 benchmarks/bench_conv.py --device "$DEVICE" --batch "$BATCH" --suite "$SUITE" --rounds "$ROUNDS" --quiet)
-step bench-float32 "${BENCH[@]}" --memory --json "$OUT/bench-float32.json" --plot "$OUT/bench-float32.png"
-step bench-tf32 "${BENCH[@]}" --tf32 --json "$OUT/bench-tf32.json" --plot "$OUT/bench-tf32.png"
-step bench-bfloat16 "${BENCH[@]}" --dtype bfloat16 --json "$OUT/bench-bfloat16.json" --plot "$OUT/bench-bfloat16.png"
+plot() {  # plot NAME: --plot OUT/NAME.png where matplotlib is there (the tables and JSON are not held up)
+  if python3 -c "import matplotlib" 2>/dev/null; then echo --plot "$OUT/$1.png"; fi
+}
+step bench-float32 "${BENCH[@]}" --memory --json "$OUT/bench-float32.json" $(plot bench-float32)
+step bench-tf32 "${BENCH[@]}" --tf32 --json "$OUT/bench-tf32.json" $(plot bench-tf32)
+step bench-bfloat16 "${BENCH[@]}" --dtype bfloat16 --json "$OUT/bench-bfloat16.json" $(plot bench-bfloat16)
 if [ "$GPU" = 1 ]; then  # the same, every candidate captured in a CUDA graph: the host taken out
   step bench-float32-graphs "${BENCH[@]}" --cuda-graphs --json "$OUT/bench-float32-graphs.json"
 fi
