@@ -110,8 +110,8 @@ bool has_wide_input_groups(const ConvShape& s) {
 // (the products are in the operands' dtype; half precision sums in float32 by the column route),
 // and the products fit the workspace limit. Not on the CPU, whose chunks there are single images,
 // views already: a training step of 1x1 64>256@56 took 0.97-1.16x its time this way, no gain
-// (NOTES section 33). TORCH_CONVBP_POINTWISE_WEIGHT_GRAD=by_images takes it wherever the rule holds, on the CPU
-// too, =columns never: for tests and benchmarks.
+// (NOTES section 33). TORCH_CONVBP_POINTWISE_WEIGHT_GRAD=by_images takes it wherever the rule
+// holds, on the CPU too, =columns never: for tests and benchmarks.
 bool weight_grad_by_images(const ConvShape& s, const at::Tensor& first) {
   const char* text = std::getenv("TORCH_CONVBP_POINTWISE_WEIGHT_GRAD");
   const std::string_view choice = text ? text : "auto";
