@@ -1,10 +1,9 @@
 // The dtype the GEMMs run in (gemm_dtype.h).
 #include "gemm_dtype.h"
 
-#include <c10/util/Exception.h>
-
-#include <cstdlib>
 #include <string_view>
+
+#include "env_choice.h"
 
 namespace torch_convbp {
 
@@ -19,11 +18,8 @@ namespace torch_convbp {
 // too); auto is this rule.
 at::ScalarType gemm_dtype(at::ScalarType dtype, const at::Device& device) {
   if (dtype != at::kHalf && dtype != at::kBFloat16) return dtype;
-  const char* forced = std::getenv("TORCH_CONVBP_HALF_GEMM");
-  const std::string_view choice = forced ? forced : "auto";
-  TORCH_CHECK(choice == "auto" || choice == "native" || choice == "float32",
-              "torch_convbp: TORCH_CONVBP_HALF_GEMM must be auto, native or float32, got '", choice,
-              "'");
+  const std::string_view choice =
+      env_choice("TORCH_CONVBP_HALF_GEMM", {"auto", "native", "float32"});
   if (choice == "auto") {
     return device.is_cpu() ? at::kFloat : dtype;
   }

@@ -4,10 +4,10 @@
 
 #include <ATen/ATen.h>
 
-#include <cstdlib>
 #include <string_view>
 
 #include "cpu_features.h"
+#include "env_choice.h"
 #include "gemm_dtype.h"
 #include "plan.h"
 
@@ -43,11 +43,7 @@ constexpr int64_t kMinImplicitRow = 14;
 // never, "auto" (the default) by the rule above. For benchmarks and tests.
 enum class GemmChoice { automatic, microkernel, mkl };
 GemmChoice gemm_choice() {
-  const char* text = std::getenv("TORCH_CONVBP_GEMM");
-  const std::string_view choice = text ? text : "auto";
-  TORCH_CHECK(choice == "auto" || choice == "microkernel" || choice == "mkl",
-              "torch_convbp: TORCH_CONVBP_GEMM must be auto, microkernel or mkl, got '", choice,
-              "'");
+  const std::string_view choice = env_choice("TORCH_CONVBP_GEMM", {"auto", "microkernel", "mkl"});
   return choice == "microkernel" ? GemmChoice::microkernel
          : choice == "mkl"       ? GemmChoice::mkl
                                  : GemmChoice::automatic;
@@ -113,12 +109,8 @@ bool has_wide_input_groups(const ConvShape& s) {
 // (NOTES section 33). TORCH_CONVBP_POINTWISE_WEIGHT_GRAD=by_images takes it wherever the rule
 // holds, on the CPU too, =columns never: for tests and benchmarks.
 bool weight_grad_by_images(const ConvShape& s, const at::Tensor& first) {
-  const char* text = std::getenv("TORCH_CONVBP_POINTWISE_WEIGHT_GRAD");
-  const std::string_view choice = text ? text : "auto";
-  TORCH_CHECK(choice == "auto" || choice == "by_images" || choice == "columns",
-              "torch_convbp: TORCH_CONVBP_POINTWISE_WEIGHT_GRAD must be auto, by_images or "
-              "columns, got '",
-              choice, "'");
+  const std::string_view choice =
+      env_choice("TORCH_CONVBP_POINTWISE_WEIGHT_GRAD", {"auto", "by_images", "columns"});
   if (choice == "columns" || (choice == "auto" && first.device().is_cpu())) return false;
   if (at::isReducedFloatingType(first.scalar_type())) return false;
   const int64_t weight = s.in_channels * s.out_channels;
