@@ -43,7 +43,7 @@ def test_the_main_job_checks_and_times_from_outside_the_tree(tmp_path):
     (package data) and prints its table."""
     run = subprocess.run([sys.executable, "-m", "torch_convbp", "check", "--layers", "512 @7", "--batch", "1",
                           "--rounds", "1"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stderr
+    assert run.returncode == 0, run.stdout + run.stderr
     assert "Self-check passed." in run.stdout and "| resnet18 3x3 512 @7 |" in run.stdout
 
 
