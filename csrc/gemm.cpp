@@ -22,9 +22,17 @@ extern "C" int MKL_Set_Num_Threads_Local(int) __attribute__((weak));
 namespace torch_convbp {
 namespace {
 
-constexpr int64_t kMaxGemmBlocks = 4;
+// Up to 16 blocks, so that a call with a single unit (a deep layer at batch 1) has work for up
+// to 16 threads; at least kMinBlockLength rows or columns each, so that small GEMMs stay whole.
+constexpr int64_t kMaxGemmBlocks = 16;
 constexpr int64_t kMinBlockLength = 64;
+// Every block of rows reads all of b, every block of columns all of a: more than
+// kBlocksOverSharedOperand blocks only where that shared operand fits a core's L2 (1 MiB), since
+// re-reading it from memory cost more than the threads gained (benchmarks/NOTES.md, section 35).
+constexpr int64_t kBlocksOverSharedOperand = 4;
+constexpr int64_t kSharedOperandInCacheBytes = int64_t{1} << 20;
 constexpr int64_t kMinShareLength = 1024;  // of K, per share of gemm_out_contracting
+constexpr int64_t kMaxContractionShares = 4;  // each share is a copy of the result, added after
 
 // Makes the GEMMs of this thread single-threaded while it lives: MKL's (float32, float64), and
 // oneDNN's, which ATen runs for bfloat16 and float16 on a CPU with instructions for them, and
@@ -107,6 +115,12 @@ void gemm_by_blocks(const Tensor& out, const Tensor& a, const Tensor& b, int64_t
     return;
   }
   const int64_t dim = block_dimension(out.sizes());
+  if (dim != 0) {  // rows or columns: each block reads all of the other operand
+    const Tensor& shared = dim == 1 ? b : a;
+    if (shared.numel() * shared.element_size() > kSharedOperandInCacheBytes) {
+      blocks = std::min(blocks, kBlocksOverSharedOperand);
+    }
+  }
   const int64_t length = out.size(dim);
   const int64_t width = (length + blocks - 1) / blocks;
   on_single_threaded_blas(blocks, cpu, [&](int64_t block) {
@@ -121,7 +135,7 @@ void gemm_by_blocks(const Tensor& out, const Tensor& a, const Tensor& b, int64_t
 // How many shares of K gemm_out_contracting cuts a GEMM into: sizes only, as gemm_blocks.
 int64_t contraction_shares(const Tensor& out, int64_t k) {
   if (gemm_blocks(/*units=*/1, out.sizes(), out.device()) > 1 || !out.device().is_cpu()) return 1;
-  for (int64_t shares = kMaxGemmBlocks; shares > 1; shares /= 2) {
+  for (int64_t shares = kMaxContractionShares; shares > 1; shares /= 2) {
     if (k / shares >= kMinShareLength) return shares;
   }
   return 1;
@@ -131,8 +145,9 @@ int64_t contraction_shares(const Tensor& out, int64_t k) {
 
 int64_t gemm_blocks(int64_t units, IntArrayRef result, const at::Device& device) {
   if (!device.is_cpu() || units > 1) return 1;
-  // 4 or 2 blocks (equal shares for 2 or 4 threads): of whole groups, or of at least
-  // kMinBlockLength rows or columns.
+  // 16, 8, 4 or 2 blocks (equal shares for 2, 4, 8 or 16 threads): of whole groups, or of at
+  // least kMinBlockLength rows or columns (gemm_by_blocks keeps at most 4 of those where the
+  // operand they share is larger than a core's L2).
   const int64_t dim = block_dimension(result);
   const int64_t min_length = dim == 0 ? 1 : kMinBlockLength;
   for (int64_t blocks = kMaxGemmBlocks; blocks > 1; blocks /= 2) {

@@ -17,9 +17,9 @@ using at::Tensor;
 // How many blocks a GEMM with a [G, M, N] result is cut into, when the call has `units`
 // independent pieces of work to run in parallel: 1 where there are several (the lanes keep the
 // threads busy; each block costs some of a GEMM's speed, more for narrow ones: benchmarks/
-// NOTES.md, sections 10 and 11), else 4 or 2 blocks: of whole groups where G > 1, else of at
-// least 64 rows or columns, along the longer side. Sizes only, never the thread count. 1 off the
-// CPU.
+// NOTES.md, sections 10 and 11), else 16, 8, 4 or 2 blocks: of whole groups where G > 1, else of
+// at least 64 rows or columns, along the longer side (at most 4 of those where the operand all
+// of them read is over 1 MiB: gemm.cpp). Sizes only, never the thread count. 1 off the CPU.
 int64_t gemm_blocks(int64_t units, IntArrayRef result, const at::Device& device);
 
 // out = a @ b for [G, M, K] @ [G, K, N], in `blocks` blocks.

@@ -100,6 +100,46 @@ def test_same_bits_on_any_thread_count(layer, dtype, channels_last):
     assert_same_bits(runs)
 
 
+# Calls with a single unit (one chunk: a deep layer at batch 1), whose GEMMs are cut into blocks
+# instead, for up to 16 threads (gemm.h): 16 blocks of 68 output channels (the forward; the
+# column matrix they share fits in cache), 16 blocks of one group each, and a forward whose
+# shared column matrix (1.27 MiB) does not fit in cache: 4 blocks.
+SINGLE_UNIT_LAYERS = {
+    "sixteen-row-blocks": ((1, 16, 7, 7), 1088, (3, 3), 1, 1, 1, 1, None),
+    "group-blocks": ((1, 128, 8, 8), 128, (3, 3), 1, 1, 1, 16, None),
+    "shared-operand-over-cache": ((1, 256, 12, 12), 1024, (3, 3), 1, 1, 1, 1, None),
+}
+
+
+@pytest.mark.parametrize("layer", list(SINGLE_UNIT_LAYERS))
+def test_a_single_unit_call_has_work_for_many_threads(layer):
+    """A many-core machine gets up to 16 pieces of a batch-1 deep layer; the bits stay the same
+    on any thread count, more threads than blocks included, and add up to the convolution."""
+    runs = {}
+    for count in (1, 2, 5, 8, 16, 24):
+        with threads(count):
+            runs[count] = results_of(SINGLE_UNIT_LAYERS[layer], torch.float32, False)
+    assert_same_bits(runs)
+    ours = results_of(SINGLE_UNIT_LAYERS[layer], torch.float64, False)
+    expected = results_of(SINGLE_UNIT_LAYERS[layer], torch.float64, False, conv=torch.nn.functional.conv2d)
+    for name, got, want in zip(RESULTS, ours, expected):
+        torch.testing.assert_close(got, want, msg=lambda m: f"{name}: {m}")
+
+
+@pytest.mark.parametrize("layer, blocks", [
+    ("sixteen-row-blocks", 16),
+    ("group-blocks", 16),
+    ("shared-operand-over-cache", 4),
+])
+def test_the_forward_of_a_single_unit_is_cut_into_blocks(layer, blocks):
+    """The pieces a many-core machine gets, counted: one GEMM call per block (gemm.h)."""
+    size, out_channels, kernel, stride, padding, dilation, groups, _ = SINGLE_UNIT_LAYERS[layer]
+    x, w = torch.randn(size), torch.randn(out_channels, size[1] // groups, *kernel)
+    with torch.profiler.profile() as profile:
+        torch_convbp.conv2d(x, w, None, stride, padding, dilation, groups)
+    assert sum(event.name == "aten::addmm_" for event in profile.events()) == blocks
+
+
 def test_float64_too():
     runs = []
     for count in (1, 3):
