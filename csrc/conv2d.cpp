@@ -31,7 +31,7 @@
 #include "checks.h"
 #include "device_kernels.h"
 #include "gemm.h"
-#include "gemm_dtype.h"
+#include "gemm_choice.h"
 #include "layout.h"
 #include "matrices.h"
 #include "plan.h"
@@ -155,13 +155,10 @@ Tensor weight_grad_by_chunks(const Tensor& x, const Tensor& dy, IntArrayRef weig
   const auto workspace = x.options().dtype(gemm_dtype(x.scalar_type(), x.device()));
   const Plan plan = plan_chunks(s, workspace, /*pixels_contracted=*/true);
   const int64_t sums = partial_sums(plan, workspace);
-  const int64_t group_rows = s.column_rows() / s.groups;
-  const int64_t blocks =
-      gemm_blocks(sums, {s.groups, s.out_channels / s.groups, group_rows}, x.device());
+  const int64_t blocks = gemm_blocks(
+      sums, {s.groups, s.out_channels / s.groups, s.column_rows() / s.groups}, x.device());
   std::vector<Tensor> partial(sums);
   run_units(s, plan, sums, workspace, layout, [&](int64_t sum, Workspace& ws) {
-    partial[sum] =
-        at::empty({s.groups, s.out_channels / s.groups, group_rows}, x.options().dtype(acc_dtype));
     const int64_t first = sum * plan.chunks() / sums, end = (sum + 1) * plan.chunks() / sums;
     for (int64_t index = first; index < end; ++index) {
       const Chunk c = plan.chunk(s, index);
@@ -169,6 +166,10 @@ Tensor weight_grad_by_chunks(const Tensor& x, const Tensor& dy, IntArrayRef weig
       const Tensor dy_g = ws.group_matrix(chunk_of(dy, c));    // [G, Cout/G, P]
       // [G, Cout/G, Cin/G*kh*kw] (+)= [G, Cout/G, P] @ [G, P, Cin/G*kh*kw] (a GEMM flag, no copy)
       const Tensor columns_t = columns.transpose(1, 2);
+      if (index == first) {  // the first is the result; the others are scratch, summed into it
+        const Memory memory = sum == 0 ? Memory::result : Memory::scratch;
+        partial[sum] = empty_gemm_result(dy_g, columns_t, acc_dtype, end - first, memory);
+      }
       if (index != first) {
         gemm_accumulate(partial[sum], dy_g, columns_t, blocks);
       } else if (sums == 1) {  // on the CPU, the only chunk: its GEMM is cut along P if narrow
@@ -226,7 +227,7 @@ Tensor flipped_transposed_weight(const Tensor& weight, const ConvShape& s, Layou
   };
   std::vector<int64_t> size{s.in_channels, out};
   size.insert(size.end(), kernel.begin(), kernel.end());
-  Tensor flipped = empty_in_layout(size, weight, layout);
+  Tensor flipped = empty_in_layout(size, weight, layout, Memory::scratch);
   const Tensor source = weight.view(grouped(out, in));
   const Tensor target = flipped.view(grouped(in, out));
   const int64_t spatial = static_cast<int64_t>(kernel.size());
@@ -267,6 +268,20 @@ Tensor gemm_weight(const Tensor& weight, const ConvShape& s, Layout layout) {
                         " is not one of its routes");
 }
 
+// Where a route's activation result lives: it is the operator's result where the route computes
+// in the result's format, else scratch, copied into the result's format at the end.
+Memory route_memory(const RouteChoice& route, at::MemoryFormat result, int64_t rank) {
+  return memory_format(route.layout, rank) == result ? Memory::result : Memory::scratch;
+}
+
+// A route's activation result `t` as the operator's result, in `format`: itself, or a copy in
+// ATen's memory (never the scratch pool's, whose memory a caller must not hold).
+Tensor as_result(const Tensor& t, at::MemoryFormat format, Memory memory) {
+  Tensor result = to_memory_format(t, format);
+  if (memory == Memory::scratch && result.is_alias_of(t)) return result.clone(format);
+  return result;
+}
+
 // The convolution's output size: [N, Cout, (OD,) OH, OW].
 std::vector<int64_t> output_size(const ConvShape& s) {
   if (s.is_planar()) return {s.batch, s.out_channels, s.out_height, s.out_width};
@@ -290,7 +305,9 @@ Tensor convolution_forward(const char* op, int64_t dims, const Tensor& input, co
 
   const RouteChoice route = choose_route(Operator::forward, s, {input});
   const Tensor x = in_layout(input, route.layout);
-  Tensor output = empty_in_layout(output_size(s), x, route.layout);
+  const at::MemoryFormat format = result_format(input, weight);  // the operands' format
+  const Memory memory = route_memory(route, format, input.dim());
+  Tensor output = empty_in_layout(output_size(s), x, route.layout, memory);
   switch (route.route) {
     case Route::depthwise:
       call_depthwise(DepthwiseKernel::forward, x, weight.contiguous(), s, output);
@@ -315,7 +332,7 @@ Tensor convolution_forward(const char* op, int64_t dims, const Tensor& input, co
     per_channel[1] = s.out_channels;
     output.add_(bias->view(per_channel));
   }
-  return to_memory_format(output, result_format(input, weight));  // the operands' format
+  return as_result(output, format, memory);
 }
 
 Tensor convolution_weight_grad(const char* op, int64_t dims, const Tensor& input,
@@ -361,7 +378,9 @@ Tensor convolution_input_grad(const char* op, int64_t dims, const Tensor& grad_o
 
   const RouteChoice route = choose_route(Operator::input_grad, s, {grad_output});
   const Tensor dy = in_layout(grad_output, route.layout);
-  Tensor grad_input = empty_in_layout(input_size, dy, route.layout);
+  const at::MemoryFormat format = result_format(grad_output, weight);  // the operands' format
+  const Memory memory = route_memory(route, format, grad_output.dim());
+  Tensor grad_input = empty_in_layout(input_size, dy, route.layout, memory);
   switch (route.route) {
     case Route::depthwise:
       call_depthwise(DepthwiseKernel::input_grad, dy, weight.contiguous(), s, grad_input);
@@ -392,7 +411,7 @@ Tensor convolution_input_grad(const char* op, int64_t dims, const Tensor& grad_o
     }
     case Route::columns: input_grad_by_col2im(dy, weight, s, route.layout, grad_input); break;
   }
-  return to_memory_format(grad_input, result_format(grad_output, weight));
+  return as_result(grad_input, format, memory);
 }
 
 }  // namespace

@@ -8,4 +8,9 @@ namespace torch_convbp {
 // the call falls back to a plain GEMM, far too slow for the calls of the implicit route.
 bool cpu_has_gemm_microkernel();
 
+// Whether the micro-kernel measured faster than MKL on CPUs like this one, for the GEMMs of the
+// column routes: an AMD CPU with AVX-512 (F, DQ, BW, VL, with the OS saving its registers), which
+// oneDNN may use (DNNL_MAX_CPU_ISA or ONEDNN_MAX_CPU_ISA do not cap it below AVX-512).
+bool cpu_prefers_gemm_microkernel();
+
 }  // namespace torch_convbp

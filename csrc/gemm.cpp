@@ -4,9 +4,14 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <ATen/ThreadLocalState.h>
+#include <ATen/record_function.h>
 
 #include <algorithm>
 #include <vector>
+
+#include "gemm_choice.h"
+#include "microkernel_gemm.h"
+#include "scratch.h"
 
 #if defined(_OPENMP)
 #include <omp.h>
@@ -31,7 +36,7 @@ constexpr int64_t kMinBlockLength = 64;
 // re-reading it from memory cost more than the threads gained (benchmarks/NOTES.md, section 35).
 constexpr int64_t kBlocksOverSharedOperand = 4;
 constexpr int64_t kSharedOperandInCacheBytes = int64_t{1} << 20;
-constexpr int64_t kMinShareLength = 1024;  // of K, per share of gemm_out_contracting
+constexpr int64_t kMinShareLength = 1024;     // of K, per share of gemm_out_contracting
 constexpr int64_t kMaxContractionShares = 4;  // each share is a copy of the result, added after
 
 // Makes the GEMMs of this thread single-threaded while it lives: MKL's (float32, float64), and
@@ -70,9 +75,16 @@ Tensor only_matrix(const Tensor& batch) {
   return batch.as_strided({batch.size(1), batch.size(2)}, {batch.stride(1), batch.stride(2)});
 }
 
-// out = a @ b (beta 0) or out += a @ b, for [G, M, K] @ [G, K, N]; a plain mm for one group.
+// out = a @ b (beta 0) or out += a @ b, for [G, M, K] @ [G, K, N]: on the micro-kernel where
+// gemm_engine says so, else ATen's GEMM (a plain mm for one group).
 void gemm_one_block(const Tensor& out, const Tensor& a, const Tensor& b, bool accumulate) {
-  if (out.scalar_type() != a.scalar_type()) {  // a float32 accumulator of half-precision GEMMs
+  if (out.scalar_type() == a.scalar_type() &&
+      gemm_engine(a.scalar_type(), a.device()) == GemmEngine::microkernel) {
+    // Named in the profiler as ATen's GEMMs are (aten::addmm_), since it is no ATen operation.
+    RECORD_FUNCTION("torch_convbp::microkernel_gemm", std::vector<c10::IValue>());
+    microkernel_gemm(out, a, b, accumulate);
+  } else if (out.scalar_type() !=
+             a.scalar_type()) {  // a float32 accumulator of half-precision GEMMs
     const Tensor product = at::bmm(a, b);
     accumulate ? out.add_(product) : out.copy_(product);
   } else if (a.size(0) == 1) {
@@ -115,10 +127,15 @@ void gemm_by_blocks(const Tensor& out, const Tensor& a, const Tensor& b, int64_t
     return;
   }
   const int64_t dim = block_dimension(out.sizes());
+  Tensor shared_a = a, shared_b = b;
   if (dim != 0) {  // rows or columns: each block reads all of the other operand
-    const Tensor& shared = dim == 1 ? b : a;
+    Tensor& shared = dim == 1 ? shared_b : shared_a;
     if (shared.numel() * shared.element_size() > kSharedOperandInCacheBytes) {
       blocks = std::min(blocks, kBlocksOverSharedOperand);
+    }
+    if (out.scalar_type() == a.scalar_type() &&
+        gemm_engine(a.scalar_type(), a.device()) == GemmEngine::microkernel) {
+      shared = microkernel_shared_operand(out, a, b, /*shared_is_a=*/dim == 2, accumulate);
     }
   }
   const int64_t length = out.size(dim);
@@ -128,8 +145,16 @@ void gemm_by_blocks(const Tensor& out, const Tensor& a, const Tensor& b, int64_t
     if (count <= 0) return;
     const auto part = [&](const Tensor& t) { return t.narrow(dim, first, count); };
     // [G', M', N'] (+)= [G', M', K] @ [G', K, N']: a's rows follow M, b's columns follow N.
-    gemm_one_block(part(out), dim == 2 ? a : part(a), dim == 1 ? b : part(b), accumulate);
+    gemm_one_block(part(out), dim == 2 ? shared_a : part(a), dim == 1 ? shared_b : part(b),
+                   accumulate);
   });
+}
+
+// Scratch matrices like out [G, M, N]: row-major, or transposed where out is (empty_gemm_result).
+Tensor empty_scratch_like(const Tensor& out) {
+  const bool transposed = !out.is_contiguous() && out.transpose(1, 2).is_contiguous();
+  if (!transposed) return empty_scratch(out.sizes(), out.options());
+  return empty_scratch({out.size(0), out.size(2), out.size(1)}, out.options()).transpose(1, 2);
 }
 
 // How many shares of K gemm_out_contracting cuts a GEMM into: sizes only, as gemm_blocks.
@@ -156,6 +181,19 @@ int64_t gemm_blocks(int64_t units, IntArrayRef result, const at::Device& device)
   return 1;
 }
 
+Tensor empty_gemm_result(const Tensor& a, const Tensor& b, at::ScalarType dtype, int64_t gemms,
+                         Memory memory) {
+  const auto options = a.options().dtype(dtype);
+  const int64_t groups = a.size(0), m = a.size(1), n = b.size(2);
+  const bool transposed = dtype == a.scalar_type() && m > 0 && n > 0 && a.size(2) > 0 &&
+                          gemm_engine(dtype, a.device()) == GemmEngine::microkernel &&
+                          microkernel_prefers_transposed_result(a, b, gemms);
+  const auto empty = [&](at::IntArrayRef size) {
+    return memory == Memory::scratch ? empty_scratch(size, options) : at::empty(size, options);
+  };
+  return transposed ? empty({groups, n, m}).transpose(1, 2) : empty({groups, m, n});
+}
+
 void gemm_out(const Tensor& out, const Tensor& a, const Tensor& b, int64_t blocks) {
   gemm_by_blocks(out, a, b, blocks, /*accumulate=*/false);
 }
@@ -171,7 +209,7 @@ void gemm_out_contracting(const Tensor& out, const Tensor& a, const Tensor& b) {
   const int64_t width = (k + shares - 1) / shares;
   std::vector<Tensor> products(shares);
   products[0] = out;
-  for (int64_t share = 1; share < shares; ++share) products[share] = at::empty_like(out);
+  for (int64_t share = 1; share < shares; ++share) products[share] = empty_scratch_like(out);
   on_single_threaded_blas(shares, /*cpu=*/true, [&](int64_t share) {
     const int64_t first = share * width, count = std::min(width, k - first);
     gemm_one_block(products[share], a.narrow(2, first, count), b.narrow(1, first, count),

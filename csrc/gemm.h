@@ -9,6 +9,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "scratch.h"
+
 namespace torch_convbp {
 
 using at::IntArrayRef;
@@ -21,6 +23,13 @@ using at::Tensor;
 // at least 64 rows or columns, along the longer side (at most 4 of those where the operand all
 // of them read is over 1 MiB: gemm.cpp). Sizes only, never the thread count. 1 off the CPU.
 int64_t gemm_blocks(int64_t units, IntArrayRef result, const at::Device& device);
+
+// An empty [G, M, N] result, in `dtype`, for `gemms` GEMMs like a @ b ([G, M, K] @ [G, K, N]) to
+// write and accumulate into: row-major, or the transposed view of a row-major [G, N, M] where the
+// GEMM engine writes that with fewer copies, its final copy into row-major order included (the
+// micro-kernel driver, for the NCHW weight gradient's dY @ columns^T: microkernel_gemm.h).
+Tensor empty_gemm_result(const Tensor& a, const Tensor& b, at::ScalarType dtype, int64_t gemms,
+                         Memory memory);
 
 // out = a @ b for [G, M, K] @ [G, K, N], in `blocks` blocks.
 void gemm_out(const Tensor& out, const Tensor& a, const Tensor& b, int64_t blocks);

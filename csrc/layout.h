@@ -3,6 +3,7 @@
 
 #include <ATen/ATen.h>
 
+#include "scratch.h"
 #include "shape.h"
 
 namespace torch_convbp {
@@ -16,16 +17,22 @@ inline at::MemoryFormat memory_format(Layout layout, int64_t rank) {
 
 // `t` in `format` (a copy only where it is not already). A dense activation that changes between
 // NCHW and channels last goes through the transposing copy kernel (layout.cpp).
-at::Tensor to_memory_format(const at::Tensor& t, at::MemoryFormat format);
+at::Tensor to_memory_format(const at::Tensor& t, at::MemoryFormat format,
+                            Memory memory = Memory::result);
 
-// An operand in that layout.
+// An operand in that layout, copied (where it is not in it) into scratch memory.
 inline at::Tensor in_layout(const at::Tensor& t, Layout layout) {
-  return to_memory_format(t, memory_format(layout, t.dim()));
+  return to_memory_format(t, memory_format(layout, t.dim()), Memory::scratch);
 }
 
+// An empty tensor of `size` in `format`, its memory a result's or scratch.
+at::Tensor empty_in_format(at::IntArrayRef size, at::TensorOptions options, at::MemoryFormat format,
+                           Memory memory);
+
 // An empty activation (or weight) of `size` in that layout.
-inline at::Tensor empty_in_layout(at::IntArrayRef size, const at::Tensor& like, Layout layout) {
-  return at::empty(size, like.options().memory_format(memory_format(layout, size.size())));
+inline at::Tensor empty_in_layout(at::IntArrayRef size, const at::Tensor& like, Layout layout,
+                                  Memory memory = Memory::result) {
+  return empty_in_format(size, like.options(), memory_format(layout, size.size()), memory);
 }
 
 }  // namespace torch_convbp

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "device_kernels.h"
+
 namespace torch_convbp {
 namespace {
 
@@ -66,9 +68,22 @@ Tensor weight_matrices(const Tensor& weight, const ConvShape& s, Layout layout) 
   return rows.view({s.groups, s.out_channels / s.groups, -1});
 }
 
+// Matrices [G, M, N] in contiguous memory: themselves, or a copy, by the transposing copy kernel
+// where they are the transposed view of [G, N, M] (the micro-kernel driver's weight gradient:
+// gemm.h, empty_gemm_result), which ATen's copy ran at a few GB/s (benchmarks/NOTES.md, 30).
+Tensor contiguous_matrices(const Tensor& matrices) {
+  if (matrices.is_contiguous()) return matrices;
+  if (!matrices.transpose(1, 2).is_contiguous()) return matrices.contiguous();
+  Tensor result = at::empty(matrices.sizes(), matrices.options());
+  call_transpose_copy(matrices.transpose(1, 2), result);
+  return result;
+}
+
 Tensor weight_of_matrices(const Tensor& matrices, IntArrayRef weight_size, at::ScalarType dtype,
                           Layout layout) {
-  if (layout == Layout::nchw) return in_dtype(matrices.view(weight_size), dtype);
+  if (layout == Layout::nchw) {
+    return in_dtype(contiguous_matrices(matrices).view(weight_size), dtype);
+  }
   // [Cout, (kd,) kh, kw, C/G] rows back to [Cout, C/G, (kd,) kh, kw]
   std::vector<int64_t> rows_size(weight_size.begin(), weight_size.end());
   std::rotate(rows_size.begin() + 1, rows_size.begin() + 2, rows_size.end());

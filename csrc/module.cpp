@@ -9,9 +9,11 @@
 #include <vector>
 
 #include "checks.h"
-#include "gemm_dtype.h"
+#include "gemm_choice.h"
+#include "microkernel_gemm.h"
 #include "plan.h"
 #include "route.h"
+#include "scratch.h"
 
 namespace {
 
@@ -40,6 +42,22 @@ std::tuple<std::string, std::string, std::string> route(
           std::string(choice.why_route) + "; " + choice.why_layout};
 }
 
+// out (+)= a @ b on the micro-kernel driver alone, for its tests: float32 CPU tensors
+// [G, M, K] @ [G, K, N] -> [G, M, N], any strides.
+void microkernel_gemm_checked(const at::Tensor& out, const at::Tensor& a, const at::Tensor& b,
+                              bool accumulate) {
+  constexpr const char* op = "torch_convbp._C._microkernel_gemm";
+  for (const at::Tensor* t : {&out, &a, &b}) {
+    TORCH_CHECK(t->dim() == 3 && t->scalar_type() == at::kFloat && t->device().is_cpu(), op,
+                ": expected 3-D float32 CPU tensors, got ", t->sizes(), " ", t->scalar_type(),
+                " on ", t->device());
+  }
+  TORCH_CHECK(a.size(0) == out.size(0) && b.size(0) == out.size(0) && a.size(1) == out.size(1) &&
+                  b.size(2) == out.size(2) && a.size(2) == b.size(1),
+              op, ": cannot multiply ", a.sizes(), " by ", b.sizes(), " into ", out.sizes());
+  torch_convbp::microkernel_gemm(out, a, b, accumulate);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
@@ -49,8 +67,23 @@ PYBIND11_MODULE(_C, m) {
   m.def("workspace_limit", &torch_convbp::workspace_limit, "The workspace limit in bytes.");
   m.def("workspace_peak", &torch_convbp::workspace_peak, py::arg("reset") = false,
         "The most workspace held at once since the last reset, in bytes.");
+  m.def("release_scratch", &torch_convbp::release_scratch,
+        "Frees the CPU scratch memory kept between calls; returns the bytes freed.");
+  m.def("pooled_scratch", &torch_convbp::pooled_scratch_bytes,
+        "The bytes of CPU scratch memory kept between calls, not in use.");
   m.def("gemm_dtype", &torch_convbp::gemm_dtype, py::arg("dtype"), py::arg("device"),
         "The dtype the GEMMs run in for operands of this dtype on this device.");
+  m.def(
+      "gemm_engine",
+      [](at::ScalarType dtype, const at::Device& device) {
+        const auto compute = torch_convbp::gemm_dtype(dtype, device);
+        return std::string(
+            torch_convbp::gemm_engine_name(torch_convbp::gemm_engine(compute, device)));
+      },
+      py::arg("dtype"), py::arg("device"),
+      "What runs the GEMMs for operands of this dtype on this device: 'aten' or 'microkernel'.");
+  m.def("_microkernel_gemm", &microkernel_gemm_checked, py::arg("out"), py::arg("a"), py::arg("b"),
+        py::arg("accumulate"), "out (+)= a @ b on the micro-kernel GEMM driver, for its tests.");
   m.def("_route", &route, py::arg("op"), py::arg("input_size"), py::arg("weight_size"),
         py::arg("stride"), py::arg("padding"), py::arg("dilation"), py::arg("groups"),
         py::arg("activations"),

@@ -4,6 +4,8 @@
 #include <atomic>
 #include <cstdlib>
 
+#include "scratch.h"
+
 namespace torch_convbp {
 namespace {
 
@@ -129,7 +131,7 @@ Tensor Workspace::group_matrix(const Tensor& chunk) {
 
 Tensor& Workspace::take(Tensor& buffer, int64_t rows) {
   if (!buffer.defined()) {
-    buffer = at::empty({rows * max_pixels_}, options_);
+    buffer = empty_scratch({rows * max_pixels_}, options_);
     held_bytes_ += buffer.nbytes();
     count_in_use(buffer.nbytes());
   }

@@ -8,7 +8,7 @@
 
 #include "cpu_features.h"
 #include "env_choice.h"
-#include "gemm_dtype.h"
+#include "gemm_choice.h"
 #include "plan.h"
 
 namespace torch_convbp {
@@ -34,20 +34,14 @@ constexpr int64_t kMinNchwDepthwisePlane = 256;
 // The implicit route (GEMMs on shifted views of the input, no column matrix) pays where each
 // tap's GEMM has enough input channels to be a GEMM and each output row enough pixels, and the
 // channels are few enough that the column matrix would cost much beside the GEMM: 16 to 128
-// input channels per group, output rows of 14 pixels or more (NOTES section 26).
+// input channels per group, output rows of 14 pixels or more (on an AVX-512 Xeon: NOTES section
+// 26). On a CPU where the micro-kernel outruns MKL (cpu_prefers_gemm_microkernel: an AVX-512
+// EPYC), it took every layer of 16 channels or more per group, 512@7 included, at oneDNN's
+// speed, where the columns route on the same micro-kernel took 1.1-1.3x; but not a strided
+// 1x1 layer, one tap, whose column matrix is a plain gather (NOTES section 36).
 constexpr int64_t kMinImplicitChannels = 16;
 constexpr int64_t kMaxImplicitChannels = 128;
 constexpr int64_t kMinImplicitRow = 14;
-
-// TORCH_CONVBP_GEMM: "microkernel" takes the implicit route wherever it can compute a call, "mkl"
-// never, "auto" (the default) by the rule above. For benchmarks and tests.
-enum class GemmChoice { automatic, microkernel, mkl };
-GemmChoice gemm_choice() {
-  const std::string_view choice = env_choice("TORCH_CONVBP_GEMM", {"auto", "microkernel", "mkl"});
-  return choice == "microkernel" ? GemmChoice::microkernel
-         : choice == "mkl"       ? GemmChoice::mkl
-                                 : GemmChoice::automatic;
-}
 
 // Whether the implicit route computes convolution `s` (a forward one: for the input gradient,
 // its transposed convolution) of these float32, channels_last operands on the CPU.
@@ -55,12 +49,13 @@ bool takes_implicit(const ConvShape& s, const at::Tensor& first) {
   if (!s.is_planar() || !first.device().is_cpu() || first.scalar_type() != at::kFloat) {
     return false;
   }
-  const GemmChoice choice = gemm_choice();
-  if (choice == GemmChoice::mkl || !cpu_has_gemm_microkernel()) return false;
-  if (choice == GemmChoice::microkernel) return true;
-  const int64_t group_in = s.in_channels / s.groups;
-  return group_in >= kMinImplicitChannels && group_in <= kMaxImplicitChannels &&
-         s.out_channels / s.groups >= kMinNhwcGroupChannels && s.out_width >= kMinImplicitRow;
+  const GemmSetting setting = gemm_setting();  // TORCH_CONVBP_GEMM (gemm_choice.h)
+  if (setting == GemmSetting::mkl || !cpu_has_gemm_microkernel()) return false;
+  if (setting == GemmSetting::microkernel) return true;
+  const int64_t group_in = s.in_channels / s.groups, group_out = s.out_channels / s.groups;
+  const bool wide_enough = group_in >= kMinImplicitChannels && group_out >= kMinNhwcGroupChannels;
+  if (cpu_prefers_gemm_microkernel()) return wide_enough && s.taps() > 1;
+  return wide_enough && group_in <= kMaxImplicitChannels && s.out_width >= kMinImplicitRow;
 }
 
 // The channels-last format of a tensor of this rank: channels_last, or channels_last_3d.
@@ -203,8 +198,11 @@ RouteChoice choose_route(Operator op, const ConvShape& s, at::TensorList activat
                 ? "stride 1: the forward convolution of the output gradient, a GEMM per tap on "
                   "views of it (no column matrix)"
                 : "a GEMM per tap on views of the input (no column matrix)",
-            "channels_last float32 operands on a CPU with the GEMM micro-kernel; 16 to 128 "
-            "channels per group, output rows of 14 pixels or more"};
+            cpu_prefers_gemm_microkernel()
+                ? "channels_last float32 operands on a CPU where the GEMM micro-kernel outruns "
+                  "MKL; 16 or more channels per group, more than one tap"
+                : "channels_last float32 operands on a CPU with the GEMM micro-kernel; 16 to 128 "
+                  "channels per group, output rows of 14 pixels or more"};
   }
 
   const bool nhwc = channels_last && has_wide_groups(s);

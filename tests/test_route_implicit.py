@@ -99,30 +99,38 @@ def test_the_implicit_and_column_routes_agree(monkeypatch):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-4)
 
 
-# (name, input [N, C, H, W], out channels, dtype, channels_last, whether the rule takes the route)
+# (name, input [N, C, H, W], out channels, kernel, dtype, channels_last, whether the rule takes the
+# route on a CPU with the micro-kernel, and on one where it outruns MKL (gemm_engine() says
+# "microkernel"): there every layer of 16 channels or more per group and more than one tap.
 RULE = [
-    ("64 channels, rows of 28", (2, 64, 28, 28), 64, torch.float32, True, True),
-    ("16 channels, rows of 14", (2, 16, 14, 14), 32, torch.float32, True, True),
-    ("rows of 7", (2, 64, 7, 7), 64, torch.float32, True, False),
-    ("256 channels", (1, 256, 14, 14), 256, torch.float32, True, False),
-    ("8 channels", (2, 8, 28, 28), 32, torch.float32, True, False),
-    ("float64", (2, 64, 28, 28), 64, torch.float64, True, False),
-    ("bfloat16", (2, 64, 28, 28), 64, torch.bfloat16, True, False),
-    ("NCHW", (2, 64, 28, 28), 64, torch.float32, False, False),
+    ("64 channels, rows of 28", (2, 64, 28, 28), 64, 3, torch.float32, True, True, True),
+    ("16 channels, rows of 14", (2, 16, 14, 14), 32, 3, torch.float32, True, True, True),
+    ("rows of 7", (2, 64, 7, 7), 64, 3, torch.float32, True, False, True),
+    ("256 channels", (1, 256, 14, 14), 256, 3, torch.float32, True, False, True),
+    ("8 channels", (2, 8, 28, 28), 32, 3, torch.float32, True, False, False),
+    ("one tap", (2, 64, 28, 28), 64, 1, torch.float32, True, True, False),
+    ("float64", (2, 64, 28, 28), 64, 3, torch.float64, True, False, False),
+    ("bfloat16", (2, 64, 28, 28), 64, 3, torch.bfloat16, True, False, False),
+    ("NCHW", (2, 64, 28, 28), 64, 3, torch.float32, False, False, False),
 ]
 
 
-@pytest.mark.parametrize("name, shape, cout, dtype, channels_last, takes", RULE, ids=[r[0] for r in RULE])
-def test_the_rule_that_chooses_it(name, shape, cout, dtype, channels_last, takes, monkeypatch):
+@pytest.mark.parametrize("name, shape, cout, kernel, dtype, channels_last, takes, takes_where_faster", RULE,
+                         ids=[r[0] for r in RULE])
+def test_the_rule_that_chooses_it(name, shape, cout, kernel, dtype, channels_last, takes, takes_where_faster, monkeypatch):
     monkeypatch.delenv("TORCH_CONVBP_GEMM", raising=False)
+    if torch_convbp.gemm_engine() == "microkernel":
+        takes = takes_where_faster
     x = torch.empty(shape, dtype=dtype).contiguous(memory_format=CL if channels_last else torch.contiguous_format)
-    w = torch.empty(cout, shape[1], 3, 3, dtype=dtype)
-    routes = torch_convbp.explain(x, w, padding=1)
+    w = torch.empty(cout, shape[1], kernel, kernel, dtype=dtype)
+    # a 1x1 kernel with a stride (one unpadded, of stride 1, is the pointwise route's)
+    stride, padding = (2, 0) if kernel == 1 else (1, 1)
+    routes = torch_convbp.explain(x, w, stride, padding)
     assert (routes["forward"].route == "implicit_nhwc") == takes
-    assert (routes["input_grad"].route == "implicit_nhwc") == takes
+    assert (routes["input_grad"].route == "implicit_nhwc") == (takes and stride == 1)
     assert routes["weight_grad"].route != "implicit_nhwc"
     monkeypatch.setenv("TORCH_CONVBP_GEMM", "mkl")
-    assert torch_convbp.explain(x, w, padding=1)["forward"].route != "implicit_nhwc"
+    assert torch_convbp.explain(x, w, stride, padding)["forward"].route != "implicit_nhwc"
 
 
 def test_the_setting_is_checked(monkeypatch):

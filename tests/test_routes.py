@@ -166,7 +166,8 @@ def test_a_mixed_backward_takes_nchw_and_gives_the_same_values(grad_layout, devi
     assert dx.is_contiguous(memory_format=CL if grad_layout == CL else NCHW)  # a 1x1 weight suggests NCHW
 
 
-def test_explain_takes_the_functions_arguments_and_prints_a_table():
+def test_explain_takes_the_functions_arguments_and_prints_a_table(monkeypatch):
+    monkeypatch.setenv("TORCH_CONVBP_GEMM", "mkl")  # the column routes, on any CPU
     x = torch.randn(2, 16, 9, 9).contiguous(memory_format=CL)
     w = torch.randn(32, 16, 3, 3)
     explanation = torch_convbp.explain(x, w, stride=2, padding="valid")

@@ -89,10 +89,14 @@ def results(layer, dtype, channels_last):
     return results_of(LAYERS[layer], dtype, channels_last)
 
 
+@pytest.mark.parametrize("engine", ["mkl", "microkernel"])
 @pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "channels_last"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("layer", list(LAYERS))
-def test_same_bits_on_any_thread_count(layer, dtype, channels_last):
+def test_same_bits_on_any_thread_count(layer, dtype, channels_last, engine, monkeypatch):
+    """On either GEMM engine (TORCH_CONVBP_GEMM: ATen's MKL, or our driver on the micro-kernel
+    where this CPU has it)."""
+    monkeypatch.setenv("TORCH_CONVBP_GEMM", engine)
     runs = {}
     for count in THREAD_COUNTS:
         with threads(count):
@@ -132,12 +136,14 @@ def test_a_single_unit_call_has_work_for_many_threads(layer):
     ("shared-operand-over-cache", 4),
 ])
 def test_the_forward_of_a_single_unit_is_cut_into_blocks(layer, blocks):
-    """The pieces a many-core machine gets, counted: one GEMM call per block (gemm.h)."""
+    """The pieces a many-core machine gets, counted: one GEMM call per block (gemm.h), on either
+    GEMM engine."""
     size, out_channels, kernel, stride, padding, dilation, groups, _ = SINGLE_UNIT_LAYERS[layer]
     x, w = torch.randn(size), torch.randn(out_channels, size[1] // groups, *kernel)
     with torch.profiler.profile() as profile:
         torch_convbp.conv2d(x, w, None, stride, padding, dilation, groups)
-    assert sum(event.name == "aten::addmm_" for event in profile.events()) == blocks
+    gemm_calls = ("aten::addmm_", "torch_convbp::microkernel_gemm")
+    assert sum(event.name in gemm_calls for event in profile.events()) == blocks
 
 
 def test_float64_too():

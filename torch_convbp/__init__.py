@@ -65,6 +65,9 @@ __all__ = [
     "workspace_limit",
     "workspace_peak",
     "gemm_dtype",
+    "gemm_engine",
+    "release_scratch",
+    "pooled_scratch",
     "CUDA_KERNELS",
 ]
 __version__ = "0.1.0"
@@ -98,6 +101,20 @@ def workspace_peak(reset: bool = False) -> int:
     return _C.workspace_peak(reset)
 
 
+def release_scratch() -> int:
+    """Frees the CPU scratch memory torch_convbp keeps between calls and returns how many bytes
+    that was. On the CPU the column matrices, staging, flipped weights and partial sums of a call
+    take blocks that earlier calls freed, since freshly mapped memory faults page by page on its
+    first write; at most min(workspace limit, 256 MiB) of freed blocks are kept. Results are
+    never pool memory. Like torch.cuda.empty_cache(), for when that memory is wanted back."""
+    return _C.release_scratch()
+
+
+def pooled_scratch() -> int:
+    """The bytes of CPU scratch memory kept between calls (free blocks, not in use)."""
+    return _C.pooled_scratch()
+
+
 def gemm_dtype(dtype: torch.dtype, device="cpu") -> torch.dtype:
     """The dtype torch_convbp's GEMMs run in for operands of `dtype` on `device`. That is the
     operands' own dtype, except for float16 and bfloat16 on the CPU, where the column matrices and
@@ -107,6 +124,15 @@ def gemm_dtype(dtype: torch.dtype, device="cpu") -> torch.dtype:
     TORCH_CONVBP_HALF_GEMM=native runs them in half precision anyway (faster on such CPUs, without
     the same bits on any thread count), =float32 everywhere; the default is auto."""
     return _C.gemm_dtype(dtype, torch.device(device))
+
+
+def gemm_engine(dtype: torch.dtype = torch.float32, device="cpu") -> str:
+    """What runs torch_convbp's GEMMs for operands of `dtype` on `device`: 'microkernel', our
+    GEMM driver on oneDNN's micro-kernel, for float32 GEMMs on CPUs where it measured faster than
+    MKL (AMD with AVX-512), or 'aten', ATen's GEMM (MKL on the CPU, cuBLAS on CUDA). Both give the
+    same bits on any thread count. The environment variable TORCH_CONVBP_GEMM=microkernel runs
+    every float32 CPU GEMM on the micro-kernel where this torch and CPU have it, =mkl none."""
+    return _C.gemm_engine(dtype, torch.device(device))
 
 
 @contextlib.contextmanager

@@ -182,7 +182,7 @@ def _check_columns(op, nhwc, images, columns, kernel_size, stride, padding, dila
         f"[N, C, D, H, W], got size {list(images.shape)} and strides {list(images.stride())}",
     )
     torch._check(columns.is_contiguous(), lambda: f"{op}: expected a contiguous column matrix")
-    # The GEMMs may run in float32 for float16 and bfloat16 images (gemm_dtype.h).
+    # The GEMMs may run in float32 for float16 and bfloat16 images (gemm_choice.h).
     half_images = images.dtype in (torch.float16, torch.bfloat16)
     torch._check(
         columns.dtype == images.dtype or (half_images and columns.dtype == torch.float32),

@@ -17,29 +17,19 @@
 // whichever thread runs its tile: the bits do not depend on the thread count.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
-#include <ATen/native/CPUBlas.h>
 #include <torch/library.h>
 
 #include <algorithm>
 
 #include "../checks.h"
 #include "cpu_kernels.h"
+#include "microkernel.h"
 
 namespace torch_convbp {
 namespace {
 
 // The output channels a tile takes: all of a group's, up to this many.
 constexpr int64_t kMaxTileChannels = 256;
-
-// out[m, n] (+)= a[m, k] @ b[k, n], row-major with leading dimensions lda, ldb, ldc.
-void micro_gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
-                int64_t ldb, float* c, int64_t ldc) {
-#if defined(CPUBLAS_BRGEMM_F32F32F32)
-  at::native::cpublas::brgemm(m, n, k, lda, ldb, ldc, /*add_C=*/true, a, b, c, /*is_vnni=*/false);
-#else
-  TORCH_CHECK(false, "torch_convbp.implicit_conv2d: this torch has no GEMM micro-kernel");
-#endif
-}
 
 // One tile: output row oh of image n, group g, output channels [co, co + count) of the group.
 void tile(const float* x, const float* w, float* y, const ConvShape& s, int64_t n, int64_t oh,
@@ -59,7 +49,8 @@ void tile(const float* x, const float* w, float* y, const ConvShape& s, int64_t 
       // [columns, nb] += [columns, C/G] @ [C/G, nb]
       const float* w_tap = w + (((g * s.kernel_h + ki) * s.kernel_w + kj) * group_in) * group_out;
       micro_gemm(columns, count, group_in, x_row + iw * s.in_channels, s.stride_w * s.in_channels,
-                 w_tap + co, group_out, row + tap.columns.begin * s.out_channels, s.out_channels);
+                 w_tap + co, group_out, row + tap.columns.begin * s.out_channels, s.out_channels,
+                 /*add=*/true);
     }
   }
 }

@@ -58,7 +58,8 @@ def steps():
 
 def count_operations(call):
     """The ATen operations a call makes below our operators, by kind: {"calls", "views",
-    "allocations", "would_launch", "launches" (their names, in order)}."""
+    "allocations", "wrappers" (operations that only call others, counted too), "would_launch",
+    "launches" (their names, in order)}."""
     from torch.profiler import profile
 
     call()  # once before, so that nothing is first-time work
@@ -66,13 +67,15 @@ def count_operations(call):
         call()
     events = sorted((e for e in prof.events() if _is_operation(e) and not _is_operator(e)),
                     key=lambda e: e.time_range.start)
-    counts = {"calls": len(events), "views": 0, "allocations": 0, "would_launch": 0, "launches": []}
+    counts = {"calls": len(events), "views": 0, "allocations": 0, "wrappers": 0, "would_launch": 0, "launches": []}
     for event in events:
         name = _short_name(event)
         if name in VIEWS:
             counts["views"] += 1
         elif name in ALLOCATIONS:
             counts["allocations"] += 1
+        elif name in WRAPPERS:
+            counts["wrappers"] += 1
         elif _computes(event) and not _inside_computing(event):
             counts["would_launch"] += 1
             counts["launches"].append(name)

@@ -1,0 +1,25 @@
+// oneDNN's GEMM micro-kernel, as ATen exports it (at::native::cpublas::brgemm): one call computes
+// a row-major C [m, n] (+)= A [m, k] @ B [k, n] on the calling thread, with a kernel generated
+// once per shape and leading dimensions (and cached per thread by ATen). The GEMM driver
+// (microkernel_gemm.cpp) and the implicit route (implicit_nhwc_cpu.cpp) call it.
+#pragma once
+
+#include <ATen/native/CPUBlas.h>
+#include <c10/util/Exception.h>
+
+#include <cstdint>
+
+namespace torch_convbp {
+
+// c [m, n] = a [m, k] @ b [k, n], or c += where `add`; rows lda, ldb, ldc elements apart (each at
+// least its matrix's width).
+inline void micro_gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+                       int64_t ldb, float* c, int64_t ldc, bool add) {
+#if defined(CPUBLAS_BRGEMM_F32F32F32)
+  at::native::cpublas::brgemm(m, n, k, lda, ldb, ldc, add, a, b, c, /*is_vnni=*/false);
+#else
+  TORCH_CHECK(false, "torch_convbp: this torch has no GEMM micro-kernel (cpublas::brgemm)");
+#endif
+}
+
+}  // namespace torch_convbp

@@ -1,0 +1,58 @@
+// How the GEMMs run (gemm_choice.h).
+#include "gemm_choice.h"
+
+#include <string_view>
+
+#include "cpu_features.h"
+#include "env_choice.h"
+
+namespace torch_convbp {
+
+// The operands' own dtype, except for float16 and bfloat16 on the CPU. There im2col builds the
+// column matrices in float32 (converting as it copies), the GEMMs run in float32, and each result
+// is rounded once, as it is written out: as accurate as a native GEMM that accumulates in float32.
+// On a CPU without instructions for half precision, ATen emulates its GEMMs at a few percent of
+// float32's speed (benchmarks/NOTES.md, section 6); on one with them (AVX512-BF16, AMX) ATen runs
+// them through oneDNN's matmul, whose bits changed with the thread count, single-threaded blocks
+// or not (section 27). TORCH_CONVBP_HALF_GEMM=native runs them in half precision anyway (faster
+// there, the bits no longer promised the same on any thread count), =float32 everywhere (a GPU
+// too); auto is this rule.
+at::ScalarType gemm_dtype(at::ScalarType dtype, const at::Device& device) {
+  if (dtype != at::kHalf && dtype != at::kBFloat16) return dtype;
+  const std::string_view choice =
+      env_choice("TORCH_CONVBP_HALF_GEMM", {"auto", "native", "float32"});
+  if (choice == "auto") {
+    return device.is_cpu() ? at::kFloat : dtype;
+  }
+  return choice == "float32" ? at::kFloat : dtype;
+}
+
+GemmSetting gemm_setting() {
+  const std::string_view choice = env_choice("TORCH_CONVBP_GEMM", {"auto", "microkernel", "mkl"});
+  return choice == "microkernel" ? GemmSetting::microkernel
+         : choice == "mkl"       ? GemmSetting::mkl
+                                 : GemmSetting::automatic;
+}
+
+// Float32 GEMMs on the CPU run on the micro-kernel where it measured faster than MKL as we call
+// it (single-threaded blocks): on CPUs with AVX-512 (as oneDNN sees them: DNNL_MAX_CPU_ISA caps
+// it) from AMD, where MKL's kernels are slower (benchmarks/NOTES.md, section 36). Elsewhere MKL:
+// on an AVX-512 Xeon MKL ran at the core's peak already (section 26), and on AVX2 the two were
+// even.
+GemmEngine gemm_engine(at::ScalarType gemm_dtype, const at::Device& device) {
+  if (!device.is_cpu() || gemm_dtype != at::kFloat || !cpu_has_gemm_microkernel()) {
+    return GemmEngine::aten;
+  }
+  switch (gemm_setting()) {
+    case GemmSetting::microkernel: return GemmEngine::microkernel;
+    case GemmSetting::mkl: return GemmEngine::aten;
+    case GemmSetting::automatic: break;
+  }
+  return cpu_prefers_gemm_microkernel() ? GemmEngine::microkernel : GemmEngine::aten;
+}
+
+const char* gemm_engine_name(GemmEngine engine) {
+  return engine == GemmEngine::microkernel ? "microkernel" : "aten";
+}
+
+}  // namespace torch_convbp

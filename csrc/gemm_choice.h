@@ -1,0 +1,29 @@
+// How the GEMMs run: their dtype, and the GEMM that runs them (gemm_choice.cpp).
+#pragma once
+
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+
+namespace torch_convbp {
+
+// The dtype the GEMMs run in for operands of `dtype` on `device`: the operands' own, or float32
+// for float16 and bfloat16 on the CPU (the column matrices and staging are then float32, and each
+// result is rounded once).
+at::ScalarType gemm_dtype(at::ScalarType dtype, const at::Device& device);
+
+// What runs the GEMMs (gemm.cpp): ATen's GEMM (MKL on the CPU, cuBLAS on CUDA), or our driver
+// on oneDNN's micro-kernel (microkernel_gemm.h).
+enum class GemmEngine { aten, microkernel };
+
+// The engine of GEMMs in dtype `gemm_dtype` (as gemm_dtype() gives it) on `device`.
+GemmEngine gemm_engine(at::ScalarType gemm_dtype, const at::Device& device);
+const char* gemm_engine_name(GemmEngine engine);
+
+// TORCH_CONVBP_GEMM, for benchmarks and tests: "mkl" runs every GEMM on ATen's and takes no
+// micro-kernel route, "microkernel" runs every float32 CPU GEMM on the micro-kernel (where this
+// torch and CPU have it) and takes the implicit route wherever it can, "auto" (the default)
+// decides by the rules of gemm_engine() and route.cpp.
+enum class GemmSetting { automatic, microkernel, mkl };
+GemmSetting gemm_setting();
+
+}  // namespace torch_convbp

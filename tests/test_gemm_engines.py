@@ -1,0 +1,169 @@
+"""The two GEMM engines: ATen's GEMM (MKL on the CPU) and our driver on oneDNN's micro-kernel
+(csrc/cpu/microkernel_gemm.cpp), which runs float32 CPU GEMMs where gemm_engine() says so.
+
+The driver takes matrices in any orientation (NHWC's transposed views, a weight gradient's
+transposed columns), cuts them into tiles fixed by the sizes, and must give the product for every
+one of them; both engines must give the convolution, and TORCH_CONVBP_GEMM picks one."""
+import itertools
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch_convbp
+from torch_convbp import _C
+
+ops = torch.ops.torch_convbp
+
+
+def has_microkernel():
+    """Whether this torch and CPU have the micro-kernel: forced, float32 GEMMs run on it."""
+    import os
+
+    before = os.environ.get("TORCH_CONVBP_GEMM")
+    os.environ["TORCH_CONVBP_GEMM"] = "microkernel"
+    try:
+        return torch_convbp.gemm_engine(torch.float32) == "microkernel"
+    finally:
+        if before is None:
+            del os.environ["TORCH_CONVBP_GEMM"]
+        else:
+            os.environ["TORCH_CONVBP_GEMM"] = before
+
+
+needs_microkernel = pytest.mark.skipif(not has_microkernel(), reason="no GEMM micro-kernel here (x86 with AVX2, oneDNN on)")
+
+
+def matrices(g, rows, cols, orientation, generator):
+    """[g, rows, cols] float32: row-major, column-major (a transposed view), strided in both
+    dimensions (every other element of a larger tensor), or one matrix broadcast over g."""
+    if orientation == "row_major":
+        return torch.randn(g, rows, cols, generator=generator)
+    if orientation == "column_major":
+        return torch.randn(g, cols, rows, generator=generator).transpose(1, 2)
+    if orientation == "strided":
+        return torch.randn(g, 2 * rows, 2 * cols, generator=generator)[:, ::2, ::2]
+    assert orientation == "broadcast"
+    return torch.randn(1, rows, cols, generator=generator).expand(g, rows, cols)
+
+
+ORIENTATIONS = ("row_major", "column_major", "strided")
+# (M, N, K): one tile, edges of the tiles (K over 256 and N over 128, in odd sizes), a single
+# row, column or product, and sizes that cut into several tiles of K and of N
+SIZES = [(5, 7, 3), (1, 1, 1), (1, 300, 1), (300, 1, 513), (64, 129, 257), (130, 400, 600)]
+
+
+@needs_microkernel
+@pytest.mark.parametrize("accumulate", [False, True], ids=["write", "accumulate"])
+@pytest.mark.parametrize("out_o, a_o, b_o", list(itertools.product(ORIENTATIONS, repeat=3)))
+@pytest.mark.parametrize("m, n, k", SIZES, ids=[f"{m}x{n}x{k}" for m, n, k in SIZES])
+def test_the_driver_multiplies_matrices_in_every_orientation(m, n, k, out_o, a_o, b_o, accumulate):
+    gen = torch.Generator().manual_seed(m * 1000 + n + k)
+    a, b = matrices(2, m, k, a_o, gen), matrices(2, k, n, b_o, gen)
+    out = matrices(2, m, n, out_o, gen)
+    before = out.double()
+    _C._microkernel_gemm(out, a, b, accumulate)
+    expected = torch.bmm(a.double(), b.double()) + (before if accumulate else 0)
+    torch.testing.assert_close(out.double(), expected, rtol=1e-5, atol=1e-5 * k ** 0.5)
+
+
+@needs_microkernel
+def test_the_driver_takes_a_broadcast_matrix_and_empty_products():
+    gen = torch.Generator().manual_seed(0)
+    a, b = matrices(3, 20, 30, "broadcast", gen), matrices(3, 30, 40, "row_major", gen)
+    out = torch.empty(3, 20, 40)
+    _C._microkernel_gemm(out, a, b, False)
+    torch.testing.assert_close(out, torch.bmm(a, b), rtol=1e-5, atol=1e-4)
+    # K = 0: a zero result, or the result left as it was where accumulating
+    out = torch.full((2, 4, 5), 7.0)
+    _C._microkernel_gemm(out, torch.empty(2, 4, 0), torch.empty(2, 0, 5), True)
+    assert torch.equal(out, torch.full((2, 4, 5), 7.0))
+    _C._microkernel_gemm(out, torch.empty(2, 4, 0), torch.empty(2, 0, 5), False)
+    assert torch.equal(out, torch.zeros(2, 4, 5))
+    _C._microkernel_gemm(torch.empty(2, 0, 5), torch.empty(2, 0, 3), torch.empty(2, 3, 5), False)
+
+
+@needs_microkernel
+def test_the_driver_gives_the_same_bits_for_the_same_sizes():
+    """Whatever the operands' orientation and position in memory: the tiles and the order of each
+    element's sums follow the sizes alone."""
+    gen = torch.Generator().manual_seed(1)
+    a, b = torch.randn(1, 70, 600, generator=gen), torch.randn(1, 600, 300, generator=gen)
+    results = []
+    for a_view, b_view in [(a, b), (a.transpose(1, 2).contiguous().transpose(1, 2), b),
+                           (a, b.transpose(1, 2).contiguous().transpose(1, 2))]:
+        out = torch.empty(1, 70, 300)
+        _C._microkernel_gemm(out, a_view, b_view, False)
+        results.append(out)
+    for other in results[1:]:
+        assert torch.equal(results[0], other)
+
+
+def test_the_drivers_entry_refuses_what_it_cannot_multiply():
+    with pytest.raises(RuntimeError, match="expected 3-D float32 CPU tensors"):
+        _C._microkernel_gemm(torch.empty(1, 2, 3, dtype=torch.float64), torch.empty(1, 2, 4), torch.empty(1, 4, 3), False)
+    with pytest.raises(RuntimeError, match=r"cannot multiply \[1, 2, 4\] by \[1, 5, 3\] into \[1, 2, 3\]"):
+        _C._microkernel_gemm(torch.empty(1, 2, 3), torch.empty(1, 2, 4), torch.empty(1, 5, 3), False)
+
+
+# (name, input size, out channels, kernel, stride, padding, dilation, groups)
+LAYERS = [
+    ("3x3", (3, 16, 11, 9), 24, 3, 1, 1, 1, 1),
+    ("strided, grouped", (2, 32, 12, 13), 64, 3, 2, 1, 1, 2),
+    ("1x1", (2, 40, 7, 9), 72, 1, 1, 0, 1, 1),
+    ("1x1 strided", (2, 40, 9, 9), 36, 1, 2, 0, 1, 1),
+    ("deep, dilated", (2, 130, 6, 7), 260, 3, 1, 2, 2, 1),
+]
+
+
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "channels_last"])
+@pytest.mark.parametrize("engine", ["mkl", "microkernel"])
+@pytest.mark.parametrize("name, size, cout, kernel, stride, padding, dilation, groups", LAYERS, ids=[c[0] for c in LAYERS])
+def test_both_engines_give_the_convolution(name, size, cout, kernel, stride, padding, dilation, groups, engine, channels_last,
+                                           monkeypatch):
+    """Float32 on either engine against F.conv2d in float64: the output and both gradients."""
+    monkeypatch.setenv("TORCH_CONVBP_GEMM", engine)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(size, generator=gen)
+    w = torch.randn(cout, size[1] // groups, kernel, kernel, generator=gen)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    x.requires_grad_()
+    w.requires_grad_()
+    args = (stride, padding, dilation, groups)
+    y = torch_convbp.conv2d(x, w, None, *args)
+    dy = torch.randn(y.shape, generator=gen)
+    ours = (y, *torch.autograd.grad(y, (x, w), dy))
+    x64, w64 = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    y64 = F.conv2d(x64, w64, None, *args)
+    expected = (y64, *torch.autograd.grad(y64, (x64, w64), dy.double()))
+    for got, want in zip(ours, expected):
+        torch.testing.assert_close(got.double(), want, rtol=2e-5, atol=2e-4)
+
+
+def test_which_engine_runs_the_gemms(monkeypatch):
+    monkeypatch.setenv("TORCH_CONVBP_GEMM", "mkl")
+    assert torch_convbp.gemm_engine(torch.float32) == "aten"
+    monkeypatch.setenv("TORCH_CONVBP_GEMM", "microkernel")
+    assert torch_convbp.gemm_engine(torch.float32) == ("microkernel" if has_microkernel() else "aten")
+    # float64 GEMMs, and GEMMs off the CPU, are ATen's
+    assert torch_convbp.gemm_engine(torch.float64) == "aten"
+    assert torch_convbp.gemm_engine(torch.float32, "cuda") == "aten"
+    # bfloat16 runs its GEMMs in float32 on the CPU (gemm_dtype), so on the float32 engine
+    assert torch_convbp.gemm_engine(torch.bfloat16) == torch_convbp.gemm_engine(torch.float32)
+    monkeypatch.setenv("TORCH_CONVBP_GEMM", "fastest")
+    with pytest.raises(RuntimeError, match="TORCH_CONVBP_GEMM must be auto, microkernel or mkl, got 'fastest'"):
+        torch_convbp.gemm_engine(torch.float32)
+
+
+@needs_microkernel
+def test_the_gemms_run_on_the_engine_chosen(monkeypatch):
+    """The profiler sees each GEMM block as aten::addmm_ on ATen's engine, and as
+    torch_convbp::microkernel_gemm on the driver."""
+    x, w = torch.randn(2, 16, 10, 10), torch.randn(32, 16, 3, 3)
+    for engine, name in [("mkl", "aten::addmm_"), ("microkernel", "torch_convbp::microkernel_gemm")]:
+        monkeypatch.setenv("TORCH_CONVBP_GEMM", engine)
+        with torch.profiler.profile() as profile:
+            ops.conv2d(x, w, None, [1, 1], [1, 1], [1, 1], 1)
+        names = {event.name for event in profile.events()}
+        assert name in names and not {"aten::addmm_", "torch_convbp::microkernel_gemm"} - {name} & names
