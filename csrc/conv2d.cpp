@@ -188,7 +188,7 @@ Tensor weight_grad_by_chunks(const Tensor& x, const Tensor& dy, IntArrayRef weig
 // bands, in order.
 void input_grad_by_col2im(const Tensor& dy, const Tensor& weight, const ConvShape& s, Layout layout,
                           const Tensor& grad_input) {
-  const auto compute = gemm_dtype(dy.scalar_type(), dy.device());
+  const auto compute = gemm_dtype(dy.scalar_type(), dy.device(), GemmResult::summed_again);
   // [G, Cin/G*kh*kw, Cout/G], in the GEMMs' dtype
   const Tensor w_t = in_dtype(weight_matrices(weight, s, layout), compute).transpose(1, 2);
   grad_input.zero_();

@@ -13,4 +13,8 @@ bool cpu_has_gemm_microkernel();
 // oneDNN may use (DNNL_MAX_CPU_ISA or ONEDNN_MAX_CPU_ISA do not cap it below AVX-512).
 bool cpu_prefers_gemm_microkernel();
 
+// Whether the micro-kernel computes bfloat16 products natively here: the CPU has AVX512_BF16 or
+// AMX-BF16 (and oneDNN may use them), where they run at twice float32's rate.
+bool cpu_has_bfloat16_microkernel();
+
 }  // namespace torch_convbp

@@ -75,11 +75,17 @@ Tensor only_matrix(const Tensor& batch) {
   return batch.as_strided({batch.size(1), batch.size(2)}, {batch.stride(1), batch.stride(2)});
 }
 
+// Whether the micro-kernel driver runs out (+)= a @ b: gemm_engine says so for a's dtype, and out
+// is in it or is its float32 accumulator.
+bool on_microkernel(const Tensor& out, const Tensor& a) {
+  return (out.scalar_type() == a.scalar_type() || out.scalar_type() == at::kFloat) &&
+         gemm_engine(a.scalar_type(), a.device()) == GemmEngine::microkernel;
+}
+
 // out = a @ b (beta 0) or out += a @ b, for [G, M, K] @ [G, K, N]: on the micro-kernel where
 // gemm_engine says so, else ATen's GEMM (a plain mm for one group).
 void gemm_one_block(const Tensor& out, const Tensor& a, const Tensor& b, bool accumulate) {
-  if (out.scalar_type() == a.scalar_type() &&
-      gemm_engine(a.scalar_type(), a.device()) == GemmEngine::microkernel) {
+  if (on_microkernel(out, a)) {
     // Named in the profiler as ATen's GEMMs are (aten::addmm_), since it is no ATen operation.
     RECORD_FUNCTION("torch_convbp::microkernel_gemm", std::vector<c10::IValue>());
     microkernel_gemm(out, a, b, accumulate);
@@ -133,8 +139,7 @@ void gemm_by_blocks(const Tensor& out, const Tensor& a, const Tensor& b, int64_t
     if (shared.numel() * shared.element_size() > kSharedOperandInCacheBytes) {
       blocks = std::min(blocks, kBlocksOverSharedOperand);
     }
-    if (out.scalar_type() == a.scalar_type() &&
-        gemm_engine(a.scalar_type(), a.device()) == GemmEngine::microkernel) {
+    if (on_microkernel(out, a)) {
       shared = microkernel_shared_operand(out, a, b, /*shared_is_a=*/dim == 2, accumulate);
     }
   }
@@ -150,11 +155,13 @@ void gemm_by_blocks(const Tensor& out, const Tensor& a, const Tensor& b, int64_t
   });
 }
 
-// Scratch matrices like out [G, M, N]: row-major, or transposed where out is (empty_gemm_result).
-Tensor empty_scratch_like(const Tensor& out) {
+// Scratch matrices like out [G, M, N], in `dtype`: row-major, or transposed where out is
+// (empty_gemm_result).
+Tensor empty_scratch_like(const Tensor& out, at::ScalarType dtype) {
+  const auto options = out.options().dtype(dtype);
   const bool transposed = !out.is_contiguous() && out.transpose(1, 2).is_contiguous();
-  if (!transposed) return empty_scratch(out.sizes(), out.options());
-  return empty_scratch({out.size(0), out.size(2), out.size(1)}, out.options()).transpose(1, 2);
+  if (!transposed) return empty_scratch(out.sizes(), options);
+  return empty_scratch({out.size(0), out.size(2), out.size(1)}, options).transpose(1, 2);
 }
 
 // How many shares of K gemm_out_contracting cuts a GEMM into: sizes only, as gemm_blocks.
@@ -185,8 +192,9 @@ Tensor empty_gemm_result(const Tensor& a, const Tensor& b, at::ScalarType dtype,
                          Memory memory) {
   const auto options = a.options().dtype(dtype);
   const int64_t groups = a.size(0), m = a.size(1), n = b.size(2);
-  const bool transposed = dtype == a.scalar_type() && m > 0 && n > 0 && a.size(2) > 0 &&
-                          gemm_engine(dtype, a.device()) == GemmEngine::microkernel &&
+  const bool transposed = (dtype == a.scalar_type() || dtype == at::kFloat) && m > 0 && n > 0 &&
+                          a.size(2) > 0 &&
+                          gemm_engine(a.scalar_type(), a.device()) == GemmEngine::microkernel &&
                           microkernel_prefers_transposed_result(a, b, gemms);
   const auto empty = [&](at::IntArrayRef size) {
     return memory == Memory::scratch ? empty_scratch(size, options) : at::empty(size, options);
@@ -205,17 +213,22 @@ void gemm_out_contracting(const Tensor& out, const Tensor& a, const Tensor& b) {
     return;
   }
   // products[i] [1, M, N] = a[:, :, share i] [1, M, K/shares] @ b[:, share i, :] [1, K/shares, N],
-  // the first written into out, the others then added to it in order
+  // the first written into out, the others then added to it in order; in float32 where out is
+  // in half precision and its GEMMs on the micro-kernel, rounded once at the end
   const int64_t width = (k + shares - 1) / shares;
+  const bool rounded_at_end = out.scalar_type() != at::kFloat && on_microkernel(out, a);
   std::vector<Tensor> products(shares);
-  products[0] = out;
-  for (int64_t share = 1; share < shares; ++share) products[share] = empty_scratch_like(out);
+  products[0] = rounded_at_end ? empty_scratch_like(out, at::kFloat) : out;
+  for (int64_t share = 1; share < shares; ++share) {
+    products[share] = empty_scratch_like(out, products[0].scalar_type());
+  }
   on_single_threaded_blas(shares, /*cpu=*/true, [&](int64_t share) {
     const int64_t first = share * width, count = std::min(width, k - first);
     gemm_one_block(products[share], a.narrow(2, first, count), b.narrow(1, first, count),
                    /*accumulate=*/false);
   });
-  for (int64_t share = 1; share < shares; ++share) out.add_(products[share]);
+  for (int64_t share = 1; share < shares; ++share) products[0].add_(products[share]);
+  if (rounded_at_end) out.copy_(products[0]);
 }
 
 void gemm_accumulate(const Tensor& acc, const Tensor& a, const Tensor& b, int64_t blocks) {

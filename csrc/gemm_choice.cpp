@@ -8,21 +8,27 @@
 
 namespace torch_convbp {
 
-// The operands' own dtype, except for float16 and bfloat16 on the CPU. There im2col builds the
+// The operands' own dtype, except for float16 and bfloat16 on the CPU. Where the micro-kernel
+// computes bfloat16 natively (AVX512_BF16, AMX), bfloat16 GEMMs run on it: their products are
+// exact in float32 and summed in float32, in tiles fixed by the sizes, so each result is rounded
+// once, as with float32 GEMMs, at twice their rate (benchmarks/NOTES.md, section 38). Columns that
+// col2im sums again stay float32, so that a gradient is rounded once. Elsewhere im2col builds the
 // column matrices in float32 (converting as it copies), the GEMMs run in float32, and each result
-// is rounded once, as it is written out: as accurate as a native GEMM that accumulates in float32.
-// On a CPU without instructions for half precision, ATen emulates its GEMMs at a few percent of
-// float32's speed (benchmarks/NOTES.md, section 6); on one with them (AVX512-BF16, AMX) ATen runs
-// them through oneDNN's matmul, whose bits changed with the thread count, single-threaded blocks
-// or not (section 27). TORCH_CONVBP_HALF_GEMM=native runs them in half precision anyway (faster
-// there, the bits no longer promised the same on any thread count), =float32 everywhere (a GPU
-// too); auto is this rule.
-at::ScalarType gemm_dtype(at::ScalarType dtype, const at::Device& device) {
+// is rounded once, as it is written out. On a CPU without instructions for half precision, ATen
+// emulates its GEMMs at a few percent of float32's speed (section 6); on one with them ATen runs
+// them through oneDNN's matmul, whose bits changed with the thread count (section 27).
+// TORCH_CONVBP_HALF_GEMM=native runs them in half precision on ATen's GEMMs anyway (faster there
+// than float32, the bits no longer promised the same on any thread count), =float32 everywhere (a
+// GPU too); auto is this rule.
+at::ScalarType gemm_dtype(at::ScalarType dtype, const at::Device& device, GemmResult result) {
   if (dtype != at::kHalf && dtype != at::kBFloat16) return dtype;
   const std::string_view choice =
       env_choice("TORCH_CONVBP_HALF_GEMM", {"auto", "native", "float32"});
   if (choice == "auto") {
-    return device.is_cpu() ? at::kFloat : dtype;
+    if (!device.is_cpu()) return dtype;
+    const bool native = dtype == at::kBFloat16 && result == GemmResult::rounded_once &&
+                        gemm_setting() != GemmSetting::mkl && cpu_has_bfloat16_microkernel();
+    return native ? at::kBFloat16 : at::kFloat;
   }
   return choice == "float32" ? at::kFloat : dtype;
 }
@@ -40,6 +46,14 @@ GemmSetting gemm_setting() {
 // on an AVX-512 Xeon MKL ran at the core's peak already (section 26), and on AVX2 the two were
 // even.
 GemmEngine gemm_engine(at::ScalarType gemm_dtype, const at::Device& device) {
+  if (device.is_cpu() &&
+      gemm_dtype == at::kBFloat16) {  // bfloat16 GEMMs on the CPU: see gemm_dtype
+    const bool auto_half =
+        env_choice("TORCH_CONVBP_HALF_GEMM", {"auto", "native", "float32"}) == "auto";
+    return auto_half && gemm_setting() != GemmSetting::mkl && cpu_has_bfloat16_microkernel()
+               ? GemmEngine::microkernel
+               : GemmEngine::aten;
+  }
   if (!device.is_cpu() || gemm_dtype != at::kFloat || !cpu_has_gemm_microkernel()) {
     return GemmEngine::aten;
   }

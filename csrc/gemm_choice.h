@@ -6,10 +6,16 @@
 
 namespace torch_convbp {
 
-// The dtype the GEMMs run in for operands of `dtype` on `device`: the operands' own, or float32
-// for float16 and bfloat16 on the CPU (the column matrices and staging are then float32, and each
-// result is rounded once).
-at::ScalarType gemm_dtype(at::ScalarType dtype, const at::Device& device);
+// What a GEMM's result is: rounded once, as it is written (an output, or a float32 sum of a
+// weight gradient), or summed again before that (the columns col2im adds up).
+enum class GemmResult { rounded_once, summed_again };
+
+// The dtype the GEMMs' operands are in for operands of `dtype` on `device`: the operands' own,
+// except for float16 and bfloat16 on the CPU: bfloat16 where the micro-kernel computes it
+// natively (its products summed in float32, each result rounded once), else float32 (the column
+// matrices and staging are then float32, and each result is rounded once).
+at::ScalarType gemm_dtype(at::ScalarType dtype, const at::Device& device,
+                          GemmResult result = GemmResult::rounded_once);
 
 // What runs the GEMMs (gemm.cpp): ATen's GEMM (MKL on the CPU, cuBLAS on CUDA), or our driver
 // on oneDNN's micro-kernel (microkernel_gemm.h).

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "checks.h"
+#include "cpu_features.h"
 #include "gemm_choice.h"
 #include "microkernel_gemm.h"
 #include "plan.h"
@@ -42,16 +43,24 @@ std::tuple<std::string, std::string, std::string> route(
           std::string(choice.why_route) + "; " + choice.why_layout};
 }
 
-// out (+)= a @ b on the micro-kernel driver alone, for its tests: float32 CPU tensors
-// [G, M, K] @ [G, K, N] -> [G, M, N], any strides.
+// out (+)= a @ b on the micro-kernel driver alone, for its tests: CPU tensors [G, M, K] @ [G, K, N]
+// -> [G, M, N], any strides; float32, or bfloat16 operands (where the CPU computes them) into a
+// float32 or bfloat16 result.
 void microkernel_gemm_checked(const at::Tensor& out, const at::Tensor& a, const at::Tensor& b,
                               bool accumulate) {
   constexpr const char* op = "torch_convbp._C._microkernel_gemm";
   for (const at::Tensor* t : {&out, &a, &b}) {
-    TORCH_CHECK(t->dim() == 3 && t->scalar_type() == at::kFloat && t->device().is_cpu(), op,
-                ": expected 3-D float32 CPU tensors, got ", t->sizes(), " ", t->scalar_type(),
-                " on ", t->device());
+    TORCH_CHECK(t->dim() == 3 && t->device().is_cpu() &&
+                    (t->scalar_type() == at::kFloat || t->scalar_type() == at::kBFloat16),
+                op, ": expected 3-D float32 or bfloat16 CPU tensors, got ", t->sizes(), " ",
+                t->scalar_type(), " on ", t->device());
   }
+  TORCH_CHECK(a.scalar_type() == b.scalar_type() &&
+                  (out.scalar_type() == a.scalar_type() || out.scalar_type() == at::kFloat),
+              op, ": expected operands of one dtype and a result in it or in float32, got ",
+              a.scalar_type(), " @ ", b.scalar_type(), " into ", out.scalar_type());
+  TORCH_CHECK(a.scalar_type() == at::kFloat || torch_convbp::cpu_has_bfloat16_microkernel(), op,
+              ": this CPU (or torch) has no bfloat16 micro-kernel");
   TORCH_CHECK(a.size(0) == out.size(0) && b.size(0) == out.size(0) && a.size(1) == out.size(1) &&
                   b.size(2) == out.size(2) && a.size(2) == b.size(1),
               op, ": cannot multiply ", a.sizes(), " by ", b.sizes(), " into ", out.sizes());
@@ -71,8 +80,13 @@ PYBIND11_MODULE(_C, m) {
         "Frees the CPU scratch memory kept between calls; returns the bytes freed.");
   m.def("pooled_scratch", &torch_convbp::pooled_scratch_bytes,
         "The bytes of CPU scratch memory kept between calls, not in use.");
-  m.def("gemm_dtype", &torch_convbp::gemm_dtype, py::arg("dtype"), py::arg("device"),
-        "The dtype the GEMMs run in for operands of this dtype on this device.");
+  m.def(
+      "gemm_dtype",
+      [](at::ScalarType dtype, const at::Device& device) {
+        return torch_convbp::gemm_dtype(dtype, device);
+      },
+      py::arg("dtype"), py::arg("device"),
+      "The dtype the GEMMs run in for operands of this dtype on this device.");
   m.def(
       "gemm_engine",
       [](at::ScalarType dtype, const at::Device& device) {

@@ -14,6 +14,23 @@ DTYPE_CASES = [c for c in CASES if c.batch > 0 and c.name in (
     "basic", "asymmetric_everything", "same_even_kernel_dilated", "depthwise", "pointwise", "many_images")]
 
 
+def has_bfloat16_arithmetic():
+    """AVX512_BF16 or AMX-BF16 (/proc/cpuinfo), on x86 with oneDNN on, and no cap of oneDNN's ISA
+    below it: where torch_convbp's bfloat16 GEMMs run on the micro-kernel (csrc/gemm_choice.cpp)."""
+    import os
+    import platform
+
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        flags = []
+    capped = any(os.environ.get(v, "").upper().startswith(("SSE", "AVX2", "AVX512_CORE_VNNI")) or
+                 os.environ.get(v, "").upper() in ("AVX", "AVX512_CORE") for v in ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"))
+    return (platform.machine() in ("x86_64", "AMD64") and torch.backends.mkldnn.is_available() and not capped
+            and "avx512f" in flags and ("avx512_bf16" in flags or "amx_bf16" in flags))
+
+
 def assert_near(actual, expected, dtype):
     assert actual.dtype == dtype
     scale = expected.abs().max().clamp_min(1.0)
@@ -21,10 +38,11 @@ def assert_near(actual, expected, dtype):
     assert err <= TOLERANCE[dtype] * scale, f"{err} > {TOLERANCE[dtype]} * {scale}"
 
 
-@pytest.fixture(params=["native", "float32"])
+@pytest.fixture(params=["auto", "native", "float32"])
 def half_gemm(request, monkeypatch):
-    """Half-precision GEMMs run natively, or in float32 on float32 column matrices (the default
-    on a CPU without AVX512-BF16/FP16): both are tested wherever the test runs."""
+    """Half-precision GEMMs by the default rule (bfloat16 on our micro-kernel driver where the CPU
+    has bfloat16 arithmetic), natively on ATen's GEMMs, or in float32 on float32 column matrices:
+    all are tested wherever the test runs."""
     monkeypatch.setenv("TORCH_CONVBP_HALF_GEMM", request.param)
     return request.param
 
@@ -71,9 +89,13 @@ def test_gemm_dtype_tells_which_dtype_the_gemms_run_in(monkeypatch):
     assert torch_convbp.gemm_dtype(torch.float64) == torch.float64
     assert torch_convbp.gemm_dtype(torch.float32, "cuda") == torch.float32
     assert torch_convbp.gemm_dtype(torch.bfloat16, "cuda") == torch.bfloat16
-    # on the CPU, float32 GEMMs for half precision, with or without instructions for it
-    assert torch_convbp.gemm_dtype(torch.bfloat16) == torch.float32
+    # on the CPU, bfloat16 GEMMs on the micro-kernel where the CPU has bfloat16 arithmetic, else
+    # float32 GEMMs; float16 always in float32
+    assert torch_convbp.gemm_dtype(torch.bfloat16) == (torch.bfloat16 if has_bfloat16_arithmetic() else torch.float32)
     assert torch_convbp.gemm_dtype(torch.float16) == torch.float32
+    monkeypatch.setenv("TORCH_CONVBP_GEMM", "mkl")  # not on the micro-kernel: float32
+    assert torch_convbp.gemm_dtype(torch.bfloat16) == torch.float32
+    monkeypatch.delenv("TORCH_CONVBP_GEMM")
     monkeypatch.setenv("TORCH_CONVBP_HALF_GEMM", "float32")
     assert torch_convbp.gemm_dtype(torch.float16, "cuda") == torch.float32
     monkeypatch.setenv("TORCH_CONVBP_HALF_GEMM", "native")

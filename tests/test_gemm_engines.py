@@ -99,9 +99,42 @@ def test_the_driver_gives_the_same_bits_for_the_same_sizes():
         assert torch.equal(results[0], other)
 
 
+def has_bfloat16_microkernel():
+    """Whether the driver computes bfloat16 here (the CPU has AVX512_BF16 or AMX-BF16)."""
+    try:
+        _C._microkernel_gemm(torch.empty(1, 1, 1), *(torch.ones(1, 1, 1, dtype=torch.bfloat16),) * 2, False)
+    except RuntimeError:
+        return False
+    return True
+
+
+BF16_SIZES = [(5, 7, 3), (1, 300, 1), (64, 129, 257), (130, 40, 513), (17, 33, 2)]
+
+
+@pytest.mark.skipif(not has_bfloat16_microkernel(), reason="no bfloat16 micro-kernel here (AVX512_BF16 or AMX-BF16)")
+@pytest.mark.parametrize("result", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("accumulate", [False, True], ids=["write", "accumulate"])
+@pytest.mark.parametrize("out_o, a_o, b_o", list(itertools.product(ORIENTATIONS, repeat=3)))
+@pytest.mark.parametrize("m, n, k", BF16_SIZES, ids=[f"{m}x{n}x{k}" for m, n, k in BF16_SIZES])
+def test_the_driver_multiplies_bfloat16_in_every_orientation(m, n, k, out_o, a_o, b_o, accumulate, result):
+    """bfloat16 operands, their products summed in float32 (odd K padded), the result rounded
+    once: within half a bfloat16 ulp of the float64 product (and float32 sums' error)."""
+    gen = torch.Generator().manual_seed(m * 1000 + n + k)
+    a, b = (matrices(2, *size, o, gen).bfloat16() for size, o in (((m, k), a_o), ((k, n), b_o)))
+    out = matrices(2, m, n, out_o, gen).to(result)
+    before = out.double()
+    _C._microkernel_gemm(out, a, b, accumulate)
+    exact = torch.bmm(a.double(), b.double()) + (before if accumulate else 0)
+    rounding = exact.abs() * (2.0 ** -8 if result == torch.bfloat16 else 0)  # 8 significant bits
+    sums = (a.double().abs() @ b.double().abs() + before.abs()) * 2.0 ** -22
+    assert ((out.double() - exact).abs() <= rounding + sums + 1e-30).all()
+
+
 def test_the_drivers_entry_refuses_what_it_cannot_multiply():
-    with pytest.raises(RuntimeError, match="expected 3-D float32 CPU tensors"):
+    with pytest.raises(RuntimeError, match="expected 3-D float32 or bfloat16 CPU tensors"):
         _C._microkernel_gemm(torch.empty(1, 2, 3, dtype=torch.float64), torch.empty(1, 2, 4), torch.empty(1, 4, 3), False)
+    with pytest.raises(RuntimeError, match="expected operands of one dtype and a result in it or in float32"):
+        _C._microkernel_gemm(torch.empty(1, 2, 3), torch.empty(1, 2, 4, dtype=torch.bfloat16), torch.empty(1, 4, 3), False)
     with pytest.raises(RuntimeError, match=r"cannot multiply \[1, 2, 4\] by \[1, 5, 3\] into \[1, 2, 3\]"):
         _C._microkernel_gemm(torch.empty(1, 2, 3), torch.empty(1, 2, 4), torch.empty(1, 5, 3), False)
 
@@ -149,8 +182,10 @@ def test_which_engine_runs_the_gemms(monkeypatch):
     # float64 GEMMs, and GEMMs off the CPU, are ATen's
     assert torch_convbp.gemm_engine(torch.float64) == "aten"
     assert torch_convbp.gemm_engine(torch.float32, "cuda") == "aten"
-    # bfloat16 runs its GEMMs in float32 on the CPU (gemm_dtype), so on the float32 engine
-    assert torch_convbp.gemm_engine(torch.bfloat16) == torch_convbp.gemm_engine(torch.float32)
+    # bfloat16 GEMMs run on the micro-kernel where the CPU has bfloat16 arithmetic, else in
+    # float32 (gemm_dtype), on the float32 engine
+    assert torch_convbp.gemm_engine(torch.bfloat16) == (
+        "microkernel" if has_bfloat16_microkernel() else torch_convbp.gemm_engine(torch.float32))
     monkeypatch.setenv("TORCH_CONVBP_GEMM", "fastest")
     with pytest.raises(RuntimeError, match="TORCH_CONVBP_GEMM must be auto, microkernel or mkl, got 'fastest'"):
         torch_convbp.gemm_engine(torch.float32)

@@ -8,7 +8,9 @@
 #include <cctype>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <string>
+#include <string_view>
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <cpuid.h>
@@ -55,16 +57,49 @@ bool is_amd() {
   return std::strcmp(vendor, "AuthenticAMD") == 0;
 }
 
-// Whether oneDNN's ISA is capped below AVX-512 by its environment variable (SSE41, AVX, AVX2,
-// AVX2_VNNI, ...), as on a machine made to behave like an AVX2 one.
-bool onednn_capped_below_avx512() {
+// bfloat16 arithmetic: AVX512_BF16 (leaf 7 subleaf 1, EAX bit 5), or AMX-BF16 (leaf 7, EDX bit 22)
+// with the OS saving the tile state (XCR0 bits 17-18).
+bool has_bfloat16_arithmetic() {
+  unsigned a, b, c, d;
+  const bool avx512_bf16 = __get_cpuid_count(7, 1, &a, &b, &c, &d) && ((a >> 5) & 1);
+  const bool amx_bf16 = __get_cpuid_count(7, 0, &a, &b, &c, &d) && ((d >> 22) & 1) &&
+                        (saved_state() & 0x60000) == 0x60000;
+  return avx512_bf16 || amx_bf16;
+}
+
+// Whether oneDNN's ISA is capped below `isa` by its environment variable (ONEDNN_MAX_CPU_ISA or
+// DNNL_MAX_CPU_ISA), as on a machine made to behave like an AVX2 one: oneDNN's names, in order.
+bool onednn_capped_below(std::string_view isa) {
+  static constexpr std::string_view kOrder[] = {"SSE41",
+                                                "AVX",
+                                                "AVX2",
+                                                "AVX2_VNNI",
+                                                "AVX2_VNNI_2",
+                                                "AVX512_CORE",
+                                                "AVX512_CORE_VNNI",
+                                                "AVX512_CORE_BF16",
+                                                "AVX10_1_512",
+                                                "AVX512_CORE_FP16",
+                                                "AVX512_CORE_AMX",
+                                                "AVX10_1_512_AMX",
+                                                "AVX512_CORE_AMX_FP16",
+                                                "AVX10_1_512_AMX_FP16",
+                                                "AVX10_2_512",
+                                                "AVX10_2_512_AMX_2"};
+  const auto rank = [](std::string_view name) {
+    for (size_t i = 0; i < std::size(kOrder); ++i) {
+      if (kOrder[i] == name) return static_cast<int>(i);
+    }
+    return -1;
+  };
   for (const char* name : {"ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"}) {
     const char* value = std::getenv(name);
     if (value == nullptr || *value == '\0') continue;
-    std::string isa(value);
-    std::transform(isa.begin(), isa.end(), isa.begin(),
+    std::string cap(value);
+    std::transform(cap.begin(), cap.end(), cap.begin(),
                    [](unsigned char ch) { return static_cast<char>(std::toupper(ch)); });
-    return isa.rfind("SSE", 0) == 0 || isa == "AVX" || isa.rfind("AVX2", 0) == 0;
+    const int cap_rank = rank(cap);
+    return cap_rank >= 0 && cap_rank < rank(isa);  // ALL, DEFAULT or unknown: no cap
   }
   return false;
 }
@@ -81,12 +116,23 @@ bool cpu_has_gemm_microkernel() {
 }
 
 bool cpu_prefers_gemm_microkernel() {
-  static const bool prefers = is_amd() && has_avx512_core() && !onednn_capped_below_avx512();
+  static const bool prefers = is_amd() && has_avx512_core() && !onednn_capped_below("AVX512_CORE");
   return prefers && cpu_has_gemm_microkernel();
+}
+
+bool cpu_has_bfloat16_microkernel() {
+#if defined(CPUBLAS_BRGEMM_BF16BF16F32)
+  static const bool native =
+      has_avx512_core() && has_bfloat16_arithmetic() && !onednn_capped_below("AVX512_CORE_BF16");
+  return native && cpu_has_gemm_microkernel();
+#else
+  return false;
+#endif
 }
 #else
 bool cpu_has_gemm_microkernel() { return false; }
 bool cpu_prefers_gemm_microkernel() { return false; }
+bool cpu_has_bfloat16_microkernel() { return false; }
 #endif
 
 }  // namespace torch_convbp

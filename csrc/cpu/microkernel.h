@@ -22,4 +22,22 @@ inline void micro_gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t 
 #endif
 }
 
+// c [m, n] (float32) (+)= a [m, k] @ b [k, n] in bfloat16, b in the VNNI layout: pairs of rows
+// interleaved, [k/2][n][2] (k even), its pairs ldb * 2 elements apart.
+inline void micro_gemm(int64_t m, int64_t n, int64_t k, const at::BFloat16* a, int64_t lda,
+                       const at::BFloat16* b, int64_t ldb, float* c, int64_t ldc, bool add) {
+#if defined(CPUBLAS_BRGEMM_BF16BF16F32)
+  at::native::cpublas::brgemm(m, n, k, lda, ldb, ldc, add, a, b, c, /*is_vnni=*/true);
+#else
+  TORCH_CHECK(false, "torch_convbp: this torch has no bfloat16 GEMM micro-kernel");
+#endif
+}
+
+// Releases the state a micro-kernel call may leave configured (AMX's tiles, for bfloat16).
+inline void release_microkernel(bool vnni) {
+#if defined(CPUBLAS_BRGEMM_BF16BF16F32)
+  at::native::cpublas::brgemm_release(vnni);
+#endif
+}
+
 }  // namespace torch_convbp

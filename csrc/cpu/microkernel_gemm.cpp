@@ -23,9 +23,11 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <type_traits>
 #include <utility>
 
 #include "../scratch.h"
+#include "cpu_kernels.h"
 #include "microkernel.h"
 
 namespace torch_convbp {
@@ -42,13 +44,14 @@ constexpr int64_t kMaxTileN = 128;
 constexpr int64_t kPackedRows = 64;
 constexpr int64_t kVector = 16;  // floats per AVX-512 register: tile widths are multiples of it
 
-// A float32 matrix: element (i, j) at data[i * row_stride + j * col_stride].
+// A matrix of T: element (i, j) at data[i * row_stride + j * col_stride].
+template <class T>
 struct Matrix {
-  float* data;
+  T* data;
   int64_t rows, cols, row_stride, col_stride;
 
   Matrix transposed() const { return {data, cols, rows, col_stride, row_stride}; }
-  float* at(int64_t i, int64_t j) const { return data + i * row_stride + j * col_stride; }
+  T* at(int64_t i, int64_t j) const { return data + i * row_stride + j * col_stride; }
   // Row-major as the micro-kernel reads it: elements of a row adjacent, rows at least a row apart.
   bool row_major() const {
     return (cols == 1 || col_stride == 1) && (rows == 1 || row_stride >= cols);
@@ -57,10 +60,13 @@ struct Matrix {
   int64_t ld() const { return rows == 1 ? cols : row_stride; }
   int64_t size() const { return rows * cols; }
 };
+using Floats = Matrix<float>;
+using Halves = Matrix<at::BFloat16>;
 
-Matrix matrix_of(const Tensor& batch, int64_t g) {
-  return {batch.data_ptr<float>() + g * batch.stride(0), batch.size(1), batch.size(2),
-          batch.stride(1), batch.stride(2)};
+template <class T>
+Matrix<T> matrix_of(const Tensor& batch, int64_t g) {
+  return {batch.data_ptr<T>() + g * batch.stride(0), batch.size(1), batch.size(2), batch.stride(1),
+          batch.stride(2)};
 }
 
 // A length cut into `count` tiles of `size` (a multiple of `multiple`, the last one shorter),
@@ -78,22 +84,30 @@ Tiles tiles_of(int64_t total, int64_t max_size, int64_t multiple) {
 }
 
 // The part of m of rows [r0, r0 + rows) and columns [c0, c0 + cols).
-Matrix part(const Matrix& m, int64_t r0, int64_t rows, int64_t c0, int64_t cols) {
+template <class T>
+Matrix<T> part(const Matrix<T>& m, int64_t r0, int64_t rows, int64_t c0, int64_t cols) {
   return {m.at(r0, c0), rows, cols, m.row_stride, m.col_stride};
 }
 
 // A dense row-major matrix of rows x cols in scratch memory (scratch.h), which `storage` holds.
-Matrix dense(int64_t rows, int64_t cols, Tensor& storage) {
-  storage = empty_scratch({rows * cols}, at::TensorOptions().dtype(at::kFloat));
-  return {storage.data_ptr<float>(), rows, cols, cols, 1};
+template <class T>
+Matrix<T> dense(int64_t rows, int64_t cols, Tensor& storage) {
+  storage =
+      empty_scratch({rows * cols}, at::TensorOptions().dtype(c10::CppTypeToScalarType<T>::value));
+  return {storage.data_ptr<T>(), rows, cols, cols, 1};
 }
 
-// to = from (the same sizes): row by row where both are row-major, else in blocks of 16 x 16
-// elements that stay in L1, each block read along from's columns (a transposing copy where from
-// is column-major).
-void copy_matrix(const Matrix& from, const Matrix& to) {
+// to = from (the same sizes), converting the elements (float32 to bfloat16 rounds to nearest
+// even): row by row where both are row-major, else in blocks of 16 x 16 elements that stay in
+// L1, each block read along from's columns (a transposing copy where from is column-major).
+template <class From, class To>
+void copy_matrix(const Matrix<From>& from, const Matrix<To>& to) {
   if (from.row_major() && to.row_major()) {
-    for (int64_t i = 0; i < from.rows; ++i) std::copy_n(from.at(i, 0), from.cols, to.at(i, 0));
+    for (int64_t i = 0; i < from.rows; ++i) {
+      const From* row = from.at(i, 0);
+      To* target = to.at(i, 0);
+      for (int64_t j = 0; j < from.cols; ++j) target[j] = static_cast<To>(row[j]);
+    }
     return;
   }
   constexpr int64_t kBlock = 16;
@@ -102,20 +116,20 @@ void copy_matrix(const Matrix& from, const Matrix& to) {
     for (int64_t jb = 0; jb < from.cols; jb += kBlock) {
       const int64_t j_end = std::min(from.cols, jb + kBlock);
       for (int64_t j = jb; j < j_end; ++j) {
-        for (int64_t i = ib; i < i_end; ++i) *to.at(i, j) = *from.at(i, j);
+        for (int64_t i = ib; i < i_end; ++i) *to.at(i, j) = static_cast<To>(*from.at(i, j));
       }
     }
   }
 }
 
 // c (+)= a @ b, c row-major, at most one of a and b not row-major (packed tile by tile).
-void gemm_tiles(const Matrix& c, const Matrix& a, const Matrix& b, bool accumulate) {
+void gemm_tiles(const Floats& c, const Floats& a, const Floats& b, bool accumulate) {
   const int64_t m = c.rows, n = c.cols, k = a.cols;
   const Tiles k_tiles = tiles_of(k, kMaxTileK, kVector), n_tiles = tiles_of(n, kMaxTileN, kVector);
   const bool pack_a = !a.row_major(), pack_b = !b.row_major();
   Tensor storage;
-  float* const packed = pack_a   ? dense(kPackedRows, k_tiles.size, storage).data
-                        : pack_b ? dense(k_tiles.size, n_tiles.size, storage).data
+  float* const packed = pack_a   ? dense<float>(kPackedRows, k_tiles.size, storage).data
+                        : pack_b ? dense<float>(k_tiles.size, n_tiles.size, storage).data
                                  : nullptr;
   for (int64_t kt = 0; kt < k_tiles.count; ++kt) {
     const int64_t k0 = k_tiles.first(kt), kk = k_tiles.length(kt, k);
@@ -123,7 +137,7 @@ void gemm_tiles(const Matrix& c, const Matrix& a, const Matrix& b, bool accumula
     if (pack_a) {  // each [kPackedRows, kk] tile of a packed once, then met by every tile of b
       for (int64_t m0 = 0; m0 < m; m0 += kPackedRows) {
         const int64_t mm = std::min(kPackedRows, m - m0);
-        copy_matrix(part(a, m0, mm, k0, kk), Matrix{packed, mm, kk, kk, 1});
+        copy_matrix(part(a, m0, mm, k0, kk), Floats{packed, mm, kk, kk, 1});
         for (int64_t nt = 0; nt < n_tiles.count; ++nt) {
           const int64_t n0 = n_tiles.first(nt), nn = n_tiles.length(nt, n);
           // [mm, nn] (+)= [mm, kk] @ [kk, nn]
@@ -137,7 +151,7 @@ void gemm_tiles(const Matrix& c, const Matrix& a, const Matrix& b, bool accumula
       const float* b_tile = b.at(k0, n0);
       int64_t ldb = pack_b ? nn : b.ld();
       if (pack_b) {
-        copy_matrix(part(b, k0, kk, n0, nn), Matrix{packed, kk, nn, nn, 1});
+        copy_matrix(part(b, k0, kk, n0, nn), Floats{packed, kk, nn, nn, 1});
         b_tile = packed;
       }
       // [m, nn] (+)= [m, kk] @ [kk, nn]
@@ -148,7 +162,8 @@ void gemm_tiles(const Matrix& c, const Matrix& a, const Matrix& b, bool accumula
 
 // The elements copied to compute c (+)= a @ b in this orientation: all of c where it is not
 // row-major (twice when accumulating: in and out), and each operand that is not row-major.
-int64_t copies(const Matrix& c, const Matrix& a, const Matrix& b, bool accumulate) {
+template <class C, class T>
+int64_t copies(const Matrix<C>& c, const Matrix<T>& a, const Matrix<T>& b, bool accumulate) {
   int64_t count = c.row_major() ? 0 : c.size() * (accumulate ? 2 : 1);
   if (!a.row_major()) count += a.size();
   if (!b.row_major()) count += b.size();
@@ -156,23 +171,97 @@ int64_t copies(const Matrix& c, const Matrix& a, const Matrix& b, bool accumulat
 }
 
 // Whether C^T = B^T @ A^T copies less than C = A @ B.
-bool transposing_copies_less(const Matrix& c, const Matrix& a, const Matrix& b, bool accumulate) {
+template <class C, class T>
+bool transposing_copies_less(const Matrix<C>& c, const Matrix<T>& a, const Matrix<T>& b,
+                             bool accumulate) {
   return copies(c.transposed(), b.transposed(), a.transposed(), accumulate) <
          copies(c, a, b, accumulate);
 }
 
 // The fewest elements copied for c (+)= a @ b, in either orientation.
-int64_t fewest_copies(const Matrix& c, const Matrix& a, const Matrix& b, bool accumulate) {
+template <class C, class T>
+int64_t fewest_copies(const Matrix<C>& c, const Matrix<T>& a, const Matrix<T>& b, bool accumulate) {
   return std::min(copies(c, a, b, accumulate),
                   copies(c.transposed(), b.transposed(), a.transposed(), accumulate));
 }
 
-void gemm_matrices(Matrix c, Matrix a, Matrix b, bool accumulate) {
+// Rows `first` and `second` (n elements each; second null past an odd tile's end: zeros) as one
+// pair of rows of the VNNI layout: pair[2j] = first[j], pair[2j + 1] = second[j]. Bits only:
+// bfloat16 as 16-bit integers, which the compiler interleaves with vector instructions.
+TORCH_CONVBP_VECTOR_CLONES void interleave_rows(const uint16_t* first, const uint16_t* second,
+                                                int64_t n, uint16_t* pair) {
+  if (second == nullptr) {
+    for (int64_t j = 0; j < n; ++j) {
+      pair[2 * j] = first[j];
+      pair[2 * j + 1] = 0;
+    }
+    return;
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    pair[2 * j] = first[j];
+    pair[2 * j + 1] = second[j];
+  }
+}
+
+// A tile of b [kk, nn] in the VNNI layout [ceil(kk/2)][nn][2], an odd kk's last pair completed
+// with zeros: row by row where b is row-major, else element by element.
+void pack_pairs(const Halves& tile, at::BFloat16* packed) {
+  const int64_t kk = tile.rows, nn = tile.cols;
+  if (tile.row_major()) {
+    for (int64_t r = 0; r < kk; r += 2) {
+      const auto row = [&](int64_t i) { return reinterpret_cast<const uint16_t*>(tile.at(i, 0)); };
+      interleave_rows(row(r), r + 1 < kk ? row(r + 1) : nullptr, nn,
+                      reinterpret_cast<uint16_t*>(packed + r * nn));
+    }
+    return;
+  }
+  for (int64_t r = 0; r < (kk + 1) / 2 * 2; ++r) {  // row r into slot r % 2 of pair r / 2
+    at::BFloat16* pair = packed + (r / 2) * nn * 2 + r % 2;
+    for (int64_t j = 0; j < nn; ++j) pair[2 * j] = r < kk ? *tile.at(r, j) : at::BFloat16(0.f);
+  }
+}
+
+// The bfloat16 products on the micro-kernel: c (float32, row-major) (+)= a @ b, a row-major. The
+// micro-kernel reads B in its VNNI layout, pairs of rows of K interleaved: tile [kk, nn] as
+// [kk/2][nn][2], an odd kk padded with a row of zeros. So every tile of b is packed, once; and
+// where K is odd, the last tile of a is copied with a column of zeros, once, to match.
+void gemm_tiles(const Floats& c, const Halves& a, const Halves& b, bool accumulate) {
+  const int64_t m = c.rows, n = c.cols, k = a.cols;
+  const Tiles k_tiles = tiles_of(k, kMaxTileK, kVector), n_tiles = tiles_of(n, kMaxTileN, kVector);
+  const int64_t even_tile = (k_tiles.size + 1) / 2 * 2;
+  Tensor b_storage, a_storage;
+  at::BFloat16* const packed = dense<at::BFloat16>(even_tile, n_tiles.size, b_storage).data;
+  for (int64_t kt = 0; kt < k_tiles.count; ++kt) {
+    const int64_t k0 = k_tiles.first(kt), kk = k_tiles.length(kt, k), even = (kk + 1) / 2 * 2;
+    const bool add = accumulate || kt > 0;
+    Halves a_tile = part(a, 0, m, k0, kk);
+    if (even != kk) {  // the last tile, of an odd K: a zero column beside it
+      const Halves padded = dense<at::BFloat16>(m, even, a_storage);
+      copy_matrix(a_tile, part(padded, 0, m, 0, kk));
+      for (int64_t i = 0; i < m; ++i) *padded.at(i, kk) = at::BFloat16(0.f);
+      a_tile = padded;
+    }
+    for (int64_t nt = 0; nt < n_tiles.count; ++nt) {
+      const int64_t n0 = n_tiles.first(nt), nn = n_tiles.length(nt, n);
+      pack_pairs(part(b, k0, kk, n0, nn), packed);
+      // [m, nn] (+)= [m, even] @ [even, nn]
+      micro_gemm(m, nn, even, a_tile.data, a_tile.ld(), packed, nn, c.at(0, n0), c.ld(), add);
+    }
+  }
+  release_microkernel(/*vnni=*/true);
+}
+
+// c (+)= a @ b for matrices of any orientation: in the orientation that copies least, with c
+// row-major (else its tiles go to a row-major float32 copy of c, written back at the end, which
+// also rounds a bfloat16 c once, after its last product), and a row-major where the tiles would
+// pack b (else a copied whole, once).
+template <class C, class T>
+void gemm_matrices(Matrix<C> c, Matrix<T> a, Matrix<T> b, bool accumulate) {
   if (c.size() == 0) return;
   if (a.cols == 0) {  // no products: a zero result
     if (!accumulate) {
       for (int64_t i = 0; i < c.rows; ++i) {
-        for (int64_t j = 0; j < c.cols; ++j) *c.at(i, j) = 0.f;
+        for (int64_t j = 0; j < c.cols; ++j) *c.at(i, j) = C(0.f);
       }
     }
     return;
@@ -183,57 +272,95 @@ void gemm_matrices(Matrix c, Matrix a, Matrix b, bool accumulate) {
     b = b.transposed();
     c = c.transposed();
   }
+  constexpr bool kHalves = std::is_same_v<T, at::BFloat16>;  // whose tiles pack b always
   Tensor a_copy, c_copy;
-  if (!a.row_major() && !b.row_major()) {  // one of them copied whole
-    const Matrix copy = dense(a.rows, a.cols, a_copy);
+  if (!a.row_major() && (kHalves || !b.row_major())) {  // copied whole
+    const Matrix<T> copy = dense<T>(a.rows, a.cols, a_copy);
     copy_matrix(a, copy);
     a = copy;
   }
-  if (c.row_major()) {
-    gemm_tiles(c, a, b, accumulate);
-    return;
+  if constexpr (std::is_same_v<C, float>) {
+    if (c.row_major()) {
+      gemm_tiles(c, a, b, accumulate);
+      return;
+    }
   }
-  const Matrix staged = dense(c.rows, c.cols, c_copy);  // the tiles' row-major result
+  const Floats staged = dense<float>(c.rows, c.cols, c_copy);  // the tiles' row-major result
   if (accumulate) copy_matrix(c, staged);
   gemm_tiles(staged, a, b, accumulate);
-  copy_matrix(staged.transposed(), c.transposed());  // along c's columns, which are adjacent
+  if (c.row_major()) {
+    copy_matrix(staged, c);
+  } else {
+    copy_matrix(staged.transposed(), c.transposed());  // along c's columns, which are adjacent
+  }
+}
+
+// Runs body with the matrices of the tensors' element types: float32 operands (a float32 result),
+// or bfloat16 ones (a float32 or bfloat16 result).
+template <class Body>
+void with_element_types(const Tensor& out, const Tensor& a, Body&& body) {
+  if (a.scalar_type() == at::kFloat) {
+    body(float{}, float{});
+  } else if (out.scalar_type() == at::kFloat) {
+    body(float{}, at::BFloat16{});
+  } else {
+    body(at::BFloat16{}, at::BFloat16{});
+  }
 }
 
 }  // namespace
 
 Tensor microkernel_shared_operand(const Tensor& out, const Tensor& a, const Tensor& b,
                                   bool shared_is_a, bool accumulate) {
-  const Matrix c0 = matrix_of(out, 0), a0 = matrix_of(a, 0), b0 = matrix_of(b, 0);
-  const bool transposed = transposing_copies_less(c0, a0, b0, accumulate);
   const Tensor& shared = shared_is_a ? a : b;
-  // Its role there: read as it is (direct), or as its transpose (C^T = B^T @ A^T).
-  const Matrix read = transposed ? (shared_is_a ? a0 : b0).transposed() : (shared_is_a ? a0 : b0);
-  if (read.row_major() || shared.stride(0) == 0) return shared;  // read in place (or broadcast)
-  // A copy once, in the order the driver reads in place: row-major as read.
-  Tensor copy =
-      transposed ? empty_scratch({shared.size(0), shared.size(2), shared.size(1)}, shared.options())
+  Tensor result = shared;
+  with_element_types(out, a, [&](auto c_type, auto ab_type) {
+    using C = decltype(c_type);
+    using T = decltype(ab_type);
+    const Matrix<T> a0 = matrix_of<T>(a, 0), b0 = matrix_of<T>(b, 0);
+    const bool transposed = transposing_copies_less(matrix_of<C>(out, 0), a0, b0, accumulate);
+    // Its role there: read as it is (direct), or as its transpose (C^T = B^T @ A^T).
+    const Matrix<T> read =
+        transposed ? (shared_is_a ? a0 : b0).transposed() : (shared_is_a ? a0 : b0);
+    if (read.row_major() || shared.stride(0) == 0) return;  // read in place (or broadcast)
+    // A copy once, in the order the driver reads in place: row-major as read.
+    result = transposed
+                 ? empty_scratch({shared.size(0), shared.size(2), shared.size(1)}, shared.options())
                        .transpose(1, 2)
                  : empty_scratch(shared.sizes(), shared.options());
-  for (int64_t g = 0; g < shared.size(0); ++g)
-    copy_matrix(matrix_of(shared, g), matrix_of(copy, g));
-  return copy;
+    for (int64_t g = 0; g < shared.size(0); ++g) {
+      copy_matrix(matrix_of<T>(shared, g), matrix_of<T>(result, g));
+    }
+  });
+  return result;
 }
 
 bool microkernel_prefers_transposed_result(const Tensor& a, const Tensor& b, int64_t gemms) {
-  const Matrix a0 = matrix_of(a, 0), b0 = matrix_of(b, 0);
-  const Matrix row_major{nullptr, a0.rows, b0.cols, b0.cols, 1};
-  const Matrix column_major{nullptr, a0.rows, b0.cols, 1, a0.rows};
-  // A transposed result is copied into the result's order once more, at the end.
-  return gemms * fewest_copies(column_major, a0, b0, /*accumulate=*/true) + column_major.size() <
-         gemms * fewest_copies(row_major, a0, b0, /*accumulate=*/true);
+  bool transposed = false;
+  with_element_types(a, a, [&](auto, auto ab_type) {  // the result's type does not matter here
+    using T = decltype(ab_type);
+    const Matrix<T> a0 = matrix_of<T>(a, 0), b0 = matrix_of<T>(b, 0);
+    const Floats row_major{nullptr, a0.rows, b0.cols, b0.cols, 1};
+    const Floats column_major{nullptr, a0.rows, b0.cols, 1, a0.rows};
+    // A transposed result is copied into the result's order once more, at the end.
+    transposed =
+        gemms * fewest_copies(column_major, a0, b0, /*accumulate=*/true) + column_major.size() <
+        gemms * fewest_copies(row_major, a0, b0, /*accumulate=*/true);
+  });
+  return transposed;
 }
 
 void microkernel_gemm(const Tensor& out, const Tensor& a, const Tensor& b, bool accumulate) {
-  TORCH_INTERNAL_ASSERT(out.scalar_type() == at::kFloat && a.scalar_type() == at::kFloat &&
-                        b.scalar_type() == at::kFloat && out.device().is_cpu());
-  for (int64_t g = 0; g < out.size(0); ++g) {
-    gemm_matrices(matrix_of(out, g), matrix_of(a, g), matrix_of(b, g), accumulate);
-  }
+  TORCH_INTERNAL_ASSERT(out.device().is_cpu() && a.scalar_type() == b.scalar_type() &&
+                        (a.scalar_type() == at::kFloat || a.scalar_type() == at::kBFloat16) &&
+                        (out.scalar_type() == at::kFloat || out.scalar_type() == a.scalar_type()));
+  with_element_types(out, a, [&](auto c_type, auto ab_type) {
+    using C = decltype(c_type);
+    using T = decltype(ab_type);
+    for (int64_t g = 0; g < out.size(0); ++g) {
+      gemm_matrices(matrix_of<C>(out, g), matrix_of<T>(a, g), matrix_of<T>(b, g), accumulate);
+    }
+  });
 }
 
 }  // namespace torch_convbp

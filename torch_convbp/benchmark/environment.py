@@ -22,7 +22,8 @@ def machine_description(device):
 
 
 ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8")
-SETTINGS = ("DNNL_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "OMP_NUM_THREADS")
+SETTINGS = ("DNNL_MAX_CPU_ISA", "ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "OMP_NUM_THREADS",
+            "TORCH_CONVBP_GEMM", "TORCH_CONVBP_HALF_GEMM", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
 
 
 def cpu_flags():
@@ -68,6 +69,7 @@ def environment(device, dtype):
         "aten_cpu_capability": torch.backends.cpu.get_cpu_capability(),
         **library_versions(),
         "gemm_dtype": str(torch_convbp.gemm_dtype(dtype, device)).replace("torch.", ""),
+        "gemm_engine": torch_convbp.gemm_engine(dtype, device),
         "settings": {name: os.environ[name] for name in SETTINGS if name in os.environ},
     }
 
@@ -80,4 +82,5 @@ def environment_line(env):
         build += f" at {source['commit'][:7]}{' (modified)' if source['dirty'] else ''}"
     settings = "".join(f", {k}={v}" for k, v in env["settings"].items())
     return (f"{build}; ISA: {' '.join(env['cpu_flags']) or 'unknown'} (ATen {env['aten_cpu_capability']}); "
-            f"oneDNN {env['onednn']}, MKL {env['mkl']}; GEMMs in {env['gemm_dtype']}{settings}")
+            f"oneDNN {env['onednn']}, MKL {env['mkl']}; GEMMs in {env['gemm_dtype']} on "
+            f"{env.get('gemm_engine', 'aten')}{settings}")
