@@ -14,7 +14,6 @@ import statistics
 
 import torch
 
-import torch_convbp
 from torch_convbp.benchmark import layers as L
 from torch_convbp.benchmark import steps as S
 from torch_convbp.benchmark import timing as T
