@@ -11,13 +11,15 @@ import argparse
 import contextlib
 import os
 import statistics
+import sys
 
 import torch
 
-from torch_convbp.benchmark import layers as L
-from torch_convbp.benchmark import steps as S
-from torch_convbp.benchmark import timing as T
-from torch_convbp.benchmark.environment import environment, environment_line, machine_description
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this checkout's build
+from torch_convbp.benchmark import layers as L  # noqa: E402
+from torch_convbp.benchmark import steps as S  # noqa: E402
+from torch_convbp.benchmark import timing as T  # noqa: E402
+from torch_convbp.benchmark.environment import environment, environment_line, machine_description  # noqa: E402
 
 ENGINES = ("mkl", "auto")
 FORMATS = ("nchw", "channels_last")

@@ -75,11 +75,19 @@ Tensor only_matrix(const Tensor& batch) {
   return batch.as_strided({batch.size(1), batch.size(2)}, {batch.stride(1), batch.stride(2)});
 }
 
-// Whether the micro-kernel driver runs out (+)= a @ b: gemm_engine says so for a's dtype, and out
-// is in it or is its float32 accumulator.
-bool on_microkernel(const Tensor& out, const Tensor& a) {
-  return (out.scalar_type() == a.scalar_type() || out.scalar_type() == at::kFloat) &&
+// Whether the micro-kernel driver runs a [G, M, N] result `out_dtype` (+)= a @ b: gemm_engine says
+// so for a's dtype, out is in it or is its float32 accumulator, and, in float32, the result is at
+// least kMinMicrokernelSide on each side: thinner products (ResNeXt's 4 output channels per group
+// fed NCHW) ran slower on the micro-kernel than on MKL (benchmarks/NOTES.md, section 39). In
+// bfloat16 ATen's alternative is oneDNN's matmul, whose bits follow the thread count: always ours.
+constexpr int64_t kMinMicrokernelSide = 16;
+bool on_microkernel(int64_t m, int64_t n, at::ScalarType out_dtype, const Tensor& a) {
+  const bool thin = a.scalar_type() == at::kFloat && std::min(m, n) < kMinMicrokernelSide;
+  return (out_dtype == a.scalar_type() || out_dtype == at::kFloat) && !thin &&
          gemm_engine(a.scalar_type(), a.device()) == GemmEngine::microkernel;
+}
+bool on_microkernel(const Tensor& out, const Tensor& a) {
+  return on_microkernel(out.size(1), out.size(2), out.scalar_type(), a);
 }
 
 // out = a @ b (beta 0) or out += a @ b, for [G, M, K] @ [G, K, N]: on the micro-kernel where
@@ -192,9 +200,7 @@ Tensor empty_gemm_result(const Tensor& a, const Tensor& b, at::ScalarType dtype,
                          Memory memory) {
   const auto options = a.options().dtype(dtype);
   const int64_t groups = a.size(0), m = a.size(1), n = b.size(2);
-  const bool transposed = (dtype == a.scalar_type() || dtype == at::kFloat) && m > 0 && n > 0 &&
-                          a.size(2) > 0 &&
-                          gemm_engine(a.scalar_type(), a.device()) == GemmEngine::microkernel &&
+  const bool transposed = m > 0 && n > 0 && a.size(2) > 0 && on_microkernel(m, n, dtype, a) &&
                           microkernel_prefers_transposed_result(a, b, gemms);
   const auto empty = [&](at::IntArrayRef size) {
     return memory == Memory::scratch ? empty_scratch(size, options) : at::empty(size, options);

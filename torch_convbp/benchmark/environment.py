@@ -49,7 +49,7 @@ def source_version():
     whether the checkout's tracked files differ from it (None for an installed wheel)."""
     checkout = os.path.dirname(os.path.dirname(os.path.abspath(torch_convbp.__file__)))
     version = {"version": torch_convbp.__version__, "commit": None, "dirty": None}
-    if not os.path.isdir(os.path.join(checkout, ".git")):
+    if not os.path.exists(os.path.join(checkout, ".git")):  # a directory, or a worktree's file
         return version
     try:
         commit = subprocess.run(["git", "-C", checkout, "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
