@@ -1,4 +1,4 @@
-// A GEMM driver of our own on oneDNN's micro-kernel, for float32 on the CPU
+// A GEMM driver of our own on oneDNN's micro-kernel, for float32 and bfloat16 on the CPU
 // (cpu/microkernel_gemm.cpp). gemm.cpp runs each GEMM block through it where gemm_engine()
 // (gemm_choice.h) says so; elsewhere ATen's GEMM (MKL) runs them.
 #pragma once
@@ -7,8 +7,9 @@
 
 namespace torch_convbp {
 
-// out = a @ b, or out += a @ b where `accumulate`, for float32 CPU tensors [G, M, K] @ [G, K, N]
-// -> [G, M, N] with any strides (a batch stride of 0 broadcasts a matrix), on the calling thread.
+// out = a @ b, or out += a @ b where `accumulate`, for CPU tensors [G, M, K] @ [G, K, N] -> [G, M,
+// N] with any strides (a batch stride of 0 broadcasts a matrix), on the calling thread: float32, or
+// bfloat16 operands into a float32 or bfloat16 result (products summed in float32).
 // Each matrix is cut into tiles whose sizes depend on M, N and K alone, and each element of the
 // result sums its K products tile by tile in increasing k: the same bits for the same sizes,
 // whichever thread runs it.

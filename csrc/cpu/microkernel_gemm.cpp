@@ -16,6 +16,10 @@
 // [kPackedRows, k] at a time, each element once; a column-major B likewise, [k, n] at a time.
 // (Measured: benchmarks/NOTES.md, section 36.)
 //
+// In bfloat16 (where the CPU has bfloat16 arithmetic) the micro-kernel reads B in its VNNI layout,
+// pairs of rows of K interleaved, so every tile of B is packed so; the products are summed in a
+// float32 C, and a bfloat16 result is rounded once, after the last tile (section 38).
+//
 // The tiles depend on M, N and K alone, and the calls run on the calling thread: each element of
 // C sums its products tile by tile in increasing k, the same way whichever thread runs the GEMM.
 #include "../microkernel_gemm.h"
@@ -35,10 +39,10 @@ namespace {
 
 using at::Tensor;
 
-// A tile of B (kMaxTileK x kMaxTileN floats, 128 KiB) stays in a core's L2 (1 MiB on an EPYC)
-// beside the rows of A and C that stream through; tiles of 64 rows of a packed A are 64 KiB.
-// Tiles of 64 to 256 columns and 256 or 512 of K ran within a few percent of each other on the
-// suite's layers (benchmarks/NOTES.md, section 36).
+// A tile of B (kMaxTileK x kMaxTileN floats, 128 KiB; half that in bfloat16) stays in a core's L2
+// (1 MiB on an EPYC) beside the rows of A and C that stream through; tiles of 64 rows of a packed A
+// are 64 KiB. Tiles of 64 to 256 columns and 256 or 512 of K ran within a few percent of each other
+// on the suite's layers (benchmarks/NOTES.md, section 36).
 constexpr int64_t kMaxTileK = 256;
 constexpr int64_t kMaxTileN = 128;
 constexpr int64_t kPackedRows = 64;
