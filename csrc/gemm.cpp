@@ -75,16 +75,12 @@ Tensor only_matrix(const Tensor& batch) {
   return batch.as_strided({batch.size(1), batch.size(2)}, {batch.stride(1), batch.stride(2)});
 }
 
-// Whether the micro-kernel driver runs a [G, M, N] result `out_dtype` (+)= a @ b: gemm_engine says
-// so for a's dtype, out is in it or is its float32 accumulator, and, in float32, the result is at
-// least kMinMicrokernelSide on each side: thinner products (ResNeXt's 4 output channels per group
-// fed NCHW) ran slower on the micro-kernel than on MKL (benchmarks/NOTES.md, section 39). In
-// bfloat16 ATen's alternative is oneDNN's matmul, whose bits follow the thread count: always ours.
-constexpr int64_t kMinMicrokernelSide = 16;
+// Whether the micro-kernel driver runs a [G, M, N] result `out_dtype` (+)= a @ b: gemm_engine
+// says so for a's dtype and the result's sides, and out is in a's dtype or is its float32
+// accumulator.
 bool on_microkernel(int64_t m, int64_t n, at::ScalarType out_dtype, const Tensor& a) {
-  const bool thin = a.scalar_type() == at::kFloat && std::min(m, n) < kMinMicrokernelSide;
-  return (out_dtype == a.scalar_type() || out_dtype == at::kFloat) && !thin &&
-         gemm_engine(a.scalar_type(), a.device()) == GemmEngine::microkernel;
+  return (out_dtype == a.scalar_type() || out_dtype == at::kFloat) &&
+         gemm_engine(a.scalar_type(), a.device(), m, n) == GemmEngine::microkernel;
 }
 bool on_microkernel(const Tensor& out, const Tensor& a) {
   return on_microkernel(out.size(1), out.size(2), out.scalar_type(), a);

@@ -1,12 +1,29 @@
 // How the GEMMs run (gemm_choice.h).
 #include "gemm_choice.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <string_view>
 
 #include "cpu_features.h"
 #include "env_choice.h"
 
 namespace torch_convbp {
+
+namespace {
+
+// Whether the CPU's bfloat16 GEMMs run in bfloat16 on the micro-kernel: where it computes them
+// natively, unless TORCH_CONVBP_HALF_GEMM or TORCH_CONVBP_GEMM=mkl say otherwise.
+bool bfloat16_on_microkernel() {
+  return env_choice("TORCH_CONVBP_HALF_GEMM", {"auto", "native", "float32"}) == "auto" &&
+         gemm_setting() != GemmSetting::mkl && cpu_has_bfloat16_microkernel();
+}
+
+// Float32 results thinner than this on a side (ResNeXt's 4 output channels per group fed NCHW)
+// ran slower on the micro-kernel than on MKL (benchmarks/NOTES.md, section 39).
+constexpr int64_t kMinMicrokernelSide = 16;
+
+}  // namespace
 
 // The operands' own dtype, except for float16 and bfloat16 on the CPU. Where the micro-kernel
 // computes bfloat16 natively (AVX512_BF16, AMX), bfloat16 GEMMs run on it: their products are
@@ -26,8 +43,8 @@ at::ScalarType gemm_dtype(at::ScalarType dtype, const at::Device& device, GemmRe
       env_choice("TORCH_CONVBP_HALF_GEMM", {"auto", "native", "float32"});
   if (choice == "auto") {
     if (!device.is_cpu()) return dtype;
-    const bool native = dtype == at::kBFloat16 && result == GemmResult::rounded_once &&
-                        gemm_setting() != GemmSetting::mkl && cpu_has_bfloat16_microkernel();
+    const bool native =
+        dtype == at::kBFloat16 && result == GemmResult::rounded_once && bfloat16_on_microkernel();
     return native ? at::kBFloat16 : at::kFloat;
   }
   return choice == "float32" ? at::kFloat : dtype;
@@ -46,13 +63,8 @@ GemmSetting gemm_setting() {
 // on an AVX-512 Xeon MKL ran at the core's peak already (section 26), and on AVX2 the two were
 // even.
 GemmEngine gemm_engine(at::ScalarType gemm_dtype, const at::Device& device) {
-  if (device.is_cpu() &&
-      gemm_dtype == at::kBFloat16) {  // bfloat16 GEMMs on the CPU: see gemm_dtype
-    const bool auto_half =
-        env_choice("TORCH_CONVBP_HALF_GEMM", {"auto", "native", "float32"}) == "auto";
-    return auto_half && gemm_setting() != GemmSetting::mkl && cpu_has_bfloat16_microkernel()
-               ? GemmEngine::microkernel
-               : GemmEngine::aten;
+  if (device.is_cpu() && gemm_dtype == at::kBFloat16) {  // bfloat16 GEMMs on the CPU: gemm_dtype
+    return bfloat16_on_microkernel() ? GemmEngine::microkernel : GemmEngine::aten;
   }
   if (!device.is_cpu() || gemm_dtype != at::kFloat || !cpu_has_gemm_microkernel()) {
     return GemmEngine::aten;
@@ -63,6 +75,16 @@ GemmEngine gemm_engine(at::ScalarType gemm_dtype, const at::Device& device) {
     case GemmSetting::automatic: break;
   }
   return cpu_prefers_gemm_microkernel() ? GemmEngine::microkernel : GemmEngine::aten;
+}
+
+// In bfloat16 ATen's alternative is oneDNN's matmul, whose bits follow the thread count: however
+// thin, those stay ours.
+GemmEngine gemm_engine(at::ScalarType gemm_dtype, const at::Device& device, int64_t rows,
+                       int64_t cols) {
+  if (gemm_dtype == at::kFloat && std::min(rows, cols) < kMinMicrokernelSide) {
+    return GemmEngine::aten;
+  }
+  return gemm_engine(gemm_dtype, device);
 }
 
 const char* gemm_engine_name(GemmEngine engine) {

@@ -3,6 +3,7 @@
 
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
+#include <cstdint>
 
 namespace torch_convbp {
 
@@ -23,6 +24,10 @@ enum class GemmEngine { aten, microkernel };
 
 // The engine of GEMMs in dtype `gemm_dtype` (as gemm_dtype() gives it) on `device`.
 GemmEngine gemm_engine(at::ScalarType gemm_dtype, const at::Device& device);
+// The engine of one such GEMM, whose result is rows x cols: as above, except that float32
+// results under 16 on a side stay on ATen's GEMM.
+GemmEngine gemm_engine(at::ScalarType gemm_dtype, const at::Device& device, int64_t rows,
+                       int64_t cols);
 const char* gemm_engine_name(GemmEngine engine);
 
 // TORCH_CONVBP_GEMM, for benchmarks and tests: "mkl" runs every GEMM on ATen's and takes no

@@ -157,7 +157,7 @@ def test_host_time_command_times_both_and_counts_each_operators_launches(tmp_pat
     assert all(us > 0 for us in result["microseconds"].values())
     ops = result["operations"]
     # ATen's GEMM on any CPU: the tiny convolution's results are 3 channels wide, too thin for the
-    # micro-kernel driver (csrc/gemm.cpp, on_microkernel)
+    # micro-kernel driver (csrc/gemm_choice.cpp, gemm_engine)
     assert ops["conv2d"]["launches"] == ["torch_convbp::im2col", "addmm_", "add_"]
     assert ops["conv2d_weight_grad"]["launches"] == ["torch_convbp::im2col", "addmm_"]
     # the stride-1 input gradient: the flipped weight (flip, then its copy), im2col of dY, a GEMM
