@@ -1,11 +1,50 @@
-"""What the tests of the routes share: operands in either memory format, and the check of the
-three operators against F.conv2d and our own shift-and-add reference."""
+"""What the tests of the routes share: operands in either memory format, the check of the
+three operators against F.conv2d and our own shift-and-add reference, and what the GEMM
+micro-kernel can do here."""
+import contextlib
+import os
+
 import torch
 import torch.nn.functional as F
 
 from cases import shift_and_add_conv2d
 
 CL = torch.channels_last
+
+
+@contextlib.contextmanager
+def environment(name, value):
+    """The environment variable `name` set to `value` while the block runs."""
+    before = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = before
+
+
+def has_microkernel():
+    """Whether this torch and CPU have the GEMM micro-kernel (x86 with AVX2, oneDNN on): forced,
+    float32 GEMMs run on it."""
+    import torch_convbp
+
+    with environment("TORCH_CONVBP_GEMM", "microkernel"):
+        return torch_convbp.gemm_engine(torch.float32) == "microkernel"
+
+
+def has_bfloat16_microkernel():
+    """Whether the micro-kernel computes bfloat16 here (AVX512_BF16 or AMX-BF16): asked of the
+    driver's own entry, which refuses bfloat16 elsewhere."""
+    from torch_convbp import _C
+
+    try:
+        _C._microkernel_gemm(torch.empty(1, 1, 1), *(torch.ones(1, 1, 1, dtype=torch.bfloat16),) * 2, False)
+    except RuntimeError:
+        return False
+    return True
 
 
 def operands(n=3, c=6, h=5, w=7, cout=4, k=1, groups=1, dtype=torch.float64, device="cpu", layout=CL, seed=0):

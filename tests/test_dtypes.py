@@ -6,29 +6,13 @@ import torch.nn.functional as F
 
 import torch_convbp
 from cases import CASES
+from route_cases import has_bfloat16_microkernel
 
 # Relative to the largest magnitude of the float64 result: float16/bfloat16 round the inputs,
 # the GEMM output and the column matrix once each, and accumulate in float32.
 TOLERANCE = {torch.float32: 1e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}
 DTYPE_CASES = [c for c in CASES if c.batch > 0 and c.name in (
     "basic", "asymmetric_everything", "same_even_kernel_dilated", "depthwise", "pointwise", "many_images")]
-
-
-def has_bfloat16_arithmetic():
-    """AVX512_BF16 or AMX-BF16 (/proc/cpuinfo), on x86 with oneDNN on, and no cap of oneDNN's ISA
-    below it: where torch_convbp's bfloat16 GEMMs run on the micro-kernel (csrc/gemm_choice.cpp)."""
-    import os
-    import platform
-
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
-    except OSError:
-        flags = []
-    capped = any(os.environ.get(v, "").upper().startswith(("SSE", "AVX2", "AVX512_CORE_VNNI")) or
-                 os.environ.get(v, "").upper() in ("AVX", "AVX512_CORE") for v in ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"))
-    return (platform.machine() in ("x86_64", "AMD64") and torch.backends.mkldnn.is_available() and not capped
-            and "avx512f" in flags and ("avx512_bf16" in flags or "amx_bf16" in flags))
 
 
 def assert_near(actual, expected, dtype):
@@ -91,7 +75,7 @@ def test_gemm_dtype_tells_which_dtype_the_gemms_run_in(monkeypatch):
     assert torch_convbp.gemm_dtype(torch.bfloat16, "cuda") == torch.bfloat16
     # on the CPU, bfloat16 GEMMs on the micro-kernel where the CPU has bfloat16 arithmetic, else
     # float32 GEMMs; float16 always in float32
-    assert torch_convbp.gemm_dtype(torch.bfloat16) == (torch.bfloat16 if has_bfloat16_arithmetic() else torch.float32)
+    assert torch_convbp.gemm_dtype(torch.bfloat16) == (torch.bfloat16 if has_bfloat16_microkernel() else torch.float32)
     assert torch_convbp.gemm_dtype(torch.float16) == torch.float32
     monkeypatch.setenv("TORCH_CONVBP_GEMM", "mkl")  # not on the micro-kernel: float32
     assert torch_convbp.gemm_dtype(torch.bfloat16) == torch.float32

@@ -11,24 +11,10 @@ import torch
 import torch.nn.functional as F
 
 import torch_convbp
+from route_cases import has_bfloat16_microkernel, has_microkernel
 from torch_convbp import _C
 
 ops = torch.ops.torch_convbp
-
-
-def has_microkernel():
-    """Whether this torch and CPU have the micro-kernel: forced, float32 GEMMs run on it."""
-    import os
-
-    before = os.environ.get("TORCH_CONVBP_GEMM")
-    os.environ["TORCH_CONVBP_GEMM"] = "microkernel"
-    try:
-        return torch_convbp.gemm_engine(torch.float32) == "microkernel"
-    finally:
-        if before is None:
-            del os.environ["TORCH_CONVBP_GEMM"]
-        else:
-            os.environ["TORCH_CONVBP_GEMM"] = before
 
 
 needs_microkernel = pytest.mark.skipif(not has_microkernel(), reason="no GEMM micro-kernel here (x86 with AVX2, oneDNN on)")
@@ -97,15 +83,6 @@ def test_the_driver_gives_the_same_bits_for_the_same_sizes():
         results.append(out)
     for other in results[1:]:
         assert torch.equal(results[0], other)
-
-
-def has_bfloat16_microkernel():
-    """Whether the driver computes bfloat16 here (the CPU has AVX512_BF16 or AMX-BF16)."""
-    try:
-        _C._microkernel_gemm(torch.empty(1, 1, 1), *(torch.ones(1, 1, 1, dtype=torch.bfloat16),) * 2, False)
-    except RuntimeError:
-        return False
-    return True
 
 
 BF16_SIZES = [(5, 7, 3), (1, 300, 1), (64, 129, 257), (130, 40, 513), (17, 33, 2)]

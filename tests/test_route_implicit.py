@@ -11,26 +11,9 @@ from torch.library import opcheck
 
 import torch_convbp
 from cases import shift_and_add_conv2d
-from route_cases import CL
+from route_cases import CL, has_microkernel
 
 ops = torch.ops.torch_convbp
-
-
-def has_microkernel():
-    """Whether the route is open here: asked of the route itself, for a call it always takes when
-    forced."""
-    x, w = torch.randn(1, 16, 4, 4).contiguous(memory_format=CL), torch.randn(16, 16, 3, 3)
-    import os
-
-    before = os.environ.get("TORCH_CONVBP_GEMM")
-    os.environ["TORCH_CONVBP_GEMM"] = "microkernel"
-    try:
-        return torch_convbp.explain(x, w)["forward"].route == "implicit_nhwc"
-    finally:
-        if before is None:
-            del os.environ["TORCH_CONVBP_GEMM"]
-        else:
-            os.environ["TORCH_CONVBP_GEMM"] = before
 
 
 pytestmark = pytest.mark.skipif(not has_microkernel(), reason="no GEMM micro-kernel here (x86 with AVX2, oneDNN on)")
