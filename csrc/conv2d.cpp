@@ -318,7 +318,9 @@ Tensor convolution_forward(const char* op, int64_t dims, const Tensor& input, co
     case Route::pointwise_nhwc:
       pointwise_nhwc_forward(rows_view(x), weight, s, rows_view(output));
       break;
-    case Route::implicit_nhwc: call_implicit(x, weight.contiguous(), s, output); break;
+    case Route::implicit_nhwc:
+      call_implicit(ImplicitKernel::forward, x, weight.contiguous(), s, output);
+      break;
     case Route::pointwise_by_images:
       forward_pointwise_by_images(x, gemm_weight(weight, s, route.layout), s, output);
       break;
@@ -393,8 +395,7 @@ Tensor convolution_input_grad(const char* op, int64_t dims, const Tensor& grad_o
       pointwise_nhwc_input_grad(rows_view(dy), weight, s, rows_view(grad_input));
       break;
     case Route::implicit_nhwc:  // the stride-1 convolution of dY
-      call_implicit(dy, flipped_transposed_weight(weight, s, Layout::nchw),
-                    *input_grad_convolution(s), grad_input);
+      call_implicit(ImplicitKernel::input_grad, dy, weight.contiguous(), s, grad_input);
       break;
     case Route::pointwise_by_images:
     case Route::transposed_columns: {

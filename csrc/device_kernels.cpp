@@ -86,11 +86,14 @@ void call_grouped(GroupedKernel kernel, const Tensor& a, const Tensor& b, const 
             s.groups, result);
 }
 
-void call_implicit(const Tensor& input, const Tensor& weight, const ConvShape& s,
-                   const Tensor& output) {
+void call_implicit(ImplicitKernel kernel, const Tensor& a, const Tensor& weight, const ConvShape& s,
+                   const Tensor& result) {
   static const auto forward = kernel_handle<GroupedSignature>("torch_convbp::implicit_conv2d");
-  forward.call(input, weight, {s.stride_h, s.stride_w}, {s.pad_h, s.pad_w},
-               {s.dilation_h, s.dilation_w}, s.groups, output);
+  static const auto input_grad =
+      kernel_handle<GroupedSignature>("torch_convbp::implicit_conv2d_input_grad");
+  (kernel == ImplicitKernel::forward ? forward : input_grad)
+      .call(a, weight, {s.stride_h, s.stride_w}, {s.pad_h, s.pad_w}, {s.dilation_h, s.dilation_w},
+            s.groups, result);
 }
 
 void call_transpose_copy(const Tensor& source, const Tensor& target) {

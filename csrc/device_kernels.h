@@ -29,10 +29,11 @@ enum class GroupedKernel { forward, weight_grad };
 void call_grouped(GroupedKernel kernel, const at::Tensor& a, const at::Tensor& b,
                   const ConvShape& s, const at::Tensor& result);
 
-// The implicit-GEMM convolution (CPU, float32, NHWC activations): output = conv(input, weight),
-// weight [Cout, Cin/G, kh, kw] contiguous.
-void call_implicit(const at::Tensor& input, const at::Tensor& weight, const ConvShape& s,
-                   const at::Tensor& output);
+// The implicit-GEMM kernels (CPU, float32, NHWC activations), weight [Cout, Cin/G, kh, kw]
+// contiguous: output = conv(input, weight); grad_input from (grad_output, weight), stride 1.
+enum class ImplicitKernel { forward, input_grad };
+void call_implicit(ImplicitKernel kernel, const at::Tensor& a, const at::Tensor& weight,
+                   const ConvShape& s, const at::Tensor& result);
 
 // target[b, j, i] = source[b, i, j], for source [B, R, C] and target [B, C, R], each with
 // contiguous rows (layout.cpp: an activation between NCHW and channels_last).

@@ -44,7 +44,7 @@ constexpr int64_t kMaxImplicitChannels = 128;
 constexpr int64_t kMinImplicitRow = 14;
 
 // Whether the implicit route computes convolution `s` (a forward one: for the input gradient,
-// its transposed convolution) of these float32, channels_last operands on the CPU.
+// its transposed convolution) of these float32 operands on the CPU, in NHWC.
 bool takes_implicit(const ConvShape& s, const at::Tensor& first) {
   if (!s.is_planar() || !first.device().is_cpu() || first.scalar_type() != at::kFloat) {
     return false;
@@ -117,25 +117,6 @@ bool weight_grad_by_images(const ConvShape& s, const at::Tensor& first) {
 
 }  // namespace
 
-std::optional<ConvShape> input_grad_convolution(const ConvShape& s) {
-  const int64_t pad_d = s.dilation_d * (s.kernel_d - 1) - s.pad_d;
-  const int64_t pad_h = s.dilation_h * (s.kernel_h - 1) - s.pad_h;
-  const int64_t pad_w = s.dilation_w * (s.kernel_w - 1) - s.pad_w;
-  if (s.stride_d != 1 || s.stride_h != 1 || s.stride_w != 1 || pad_d < 0 || pad_h < 0 ||
-      pad_w < 0) {
-    return std::nullopt;
-  }
-  ConvShape t = s;
-  std::swap(t.in_channels, t.out_channels);
-  std::swap(t.depth, t.out_depth);
-  std::swap(t.height, t.out_height);
-  std::swap(t.width, t.out_width);
-  t.pad_d = pad_d;
-  t.pad_h = pad_h;
-  t.pad_w = pad_w;
-  return t;
-}
-
 RouteChoice choose_route(Operator op, const ConvShape& s, at::TensorList activations) {
   const at::Tensor& first = activations.front();
   const bool channels_last = all_channels_last(activations);
@@ -190,19 +171,26 @@ RouteChoice choose_route(Operator op, const ConvShape& s, at::TensorList activat
   }
 
   // The weight gradient keeps the column matrix: as GEMMs per tap on views its runs are single
-  // rows wherever a tap reads padding, too short for the micro-kernel (NOTES section 26).
-  if (channels_last && op != Operator::weight_grad && transposed &&
+  // rows wherever a tap reads padding, too short for the micro-kernel (NOTES section 26). NCHW
+  // operands take the route through layout copies where the micro-kernel outruns MKL: their
+  // forward and input gradient ran faster so, copies included, than the NCHW column route on
+  // every dense layer measured (NOTES section 40).
+  const bool implicit_layout = channels_last || cpu_prefers_gemm_microkernel();
+  if (implicit_layout && op != Operator::weight_grad && transposed &&
       takes_implicit(*transposed, first)) {
     return {Route::implicit_nhwc, Layout::nhwc,
             op == Operator::input_grad
                 ? "stride 1: the forward convolution of the output gradient, a GEMM per tap on "
                   "views of it (no column matrix)"
                 : "a GEMM per tap on views of the input (no column matrix)",
-            cpu_prefers_gemm_microkernel()
+            !cpu_prefers_gemm_microkernel()
+                ? "channels_last float32 operands on a CPU with the GEMM micro-kernel; 16 to 128 "
+                  "channels per group, output rows of 14 pixels or more"
+            : channels_last
                 ? "channels_last float32 operands on a CPU where the GEMM micro-kernel outruns "
                   "MKL; 16 or more channels per group, more than one tap"
-                : "channels_last float32 operands on a CPU with the GEMM micro-kernel; 16 to 128 "
-                  "channels per group, output rows of 14 pixels or more"};
+                : "float32 on a CPU where the GEMM micro-kernel outruns MKL; 16 or more channels "
+                  "per group, more than one tap: NHWC, through layout copies"};
   }
 
   const bool nhwc = channels_last && has_wide_groups(s);

@@ -21,8 +21,6 @@
 
 #include <ATen/core/Tensor.h>
 
-#include <optional>
-
 #include "shape.h"
 
 namespace torch_convbp {
@@ -34,7 +32,7 @@ enum class Route {
   transposed_columns,   // the input grad of stride 1 as a forward convolution: im2col of dY -> GEMM
   pointwise_by_images,  // 1x1, one group, NCHW: one batched GEMM over the images, no im2col
   pointwise_nhwc,       // 1x1, one group, channels_last: one GEMM on the pixel matrices, no copy
-  implicit_nhwc,        // channels_last float32 on the CPU: a GEMM per tap on views, no columns
+  implicit_nhwc,        // float32 on the CPU, in NHWC: a GEMM per tap on views, no columns
   depthwise,            // one input channel per group: the depthwise kernels
   grouped,              // narrow groups, channels_last: the direct grouped kernels
 };
@@ -50,12 +48,6 @@ struct RouteChoice {
 // `activations`: the input (forward), the output gradient (input grad), or both (weight grad).
 // It reads their strides, dtype and device, never their values, so meta tensors do.
 RouteChoice choose_route(Operator op, const ConvShape& s, at::TensorList activations);
-
-// The convolution that the input gradient of a stride-1 convolution is (docs/backprop.md): of
-// dY, padded by dilation*(k-1) - padding, with each group's weight transposed (in <-> out
-// channels) and rotated by 180 degrees. Nothing where the stride is not 1 (it would need dY
-// dilated with zeros) or the padding is wider than the kernel's reach (a negative padding).
-std::optional<ConvShape> input_grad_convolution(const ConvShape& s);
 
 const char* route_name(Route route);
 const char* layout_name(Layout layout);

@@ -10,6 +10,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <utility>
 
 namespace torch_convbp {
 
@@ -38,6 +40,29 @@ struct ConvShape {
   // One input channel per group (depthwise, with any channel multiplier Cout/G).
   bool is_depthwise() const { return groups > 1 && groups == in_channels; }
 };
+
+// The convolution that the input gradient of a stride-1 convolution is (docs/backprop.md): of
+// dY, padded by dilation*(k-1) - padding, with each group's weight transposed (in <-> out
+// channels) and rotated by 180 degrees. Nothing where the stride is not 1 (it would need dY
+// dilated with zeros) or the padding is wider than the kernel's reach (a negative padding).
+inline std::optional<ConvShape> input_grad_convolution(const ConvShape& s) {
+  const int64_t pad_d = s.dilation_d * (s.kernel_d - 1) - s.pad_d;
+  const int64_t pad_h = s.dilation_h * (s.kernel_h - 1) - s.pad_h;
+  const int64_t pad_w = s.dilation_w * (s.kernel_w - 1) - s.pad_w;
+  if (s.stride_d != 1 || s.stride_h != 1 || s.stride_w != 1 || pad_d < 0 || pad_h < 0 ||
+      pad_w < 0) {
+    return std::nullopt;
+  }
+  ConvShape t = s;
+  std::swap(t.in_channels, t.out_channels);
+  std::swap(t.depth, t.out_depth);
+  std::swap(t.height, t.out_height);
+  std::swap(t.width, t.out_width);
+  t.pad_d = pad_d;
+  t.pad_h = pad_h;
+  t.pad_w = pad_w;
+  return t;
+}
 
 // The memory layout an operator computes in (route.h chooses it): channels first (NCHW, NCDHW) or
 // last (NHWC, NDHWC).

@@ -35,6 +35,15 @@ def has_microkernel():
         return torch_convbp.gemm_engine(torch.float32) == "microkernel"
 
 
+def microkernel_outruns_mkl():
+    """Whether float32 GEMMs run on the micro-kernel by default here (a CPU where it measured
+    faster than MKL: an AVX-512 EPYC), and with them the implicit route for NCHW operands too."""
+    import torch_convbp
+
+    with environment("TORCH_CONVBP_GEMM", "auto"):
+        return torch_convbp.gemm_engine(torch.float32) == "microkernel"
+
+
 def has_bfloat16_microkernel():
     """Whether the micro-kernel computes bfloat16 here (AVX512_BF16 or AMX-BF16): asked of the
     driver's own entry, which refuses bfloat16 elsewhere."""

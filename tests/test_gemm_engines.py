@@ -171,11 +171,12 @@ def test_which_engine_runs_the_gemms(monkeypatch):
 @needs_microkernel
 def test_the_gemms_run_on_the_engine_chosen(monkeypatch):
     """The profiler sees each GEMM block as aten::addmm_ on ATen's engine, and as
-    torch_convbp::microkernel_gemm on the driver."""
-    x, w = torch.randn(2, 16, 10, 10), torch.randn(32, 16, 3, 3)
+    torch_convbp::microkernel_gemm on the driver (the weight gradient: the columns route on
+    either; the forward may take the implicit route, which has no GEMM blocks)."""
+    x, dy = torch.randn(2, 16, 10, 10), torch.randn(2, 32, 10, 10)
     for engine, name in [("mkl", "aten::addmm_"), ("microkernel", "torch_convbp::microkernel_gemm")]:
         monkeypatch.setenv("TORCH_CONVBP_GEMM", engine)
         with torch.profiler.profile() as profile:
-            ops.conv2d(x, w, None, [1, 1], [1, 1], [1, 1], 1)
+            ops.conv2d_weight_grad(x, dy, [32, 16, 3, 3], [1, 1], [1, 1], [1, 1], 1)
         names = {event.name for event in profile.events()}
         assert name in names and not {"aten::addmm_", "torch_convbp::microkernel_gemm"} - {name} & names

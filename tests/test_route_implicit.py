@@ -2,8 +2,10 @@
 micro-kernel computes its forward, and its input gradient where that is a stride-1 convolution,
 as GEMMs on shifted views of the input, one per tap, with no column matrix
 (csrc/cpu/implicit_nhwc_cpu.cpp). By default it takes layers of 16 to 128 input channels per group
-whose output rows have 14 pixels or more; TORCH_CONVBP_GEMM=microkernel makes it take every call it
-can compute, =mkl none (csrc/route.cpp)."""
+whose output rows have 14 pixels or more; on a CPU where the micro-kernel outruns MKL, every layer of
+16 channels or more per group with more than one tap, NCHW operands too (through layout copies);
+TORCH_CONVBP_GEMM=microkernel makes it take every call it can compute, =mkl none
+(csrc/route.cpp)."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -11,7 +13,7 @@ from torch.library import opcheck
 
 import torch_convbp
 from cases import shift_and_add_conv2d
-from route_cases import CL, has_microkernel
+from route_cases import CL, has_microkernel, microkernel_outruns_mkl
 
 ops = torch.ops.torch_convbp
 
@@ -40,19 +42,25 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("layout", [CL, torch.contiguous_format], ids=["channels_last", "nchw"])
 @pytest.mark.parametrize("name, shape, cout, kernel, stride, padding, dilation, groups", CASES, ids=[c[0] for c in CASES])
-def test_values_and_gradients_against_the_references(name, shape, cout, kernel, stride, padding, dilation, groups, microkernel):
+def test_values_and_gradients_against_the_references(name, shape, cout, kernel, stride, padding, dilation, groups, layout, microkernel):
     """The forward and the input gradient on the implicit route (where the input gradient is a
     stride-1 convolution), the weight gradient on the columns route, all against F.conv2d and our
-    shift-and-add reference in float64."""
+    shift-and-add reference in float64; NCHW operands where the micro-kernel outruns MKL, whose
+    results come back NCHW."""
+    if layout == torch.contiguous_format and not microkernel_outruns_mkl():
+        pytest.skip("NCHW operands take the implicit route only where the micro-kernel outruns MKL")
     g = torch.Generator().manual_seed(0)
-    x = torch.randn(*shape, generator=g).contiguous(memory_format=CL).requires_grad_()
+    x = torch.randn(*shape, generator=g).contiguous(memory_format=layout).requires_grad_()
     w = torch.randn(cout, shape[1] // groups, *kernel, generator=g).requires_grad_()
     args = (stride, padding, dilation, groups)
     routes = torch_convbp.explain(x, w, *args)
-    assert routes["forward"].route == ("grouped" if name == "narrow groups" else "implicit_nhwc")
+    # the direct grouped kernels take narrow groups fed channels_last; NCHW ones have no such route
+    narrow = name == "narrow groups" and layout == CL
+    assert routes["forward"].route == ("grouped" if narrow else "implicit_nhwc")
     y = torch_convbp.conv2d(x, w, None, *args)
-    dy = torch.randn(y.shape, generator=g).contiguous(memory_format=CL)
+    dy = torch.randn(y.shape, generator=g).contiguous(memory_format=layout)
     ours = (y, *torch.autograd.grad(y, (x, w), dy))
     x64, w64 = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
     y64 = F.conv2d(x64, w64, None, *args)
@@ -64,7 +72,7 @@ def test_values_and_gradients_against_the_references(name, shape, cout, kernel, 
         assert a.dtype == torch.float32
         torch.testing.assert_close(a.double(), r, rtol=1e-4, atol=1e-4)
         torch.testing.assert_close(r, o, rtol=1e-10, atol=1e-10)
-    assert y.is_contiguous(memory_format=CL) and ours[1].is_contiguous(memory_format=CL)
+    assert y.is_contiguous(memory_format=layout) and ours[1].is_contiguous(memory_format=layout)
 
 
 def test_the_implicit_and_column_routes_agree(monkeypatch):
@@ -94,7 +102,8 @@ RULE = [
     ("one tap", (2, 64, 28, 28), 64, 1, torch.float32, True, True, False),
     ("float64", (2, 64, 28, 28), 64, 3, torch.float64, True, False, False),
     ("bfloat16", (2, 64, 28, 28), 64, 3, torch.bfloat16, True, False, False),
-    ("NCHW", (2, 64, 28, 28), 64, 3, torch.float32, False, False, False),
+    ("NCHW", (2, 64, 28, 28), 64, 3, torch.float32, False, False, True),
+    ("NCHW, 8 channels", (2, 8, 28, 28), 32, 3, torch.float32, False, False, False),
 ]
 
 
@@ -135,3 +144,26 @@ def test_the_kernel_and_its_fake(microkernel):
         ops.implicit_conv2d(x.contiguous(), w, *args, out)
     with pytest.raises(RuntimeError, match=r"expected output of size \[2, 8, 6, 7\]"):
         ops.implicit_conv2d(x, w, *args, out[:, :, :5])
+
+
+def test_the_input_grad_kernel_and_its_fake(microkernel):
+    """The input gradient's kernel takes the convolution's own weight and shape (grad_input is
+    its input, grad_output its output) and rotates and transposes the weight itself."""
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(2, 32, 7, 9, generator=g, dtype=torch.float64)
+    w = torch.randn(48, 16, 3, 2, generator=g, dtype=torch.float64)
+    args = ([1, 1], [1, 0], [2, 1], 2)
+    dy = torch.randn(F.conv2d(x, w, None, *args).shape, generator=g, dtype=torch.float64)
+    expected = torch.nn.grad.conv2d_input(x.shape, w, dy, *args)
+    dx = torch.empty(x.shape).contiguous(memory_format=CL)
+    ops.implicit_conv2d_input_grad(dy.float().contiguous(memory_format=CL), w.float(), *args, dx)
+    torch.testing.assert_close(dx.double(), expected, rtol=1e-4, atol=1e-4)
+    opcheck(ops.implicit_conv2d_input_grad.default,
+            (dy.float().contiguous(memory_format=CL), w.float(), *args, dx))
+    with pytest.raises(RuntimeError, match=r"computes stride 1 with padding within the kernel's reach"):
+        strided_dy = torch.empty(2, 48, 3, 8).contiguous(memory_format=CL)  # stride (2, 1)
+        ops.implicit_conv2d_input_grad(strided_dy, w.float(), [2, 1], [1, 0], [2, 1], 2, dx)
+    with pytest.raises(RuntimeError, match="computes float32 only"):
+        ops.implicit_conv2d_input_grad(dy.contiguous(memory_format=CL), w, *args, dx.double())
+    with pytest.raises(RuntimeError, match=r"expected output of size"):
+        ops.implicit_conv2d_input_grad(dy.float().contiguous(memory_format=CL)[:, :, :3], w.float(), *args, dx)

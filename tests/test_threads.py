@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import torch_convbp
+from route_cases import has_microkernel
 
 THREAD_COUNTS = (1, 2, 3, 4)
 
@@ -107,11 +108,13 @@ def test_same_bits_on_any_thread_count(layer, dtype, channels_last, engine, monk
 # Calls with a single unit (one chunk: a deep layer at batch 1), whose GEMMs are cut into blocks
 # instead, for up to 16 threads (gemm.h): 16 blocks of 68 output channels (the forward; the
 # column matrix they share fits in cache), 16 blocks of one group each, and a forward whose
-# shared column matrix (1.27 MiB) does not fit in cache: 4 blocks.
+# shared column matrix (1.27 MiB) does not fit in cache: 4 blocks. Layers the implicit route
+# never takes (fewer than 16 input channels per group, or one tap; csrc/route.cpp), so that their
+# forward is the columns route's GEMM in either format.
 SINGLE_UNIT_LAYERS = {
-    "sixteen-row-blocks": ((1, 16, 7, 7), 1088, (3, 3), 1, 1, 1, 1, None),
+    "sixteen-row-blocks": ((1, 15, 7, 7), 1088, (3, 3), 1, 1, 1, 1, None),
     "group-blocks": ((1, 128, 8, 8), 128, (3, 3), 1, 1, 1, 16, None),
-    "shared-operand-over-cache": ((1, 256, 12, 12), 1024, (3, 3), 1, 1, 1, 1, None),
+    "shared-operand-over-cache": ((1, 2304, 24, 24), 1024, (1, 1), 2, 0, 1, 1, None),
 }
 
 
@@ -140,10 +143,37 @@ def test_the_forward_of_a_single_unit_is_cut_into_blocks(layer, blocks):
     GEMM engine."""
     size, out_channels, kernel, stride, padding, dilation, groups, _ = SINGLE_UNIT_LAYERS[layer]
     x, w = torch.randn(size), torch.randn(out_channels, size[1] // groups, *kernel)
+    assert torch_convbp.explain(x, w, stride, padding, dilation, groups)["forward"].route == "columns"
     with torch.profiler.profile() as profile:
         torch_convbp.conv2d(x, w, None, stride, padding, dilation, groups)
     gemm_calls = ("aten::addmm_", "torch_convbp::microkernel_gemm")
     assert sum(event.name in gemm_calls for event in profile.events()) == blocks
+
+
+# The implicit route's pieces are its tiles: an output row of one image, one group, up to 256 of
+# the group's output channels (csrc/cpu/implicit_nhwc_cpu.cpp), each summed in a fixed order.
+IMPLICIT_SINGLE_UNIT_LAYERS = {
+    "deep-7x7": ((1, 64, 7, 7), 544, (3, 3), 1, 1, 1, 1, None),
+    "groups": ((1, 64, 6, 9), 96, (3, 3), 1, 1, 1, 2, None),
+}
+
+
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "channels_last"])
+@pytest.mark.parametrize("layer", list(IMPLICIT_SINGLE_UNIT_LAYERS))
+def test_the_implicit_route_has_the_same_bits_on_any_thread_count(layer, channels_last, monkeypatch):
+    monkeypatch.setenv("TORCH_CONVBP_GEMM", "microkernel")
+    spec = IMPLICIT_SINGLE_UNIT_LAYERS[layer]
+    size, out_channels, kernel, stride, padding, dilation, groups, _ = spec
+    x, w = torch.randn(size), torch.randn(out_channels, size[1] // groups, *kernel)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    if not has_microkernel() or torch_convbp.explain(x, w, stride, padding, dilation, groups)["forward"].route != "implicit_nhwc":
+        pytest.skip("the implicit route is not taken here (no micro-kernel, or NCHW on a CPU where MKL leads)")
+    runs = {}
+    for count in (1, 2, 3, 7, 16):
+        with threads(count):
+            runs[count] = results_of(spec, torch.float32, channels_last)
+    assert_same_bits(runs)
 
 
 def test_float64_too():

@@ -307,6 +307,22 @@ def _implicit_conv2d_fake(input, weight, stride, padding, dilation, groups, outp
     torch._check(input.dtype == torch.float32, lambda: f"{op}: computes float32 only, got {input.dtype}")
 
 
+@register_fake("torch_convbp::implicit_conv2d_input_grad")
+def _implicit_conv2d_input_grad_fake(grad_output, weight, stride, padding, dilation, groups, grad_input):
+    """Mirrors implicit_conv2d_input_grad_cpu (csrc/cpu/implicit_nhwc_cpu.cpp)."""
+    op = "torch_convbp.implicit_conv2d_input_grad"
+    _check_grouped(op, grad_input, weight, grad_output, stride, padding, dilation, groups)
+    torch._check(
+        grad_output.dtype == torch.float32, lambda: f"{op}: computes float32 only, got {grad_output.dtype}"
+    )
+    reach = [d * (k - 1) for d, k in zip(dilation, weight.shape[2:])]
+    torch._check(
+        list(stride) == [1, 1] and all(p <= r for p, r in zip(padding, reach)),
+        lambda: f"{op}: computes stride 1 with padding within the kernel's reach (dilation*(k-1)) only, "
+        f"got stride {list(stride)}, padding {list(padding)}",
+    )
+
+
 @register_fake("torch_convbp::grouped_weight_grad")
 def _grouped_weight_grad_fake(input, grad_output, stride, padding, dilation, groups, grad_weight):
     _check_grouped("torch_convbp.grouped_weight_grad", input, grad_weight, grad_output, stride, padding, dilation, groups)

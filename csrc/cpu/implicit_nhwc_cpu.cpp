@@ -1,16 +1,17 @@
 // Route implicit_nhwc (route.h): a float32 convolution of channels_last operands as GEMMs on
 // shifted views of the input, with no column matrix (an implicit GEMM), on oneDNN's micro-kernel
-// (at::native::cpublas::brgemm).
+// (at::native::cpublas::brgemm). Two operators: the forward convolution, and the input gradient of
+// a stride-1 one, which is itself such a convolution (input_grad_convolution, shape.h) of dY.
 //
 // For one group, the output row (n, oh) of channels [co, co + nb) is
 //   Y[n, oh, :, co..] = sum over the taps (ki, kj) in order of  X_tap [OW', C/G] @ W_tap [C/G, nb]
 // where X_tap is the run of input pixels that tap reads along row ih = oh*s - p + ki*d: pixel
 // ow*s - p + kj*d for the output columns ow whose tap lands inside the image (OW' of them). In NHWC
 // that run is a matrix with rows stride*C apart: one micro-kernel call per tap, A = the run
-// (lda = stride*C), B = the tap's weights (rearranged once per call to [G, kh, kw, C/G, Cout/G]),
-// C = the output row (ldc = Cout), which the calls add into after it is zeroed. The column matrix
-// of the columns route costs a write and a read of kh*kw*C values per output pixel; here each
-// input pixel is read in place (benchmarks/NOTES.md, section 26).
+// (lda = stride*C), B = the tap's weights (TapMatrices: one transposing copy of the weight per
+// call), C = the output row (ldc = Cout), which the calls add into after it is zeroed. The column
+// matrix of the columns route costs a write and a read of kh*kw*C values per output pixel; here
+// each input pixel is read in place (benchmarks/NOTES.md, section 26).
 //
 // A task computes whole tiles (an output row of one image, one group, one block of output
 // channels), tap by tap in (ki, kj) order, so every output entry is summed in the same order
@@ -20,10 +21,12 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "../checks.h"
 #include "cpu_kernels.h"
 #include "microkernel.h"
+#include "transpose_copy_cpu.h"
 
 namespace torch_convbp {
 namespace {
@@ -31,8 +34,48 @@ namespace {
 // The output channels a tile takes: all of a group's, up to this many.
 constexpr int64_t kMaxTileChannels = 256;
 
-// One tile: output row oh of image n, group g, output channels [co, co + count) of the group.
-void tile(const float* x, const float* w, float* y, const ConvShape& s, int64_t n, int64_t oh,
+// The weights of every tap of every group as the micro-kernel's B matrices [K, N] (K = the
+// computed convolution's input channels per group, N its output channels per group, row-major,
+// rows ldb apart), in memory that one transposing copy of the contiguous weight
+// [Cout, Cin/G, kh, kw] writes; it took a fifth of the 512@7 layer's time as a flip and two ATen
+// copies (benchmarks/NOTES.md, section 40).
+struct TapMatrices {
+  at::Tensor memory;
+  int64_t group_stride, tap_stride, ldb, taps;
+  bool reversed;  // the computed convolution's tap t is the weight's tap taps-1-t
+
+  const float* of(int64_t g, int64_t tap) const {
+    const int64_t stored = reversed ? taps - 1 - tap : tap;
+    return memory.const_data_ptr<float>() + g * group_stride + stored * tap_stride;
+  }
+};
+
+// For the forward convolution: B_tap [Cin/G, Cout/G] = W_g[:, :, tap]^T, from each group's
+// [Cout/G, Cin/G*kh*kw] transposed into [Cin/G*kh*kw, Cout/G], whose row (ci, tap) is B_tap's row
+// ci.
+TapMatrices forward_tap_matrices(const Tensor& weight, const ConvShape& s) {
+  const int64_t group_in = s.in_channels / s.groups, group_out = s.out_channels / s.groups;
+  const int64_t taps = s.taps();
+  const Tensor t = at::empty({s.groups, group_in * taps, group_out}, weight.options());
+  transpose_copy_cpu(weight.view({s.groups, group_out, group_in * taps}), t);
+  return {t, group_in * taps * group_out, group_out, taps * group_out, taps, /*reversed=*/false};
+}
+
+// For the input gradient's convolution (weight [Cin, Cout/G, kh, kw]: each group's channels
+// swapped, each kernel rotated by 180 degrees): B_tap [Cout/G, Cin/G] = W_g[:, :, taps-1-tap], from
+// each output channel's [Cin/G, kh*kw] transposed into [kh*kw, Cin/G]; `s` is the convolution's
+// own shape, whose output is the input gradient.
+TapMatrices input_grad_tap_matrices(const Tensor& weight, const ConvShape& s) {
+  const int64_t group_in = s.in_channels / s.groups, group_out = s.out_channels / s.groups;
+  const int64_t taps = s.taps();
+  const Tensor t = at::empty({s.out_channels, taps, group_in}, weight.options());
+  transpose_copy_cpu(weight.view({s.out_channels, group_in, taps}), t);
+  return {t, group_out * taps * group_in, group_in, taps * group_in, taps, /*reversed=*/true};
+}
+
+// One tile of convolution `s`: output row oh of image n, group g, output channels
+// [co, co + count) of the group.
+void tile(const float* x, const TapMatrices& w, float* y, const ConvShape& s, int64_t n, int64_t oh,
           int64_t g, int64_t co, int64_t count) {
   const int64_t group_in = s.in_channels / s.groups, group_out = s.out_channels / s.groups;
   float* row = y + ((n * s.out_height + oh) * s.out_width) * s.out_channels + g * group_out + co;
@@ -47,12 +90,34 @@ void tile(const float* x, const float* w, float* y, const ConvShape& s, int64_t 
       if (columns <= 0) continue;
       const int64_t iw = tap.columns.begin * s.stride_w + tap.offset;
       // [columns, nb] += [columns, C/G] @ [C/G, nb]
-      const float* w_tap = w + (((g * s.kernel_h + ki) * s.kernel_w + kj) * group_in) * group_out;
       micro_gemm(columns, count, group_in, x_row + iw * s.in_channels, s.stride_w * s.in_channels,
-                 w_tap + co, group_out, row + tap.columns.begin * s.out_channels, s.out_channels,
-                 /*add=*/true);
+                 w.of(g, ki * s.kernel_w + kj) + co, w.ldb,
+                 row + tap.columns.begin * s.out_channels, s.out_channels, /*add=*/true);
     }
   }
+}
+
+// Convolution `s` of x into y (both NHWC), every tile of it.
+void implicit_convolution(const Tensor& x, const TapMatrices& w, const ConvShape& s,
+                          const Tensor& y) {
+  const int64_t group_out = s.out_channels / s.groups;
+  const int64_t per_tile = std::min(group_out, kMaxTileChannels);
+  const int64_t blocks = (group_out + per_tile - 1) / per_tile;
+  const int64_t rows = s.batch * s.out_height, tiles = rows * s.groups * blocks;
+  const float* x_data = x.const_data_ptr<float>();
+  float* y_data = y.mutable_data_ptr<float>();
+  // Tiles in the order (group, block, row): consecutive tasks share a block of weights.
+  at::parallel_for(0, tiles, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t row = t % rows, block = t / rows % blocks, g = t / rows / blocks;
+      const int64_t co = block * per_tile, count = std::min(per_tile, group_out - co);
+      tile(x_data, w, y_data, s, row / s.out_height, row % s.out_height, g, co, count);
+    }
+  });
+}
+
+void check_float32(const char* op, const Tensor& t) {
+  TORCH_CHECK(t.scalar_type() == at::kFloat, op, ": computes float32 only, got ", t.scalar_type());
 }
 
 void implicit_conv2d_cpu(const Tensor& input, const Tensor& weight, IntArrayRef stride,
@@ -60,33 +125,38 @@ void implicit_conv2d_cpu(const Tensor& input, const Tensor& weight, IntArrayRef 
                          const Tensor& output) {
   constexpr const char* op = "torch_convbp.implicit_conv2d";
   const ConvShape s = check_grouped(op, input, weight, output, stride, padding, dilation, groups);
-  TORCH_CHECK(input.scalar_type() == at::kFloat, op, ": computes float32 only, got ",
-              input.scalar_type());
+  check_float32(op, input);
   if (output.numel() == 0) return;
-  const int64_t group_out = s.out_channels / s.groups;
-  // [Cout, C/G, kh, kw] as [G, kh, kw, C/G, Cout/G]: a tap's weights are a row-major [C/G, Cout/G]
-  const Tensor w =
-      weight.view({s.groups, group_out, s.in_channels / s.groups, s.kernel_h, s.kernel_w})
-          .permute({0, 3, 4, 2, 1})
-          .contiguous();
-  const int64_t per_tile = std::min(group_out, kMaxTileChannels);
-  const int64_t blocks = (group_out + per_tile - 1) / per_tile;
-  const int64_t rows = s.batch * s.out_height, tiles = rows * s.groups * blocks;
-  const float* x = input.const_data_ptr<float>();
-  const float* w_data = w.const_data_ptr<float>();
-  float* y = output.mutable_data_ptr<float>();
-  // Tiles in the order (group, block, row): consecutive tasks share a block of weights.
-  at::parallel_for(0, tiles, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) {
-      const int64_t row = t % rows, block = t / rows % blocks, g = t / rows / blocks;
-      const int64_t co = block * per_tile, count = std::min(per_tile, group_out - co);
-      tile(x, w_data, y, s, row / s.out_height, row % s.out_height, g, co, count);
-    }
-  });
+  implicit_convolution(input, forward_tap_matrices(weight, s), s, output);
+}
+
+// The input gradient of the stride-1 convolution of `weight` (checked as that convolution, with
+// grad_input as its input and grad_output as its output).
+void implicit_conv2d_input_grad_cpu(const Tensor& grad_output, const Tensor& weight,
+                                    IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
+                                    int64_t groups, const Tensor& grad_input) {
+  constexpr const char* op = "torch_convbp.implicit_conv2d_input_grad";
+  const ConvShape s =
+      check_grouped(op, grad_input, weight, grad_output, stride, padding, dilation, groups);
+  check_float32(op, grad_output);
+  const std::optional<ConvShape> transposed = input_grad_convolution(s);
+  TORCH_CHECK(transposed, op,
+              ": computes stride 1 with padding within the kernel's reach (dilation*(k-1)) only, "
+              "got stride ",
+              stride, ", padding ", padding);
+  if (grad_input.numel() == 0) return;
+  if (grad_output.numel() == 0) {
+    grad_input.zero_();
+    return;
+  }
+  implicit_convolution(grad_output, input_grad_tap_matrices(weight, s), *transposed, grad_input);
 }
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(torch_convbp, CPU, m) { m.impl("implicit_conv2d", &implicit_conv2d_cpu); }
+TORCH_LIBRARY_IMPL(torch_convbp, CPU, m) {
+  m.impl("implicit_conv2d", &implicit_conv2d_cpu);
+  m.impl("implicit_conv2d_input_grad", &implicit_conv2d_input_grad_cpu);
+}
 
 }  // namespace torch_convbp

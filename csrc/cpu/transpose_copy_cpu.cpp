@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "../checks.h"
+#include "transpose_copy_cpu.h"
 
 namespace torch_convbp {
 namespace {
@@ -54,6 +55,8 @@ void transpose_as(const Tensor& source, const Tensor& target) {
   transpose_tiles(from, to, source.size(0), source.size(1), source.size(2));
 }
 
+}  // namespace
+
 void transpose_copy_cpu(const Tensor& source, const Tensor& target) {
   check_transpose_copy("torch_convbp.transpose_copy", source, target);
   switch (source.element_size()) {
@@ -64,8 +67,6 @@ void transpose_copy_cpu(const Tensor& source, const Tensor& target) {
     default: TORCH_CHECK(false, "unreachable: check_transpose_copy admits 1- to 8-byte elements");
   }
 }
-
-}  // namespace
 
 TORCH_LIBRARY_IMPL(torch_convbp, CPU, m) { m.impl("transpose_copy", &transpose_copy_cpu); }
 
