@@ -36,8 +36,14 @@ constexpr int64_t kMinBlockLength = 64;
 // re-reading it from memory cost more than the threads gained (benchmarks/NOTES.md, section 35).
 constexpr int64_t kBlocksOverSharedOperand = 4;
 constexpr int64_t kSharedOperandInCacheBytes = int64_t{1} << 20;
-constexpr int64_t kMinShareLength = 1024;     // of K, per share of gemm_out_contracting
-constexpr int64_t kMaxContractionShares = 4;  // each share is a copy of the result, added after
+constexpr int64_t kMinShareLength = 1024;      // of K, per share of gemm_out_contracting
+constexpr int64_t kMaxContractionShares = 16;  // each share is a copy of the result, added after
+// The shares' copies of the result take at most this much memory in all.
+constexpr int64_t kMaxContractionSharesBytes = int64_t{4} << 20;
+// K at least this many times the result's longer side: blocks of the result would each re-read
+// an operand this long (the channels_last 1x1 weight gradient, which contracts the batch's
+// pixels), where shares of K read each operand once (benchmarks/NOTES.md, section 42).
+constexpr int64_t kLongContraction = 8;
 
 // Makes the GEMMs of this thread single-threaded while it lives: MKL's (float32, float64), and
 // oneDNN's, which ATen runs for bfloat16 and float16 on a CPU with instructions for them, and
@@ -168,11 +174,17 @@ Tensor empty_scratch_like(const Tensor& out, at::ScalarType dtype) {
   return empty_scratch({out.size(0), out.size(2), out.size(1)}, options).transpose(1, 2);
 }
 
-// How many shares of K gemm_out_contracting cuts a GEMM into: sizes only, as gemm_blocks.
+// How many shares of K gemm_out_contracting cuts a GEMM into: sizes only, as gemm_blocks. Where
+// the result can be cut into blocks, only for a K long beside the result's sides.
 int64_t contraction_shares(const Tensor& out, int64_t k) {
-  if (gemm_blocks(/*units=*/1, out.sizes(), out.device()) > 1 || !out.device().is_cpu()) return 1;
+  if (!out.device().is_cpu()) return 1;
+  const bool long_contraction = k >= kLongContraction * std::max(out.size(1), out.size(2));
+  if (!long_contraction && gemm_blocks(/*units=*/1, out.sizes(), out.device()) > 1) return 1;
+  const int64_t result_bytes = out.numel() * static_cast<int64_t>(sizeof(float));
   for (int64_t shares = kMaxContractionShares; shares > 1; shares /= 2) {
-    if (k / shares >= kMinShareLength) return shares;
+    if (k / shares >= kMinShareLength && (shares - 1) * result_bytes <= kMaxContractionSharesBytes) {
+      return shares;
+    }
   }
   return 1;
 }

@@ -13,6 +13,8 @@ import torch
 import torch_convbp
 from route_cases import has_microkernel
 
+ops = torch.ops.torch_convbp
+
 THREAD_COUNTS = (1, 2, 3, 4)
 
 # name: (input size, out channels, kernel, stride, padding, dilation, groups, workspace limit)
@@ -34,6 +36,9 @@ LAYERS = {
     # fed channels_last: a weight gradient [24, 16] too narrow to cut, cut along its 6400 pixels
     "pointwise-narrow-many-pixels": ((4, 16, 40, 40), 24, (1, 1), 1, 0, 1, 1, None),
     "pointwise-strided": ((4, 32, 14, 14), 48, (1, 1), 2, 0, 1, 1, None),
+    # fed channels_last: a weight gradient [128, 128] that could be cut into blocks, cut instead
+    # along its 8192 pixels (at least 8 times its side), into 8 shares
+    "pointwise-long-contraction": ((8, 128, 32, 32), 128, (1, 1), 1, 0, 1, 1, None),
     "dilated-5x5": ((5, 8, 20, 20), 16, (5, 5), 1, 4, 2, 1, None),
     "asymmetric": ((7, 6, 13, 17), 9, (3, 2), (2, 1), (1, 0), (1, 2), 3, None),
     "depthwise": ((6, 16, 15, 13), 32, (3, 3), (2, 1), 1, 1, 16, None),
@@ -148,6 +153,19 @@ def test_the_forward_of_a_single_unit_is_cut_into_blocks(layer, blocks):
         torch_convbp.conv2d(x, w, None, stride, padding, dilation, groups)
     gemm_calls = ("aten::addmm_", "torch_convbp::microkernel_gemm")
     assert sum(event.name in gemm_calls for event in profile.events()) == blocks
+
+
+def test_a_long_contraction_is_cut_into_shares():
+    """The channels_last 1x1 weight gradient [128, 128] contracts 8192 pixels: 8 shares of 1024
+    (gemm.h), one GEMM call each, where 2 blocks of the result would each read all the pixels."""
+    size, out_channels = LAYERS["pointwise-long-contraction"][:2]
+    x = torch.randn(size).contiguous(memory_format=torch.channels_last)
+    dy = torch.randn(size[0], out_channels, *size[2:]).contiguous(memory_format=torch.channels_last)
+    weight_size = [out_channels, size[1], 1, 1]
+    with torch.profiler.profile() as profile:
+        ops.conv2d_weight_grad(x, dy, weight_size, [1, 1], [0, 0], [1, 1], 1)
+    gemm_calls = ("aten::addmm_", "torch_convbp::microkernel_gemm")
+    assert sum(event.name in gemm_calls for event in profile.events()) == 8
 
 
 # The implicit route's pieces are its tiles: an output row of one image, one group, up to 256 of
