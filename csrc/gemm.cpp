@@ -182,7 +182,8 @@ int64_t contraction_shares(const Tensor& out, int64_t k) {
   if (!long_contraction && gemm_blocks(/*units=*/1, out.sizes(), out.device()) > 1) return 1;
   const int64_t result_bytes = out.numel() * static_cast<int64_t>(sizeof(float));
   for (int64_t shares = kMaxContractionShares; shares > 1; shares /= 2) {
-    if (k / shares >= kMinShareLength && (shares - 1) * result_bytes <= kMaxContractionSharesBytes) {
+    if (k / shares >= kMinShareLength &&
+        (shares - 1) * result_bytes <= kMaxContractionSharesBytes) {
       return shares;
     }
   }
