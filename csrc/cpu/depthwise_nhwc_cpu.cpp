@@ -222,55 +222,57 @@ TORCH_CONVBP_WIDE_VECTOR_CLONES void input_grad_row(const scalar_t* grad_image,
   }
 }
 
-// l[b] += dy[b] * x[x_channel(b)] for the count channels b of one position, 8 at a time (a
-// vector of float32). Each 8 is loaded into a local array, added into and stored back: the
-// compiler cannot tell that l does not overlap dy or x, and written in place it kept the
-// products scalar, one at a time (benchmarks/NOTES.md, section 18).
-constexpr int64_t kVector = 8;
-template <typename scalar_t, typename acc_t, typename Channel>
+// l[b] += dy[b] * x[x_channel(first + b)] for kChannelBlock channels b of one position. The sums
+// go through a local array, loaded, added into and stored back: the compiler cannot tell that l
+// does not overlap dy or x, and written in place it kept the products scalar, one at a time
+// (benchmarks/NOTES.md, section 18). A block's trip counts are constants (one or two vectors).
+template <int64_t count, typename scalar_t, typename acc_t, typename Channel>
 TORCH_CONVBP_INLINE void add_products(acc_t* l, const scalar_t* dy, const scalar_t* x,
-                                      int64_t count, Channel x_channel) {
-  int64_t b = 0;
-  for (; b + kVector <= count; b += kVector) {
-    acc_t sum[kVector];
-    for (int64_t v = 0; v < kVector; ++v) sum[v] = l[b + v];
-    for (int64_t v = 0; v < kVector; ++v) {
-      sum[v] = multiply_add(static_cast<acc_t>(dy[b + v]), static_cast<acc_t>(x[x_channel(b + v)]),
-                            sum[v]);
-    }
-    for (int64_t v = 0; v < kVector; ++v) l[b + v] = sum[v];
+                                      int64_t first, Channel x_channel) {
+  acc_t sum[count];
+  for (int64_t b = 0; b < count; ++b) sum[b] = l[b];
+  for (int64_t b = 0; b < count; ++b) {
+    sum[b] = multiply_add(static_cast<acc_t>(dy[b]), static_cast<acc_t>(x[x_channel(first + b)]),
+                          sum[b]);
   }
-  for (; b < count; ++b) {
-    l[b] = multiply_add(static_cast<acc_t>(dy[b]), static_cast<acc_t>(x[x_channel(b)]), l[b]);
-  }
+  for (int64_t b = 0; b < count; ++b) l[b] = sum[b];
 }
 
-// One image's share of the weight gradient of output channels [first, first + count): for each
-// tap and position j = first_position + oh * OW + ow, lanes[tap][j % kSumLanes][o - first] +=
-// dy[j, o] * x[at the tap, o / m], in increasing j. Along a row the lane steps by one, wrapping.
+// One image's share of the weight gradient of `count` output channels (dy and, for m == 1, x
+// start at the first of them): for each position j = first_position + oh * OW + ow, in increasing
+// j, and each tap, lanes[j % kSumLanes][tap][b] += dy[j, b] * x[at the tap, x_channel(b)]. The
+// lanes of one position are adjacent ([kSumLanes, taps, count]), and its output gradient is read
+// once for all its taps: the layout [taps, kSumLanes, count] that added a tap at a time over
+// every position took 1.1-1.8x the time (benchmarks/NOTES.md, section 42).
 template <typename scalar_t, typename acc_t, typename Channel>
 TORCH_CONVBP_WIDE_VECTOR_CLONES void add_weight_grad_lanes(const scalar_t* image,
                                                            const scalar_t* grad_image,
-                                                           int64_t first_position, int64_t first,
-                                                           int64_t count, Channel x_channel,
-                                                           acc_t* lanes, const ConvShape& s) {
-  const int64_t c = s.in_channels, cout = s.out_channels;
+                                                           int64_t first_position, int64_t count,
+                                                           Channel x_channel, acc_t* lanes,
+                                                           const ConvShape& s) {
+  const int64_t c = s.in_channels, cout = s.out_channels, taps = s.kernel_h * s.kernel_w;
+  const int64_t full = count / kChannelBlock * kChannelBlock;
+  int64_t lane = first_position % kSumLanes;
   for (int64_t oh = 0; oh < s.out_height; ++oh) {
-    const scalar_t* dy_row = grad_image + oh * s.out_width * cout + first;
-    for (int64_t ki = 0; ki < s.kernel_h; ++ki) {
-      const int64_t ih = input_row(s, oh, ki);
-      if (ih < 0) continue;
-      const scalar_t* x_row = image + ih * s.width * c;
-      for (int64_t kj = 0; kj < s.kernel_w; ++kj) {
-        acc_t* tap_lanes = lanes + (ki * s.kernel_w + kj) * kSumLanes * count;
-        const Tap tap = tap_columns(s, kj);
-        int64_t lane = (first_position + oh * s.out_width + tap.columns.begin) % kSumLanes;
-        for_each_column(s.stride_w, tap, [&](int64_t ow, int64_t iw) {
-          add_products(tap_lanes + lane * count, dy_row + ow * cout, x_row + iw * c, count,
-                       x_channel);
-          lane = lane + 1 == kSumLanes ? 0 : lane + 1;
-        });
+    for (int64_t ow = 0; ow < s.out_width; ++ow) {
+      const scalar_t* dy = grad_image + (oh * s.out_width + ow) * cout;
+      acc_t* position_lanes = lanes + lane * taps * count;
+      for (int64_t ki = 0; ki < s.kernel_h; ++ki) {
+        const int64_t ih = input_row(s, oh, ki);
+        if (ih < 0) continue;
+        for (int64_t kj = 0; kj < s.kernel_w; ++kj) {
+          const int64_t iw = input_index(ow, s.stride_w, s.pad_w, kj, s.dilation_w);
+          if (iw < 0 || iw >= s.width) continue;
+          const scalar_t* x = image + (ih * s.width + iw) * c;
+          acc_t* l = position_lanes + (ki * s.kernel_w + kj) * count;
+          int64_t b = 0;
+          for (; b < full; b += kChannelBlock) {
+            add_products<kChannelBlock>(l + b, dy + b, x, b, x_channel);
+          }
+          for (; b < count; ++b) add_products<1>(l + b, dy + b, x, b, x_channel);
+        }
       }
+      lane = lane + 1 == kSumLanes ? 0 : lane + 1;
     }
   }
 }
@@ -348,7 +350,7 @@ TORCH_CONVBP_WIDE_VECTOR_CLONES void sum_lanes(acc_t* lanes, int64_t count) {
 // - a multiple of 16 channels, a 64-byte cache line of float32: blocks of 8 read half of every
 //   line they fetched (benchmarks/NOTES.md, section 18);
 // - as long as possible: a task per thread, or a multiple of the thread count where the lanes
-//   [taps, kSumLanes, block] would pass 4 MiB of float32 (section 14: longer blocks measured
+//   [kSumLanes, taps, block] would pass 4 MiB of float32 (section 14: longer blocks measured
 //   faster than blocks whose lanes fit L2), in equal tasks for the threads (section 18).
 // Only the cut into tasks depends on the thread count, never an entry's order of summation.
 int64_t weight_grad_block(const ConvShape& s) {
@@ -371,30 +373,30 @@ void weight_grad_kernel(const scalar_t* input, const scalar_t* grad_output, scal
   const int64_t grad_image_size = out_plane * s.out_channels;
   const int64_t block = weight_grad_block(s);
   const int64_t blocks = (s.out_channels + block - 1) / block;
+  const int64_t m = s.out_channels / s.in_channels;
   at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
-    std::vector<acc_t> lanes(taps * kSumLanes * block);
+    std::vector<acc_t> lanes(kSumLanes * taps * block);
     for (int64_t index = begin; index < end; ++index) {
       const int64_t first = index * block, count = std::min(block, s.out_channels - first);
       std::fill(lanes.begin(), lanes.end(), acc_t(0));
-      const int64_t m = s.out_channels / s.in_channels;
       for (int64_t n = 0; n < s.batch; ++n) {
         const scalar_t* x = input + n * image_size;
-        const scalar_t* dy = grad_output + n * grad_image_size;
+        const scalar_t* dy = grad_output + n * grad_image_size + first;
         if (m == 1) {  // output channel o reads input channel o
           add_weight_grad_lanes(
-              x + first, dy, n * out_plane, first, count, [](int64_t b) { return b; }, lanes.data(),
-              s);
+              x + first, dy, n * out_plane, count, [](int64_t b) { return b; }, lanes.data(), s);
         } else {  // output channel o reads input channel o / m
           add_weight_grad_lanes(
-              x, dy, n * out_plane, first, count, [first, m](int64_t b) { return (first + b) / m; },
+              x, dy, n * out_plane, count, [first, m](int64_t b) { return (first + b) / m; },
               lanes.data(), s);
         }
       }
+      // the tree over the lanes of every (tap, channel) entry at once: lanes [kSumLanes, taps *
+      // count]
+      sum_lanes(lanes.data(), taps * count);
       for (int64_t t = 0; t < taps; ++t) {
-        acc_t* tap_lanes = lanes.data() + t * kSumLanes * count;
-        sum_lanes(tap_lanes, count);
         for (int64_t b = 0; b < count; ++b) {
-          grad_weight[(first + b) * taps + t] = static_cast<scalar_t>(tap_lanes[b]);
+          grad_weight[(first + b) * taps + t] = static_cast<scalar_t>(lanes[t * count + b]);
         }
       }
     }
