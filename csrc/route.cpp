@@ -44,9 +44,15 @@ constexpr int64_t kMaxImplicitChannels = 128;
 constexpr int64_t kMinImplicitRow = 14;
 
 // Whether the implicit route computes convolution `s` (a forward one: for the input gradient,
-// its transposed convolution) of these float32 operands on the CPU, in NHWC.
+// its transposed convolution) of these operands on the CPU, in NHWC: float32, or bfloat16 where
+// its GEMMs run in bfloat16 on the micro-kernel, on a CPU where the micro-kernel outruns MKL,
+// with input channels per group in pairs (the micro-kernel's VNNI layout).
 bool takes_implicit(const ConvShape& s, const at::Tensor& first) {
-  if (!s.is_planar() || !first.device().is_cpu() || first.scalar_type() != at::kFloat) {
+  const auto dtype = first.scalar_type();
+  const bool bfloat16 = dtype == at::kBFloat16 && s.in_channels / s.groups % 2 == 0 &&
+                        gemm_dtype(dtype, first.device()) == dtype &&
+                        cpu_prefers_gemm_microkernel();  // measured there only (NOTES 42)
+  if (!s.is_planar() || !first.device().is_cpu() || (dtype != at::kFloat && !bfloat16)) {
     return false;
   }
   const GemmSetting setting = gemm_setting();  // TORCH_CONVBP_GEMM (gemm_choice.h)
@@ -187,10 +193,10 @@ RouteChoice choose_route(Operator op, const ConvShape& s, at::TensorList activat
                 ? "channels_last float32 operands on a CPU with the GEMM micro-kernel; 16 to 128 "
                   "channels per group, output rows of 14 pixels or more"
             : channels_last
-                ? "channels_last float32 operands on a CPU where the GEMM micro-kernel outruns "
-                  "MKL; 16 or more channels per group, more than one tap"
-                : "float32 on a CPU where the GEMM micro-kernel outruns MKL; 16 or more channels "
-                  "per group, more than one tap: NHWC, through layout copies"};
+                ? "channels_last float32 or bfloat16 operands on a CPU where the GEMM "
+                  "micro-kernel outruns MKL; 16 or more channels per group, more than one tap"
+                : "float32 or bfloat16 on a CPU where the GEMM micro-kernel outruns MKL; 16 or "
+                  "more channels per group, more than one tap: NHWC, through layout copies"};
   }
 
   const bool nhwc = channels_last && has_wide_groups(s);

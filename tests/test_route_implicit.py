@@ -13,7 +13,7 @@ from torch.library import opcheck
 
 import torch_convbp
 from cases import shift_and_add_conv2d
-from route_cases import CL, has_microkernel, microkernel_outruns_mkl
+from route_cases import CL, has_bfloat16_microkernel, has_microkernel, microkernel_outruns_mkl
 
 ops = torch.ops.torch_convbp
 
@@ -101,7 +101,9 @@ RULE = [
     ("8 channels", (2, 8, 28, 28), 32, 3, torch.float32, True, False, False),
     ("one tap", (2, 64, 28, 28), 64, 1, torch.float32, True, True, False),
     ("float64", (2, 64, 28, 28), 64, 3, torch.float64, True, False, False),
-    ("bfloat16", (2, 64, 28, 28), 64, 3, torch.bfloat16, True, False, False),
+    # bfloat16 where its GEMMs run in bfloat16 on the micro-kernel (AVX512_BF16), in pairs of channels
+    ("bfloat16", (2, 64, 28, 28), 64, 3, torch.bfloat16, True, False, True),
+    ("bfloat16, odd channels", (2, 33, 28, 28), 63, 3, torch.bfloat16, True, False, False),
     ("NCHW", (2, 64, 28, 28), 64, 3, torch.float32, False, False, True),
     ("NCHW, 8 channels", (2, 8, 28, 28), 32, 3, torch.float32, False, False, False),
 ]
@@ -112,7 +114,7 @@ RULE = [
 def test_the_rule_that_chooses_it(name, shape, cout, kernel, dtype, channels_last, takes, takes_where_faster, monkeypatch):
     monkeypatch.delenv("TORCH_CONVBP_GEMM", raising=False)
     if torch_convbp.gemm_engine() == "microkernel":
-        takes = takes_where_faster
+        takes = takes_where_faster and (dtype != torch.bfloat16 or has_bfloat16_microkernel())
     x = torch.empty(shape, dtype=dtype).contiguous(memory_format=CL if channels_last else torch.contiguous_format)
     w = torch.empty(cout, shape[1], kernel, kernel, dtype=dtype)
     # a 1x1 kernel with a stride (one unpadded, of stride 1, is the pointwise route's)
@@ -138,7 +140,7 @@ def test_the_kernel_and_its_fake(microkernel):
     out = torch.empty(2, 8, 6, 7).contiguous(memory_format=CL)
     args = ([1, 1], [1, 1], [1, 1], 1)
     opcheck(ops.implicit_conv2d.default, (x, w, *args, out))
-    with pytest.raises(RuntimeError, match="computes float32 only"):
+    with pytest.raises(RuntimeError, match="computes float32 and bfloat16 only, got Double"):
         ops.implicit_conv2d(x.double(), w.double(), *args, out.double())
     with pytest.raises(RuntimeError, match="both channels_last"):
         ops.implicit_conv2d(x.contiguous(), w, *args, out)
@@ -163,7 +165,47 @@ def test_the_input_grad_kernel_and_its_fake(microkernel):
     with pytest.raises(RuntimeError, match=r"computes stride 1 with padding within the kernel's reach"):
         strided_dy = torch.empty(2, 48, 3, 8).contiguous(memory_format=CL)  # stride (2, 1)
         ops.implicit_conv2d_input_grad(strided_dy, w.float(), [2, 1], [1, 0], [2, 1], 2, dx)
-    with pytest.raises(RuntimeError, match="computes float32 only"):
+    with pytest.raises(RuntimeError, match="computes float32 and bfloat16 only, got Double"):
         ops.implicit_conv2d_input_grad(dy.contiguous(memory_format=CL), w, *args, dx.double())
     with pytest.raises(RuntimeError, match=r"expected output of size"):
         ops.implicit_conv2d_input_grad(dy.float().contiguous(memory_format=CL)[:, :, :3], w.float(), *args, dx)
+
+
+@pytest.mark.skipif(not has_bfloat16_microkernel(), reason="no bfloat16 arithmetic for the micro-kernel here")
+@pytest.mark.parametrize("layout", [CL, torch.contiguous_format], ids=["channels_last", "nchw"])
+@pytest.mark.parametrize("name, shape, cout, kernel, stride, padding, dilation, groups", CASES[:8], ids=[c[0] for c in CASES[:8]])
+def test_bfloat16_on_the_implicit_route(name, shape, cout, kernel, stride, padding, dilation, groups, layout, microkernel):
+    """bfloat16: each tap's products on the micro-kernel in bfloat16, summed in float32 over the
+    taps and rounded once: within bfloat16's rounding of the float64 result, the input gradient
+    too (the tap matrices in the VNNI layout, their taps reversed)."""
+    if shape[1] // groups % 2 or cout // groups % 2:
+        pytest.skip("bfloat16 takes the route with channels per group in pairs")
+    if layout == torch.contiguous_format and not microkernel_outruns_mkl():
+        pytest.skip("NCHW operands take the implicit route only where the micro-kernel outruns MKL")
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(*shape, generator=g).to(torch.bfloat16).contiguous(memory_format=layout).requires_grad_()
+    w = (torch.randn(cout, shape[1] // groups, *kernel, generator=g) / 4).to(torch.bfloat16).requires_grad_()
+    args = (stride, padding, dilation, groups)
+    routes = torch_convbp.explain(x, w, *args)
+    assert routes["forward"].route in ("implicit_nhwc", "grouped")
+    y = torch_convbp.conv2d(x, w, None, *args)
+    dy = torch.randn(y.shape, generator=g).to(torch.bfloat16).contiguous(memory_format=layout)
+    dx, dw = torch.autograd.grad(y, (x, w), dy)
+    x64, w64 = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    y64 = F.conv2d(x64, w64, None, *args)
+    dx64, dw64 = torch.autograd.grad(y64, (x64, w64), dy.double())
+    for ours, ref in ((y, y64), (dx, dx64), (dw, dw64)):
+        assert ours.dtype == torch.bfloat16
+        # one rounding of a float32 sum: within 2^-8 of the largest magnitude
+        torch.testing.assert_close(ours.double(), ref, rtol=0, atol=2 ** -7 * ref.abs().max().item())
+    assert y.is_contiguous(memory_format=layout) and dx.is_contiguous(memory_format=layout)
+
+
+@pytest.mark.skipif(not has_bfloat16_microkernel(), reason="no bfloat16 arithmetic for the micro-kernel here")
+def test_the_bfloat16_kernels_refuse_odd_channels(microkernel):
+    x = torch.randn(1, 9, 5, 5).to(torch.bfloat16).contiguous(memory_format=CL)
+    w = torch.randn(4, 9, 3, 3).to(torch.bfloat16)
+    out = torch.empty(1, 4, 5, 5, dtype=torch.bfloat16).contiguous(memory_format=CL)
+    with pytest.raises(RuntimeError, match="even number of input channels per group only.*got 9"):
+        ops.implicit_conv2d(x, w, [1, 1], [1, 1], [1, 1], 1, out)
+    assert torch_convbp.explain(x, w, padding=1)["forward"].route != "implicit_nhwc"

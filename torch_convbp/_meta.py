@@ -300,11 +300,26 @@ def _grouped_conv2d_fake(input, weight, stride, padding, dilation, groups, outpu
     _check_grouped("torch_convbp.grouped_conv2d", input, weight, output, stride, padding, dilation, groups)
 
 
+def _check_implicit_dtype(op, t, group_in):
+    """Mirrors check_dtype (csrc/cpu/implicit_nhwc_cpu.cpp), but for the CPU's bfloat16
+    arithmetic, which a fake tensor cannot see."""
+    names = {torch.float32: "Float", torch.bfloat16: "BFloat16", torch.float64: "Double", torch.float16: "Half"}
+    torch._check(
+        t.dtype in (torch.float32, torch.bfloat16),
+        lambda: f"{op}: computes float32 and bfloat16 only, got {names.get(t.dtype, t.dtype)}",
+    )
+    torch._check(
+        t.dtype != torch.bfloat16 or group_in % 2 == 0,
+        lambda: f"{op}: computes bfloat16 with an even number of input channels per group only (pairs of "
+        f"the micro-kernel's VNNI layout), got {group_in}",
+    )
+
+
 @register_fake("torch_convbp::implicit_conv2d")
 def _implicit_conv2d_fake(input, weight, stride, padding, dilation, groups, output):
     op = "torch_convbp.implicit_conv2d"
     _check_grouped(op, input, weight, output, stride, padding, dilation, groups)
-    torch._check(input.dtype == torch.float32, lambda: f"{op}: computes float32 only, got {input.dtype}")
+    _check_implicit_dtype(op, input, weight.shape[1])
 
 
 @register_fake("torch_convbp::implicit_conv2d_input_grad")
@@ -312,9 +327,7 @@ def _implicit_conv2d_input_grad_fake(grad_output, weight, stride, padding, dilat
     """Mirrors implicit_conv2d_input_grad_cpu (csrc/cpu/implicit_nhwc_cpu.cpp)."""
     op = "torch_convbp.implicit_conv2d_input_grad"
     _check_grouped(op, grad_input, weight, grad_output, stride, padding, dilation, groups)
-    torch._check(
-        grad_output.dtype == torch.float32, lambda: f"{op}: computes float32 only, got {grad_output.dtype}"
-    )
+    _check_implicit_dtype(op, grad_output, weight.shape[0] // groups)
     reach = [d * (k - 1) for d, k in zip(dilation, weight.shape[2:])]
     torch._check(
         list(stride) == [1, 1] and all(p <= r for p, r in zip(padding, reach)),

@@ -22,8 +22,11 @@
 
 #include <algorithm>
 #include <optional>
+#include <type_traits>
+#include <vector>
 
 #include "../checks.h"
+#include "../cpu_features.h"
 #include "cpu_kernels.h"
 #include "microkernel.h"
 #include "transpose_copy_cpu.h"
@@ -35,55 +38,89 @@ namespace {
 constexpr int64_t kMaxTileChannels = 256;
 
 // The weights of every tap of every group as the micro-kernel's B matrices [K, N] (K = the
-// computed convolution's input channels per group, N its output channels per group, row-major,
-// rows ldb apart), in memory that one transposing copy of the contiguous weight
-// [Cout, Cin/G, kh, kw] writes; it took a fifth of the 512@7 layer's time as a flip and two ATen
-// copies (benchmarks/NOTES.md, section 40).
+// computed convolution's input channels per group, N its output channels per group), in memory
+// that one transposing copy of the contiguous weight [Cout, Cin/G, kh, kw] writes; it took a fifth
+// of the 512@7 layer's time as a flip and two ATen copies (benchmarks/NOTES.md, section 40). In
+// float32 B is row-major with rows ldb apart; in bfloat16 it is in the VNNI layout the
+// micro-kernel reads ([K/2][N][2] per tap, its pairs of rows ldb * 2 elements apart).
+template <class T>
 struct TapMatrices {
   at::Tensor memory;
   int64_t group_stride, tap_stride, ldb, taps;
   bool reversed;  // the computed convolution's tap t is the weight's tap taps-1-t
 
-  const float* of(int64_t g, int64_t tap) const {
+  const T* of(int64_t g, int64_t tap) const {
     const int64_t stored = reversed ? taps - 1 - tap : tap;
-    return memory.const_data_ptr<float>() + g * group_stride + stored * tap_stride;
+    return memory.const_data_ptr<T>() + g * group_stride + stored * tap_stride;
   }
+  // Output channel `co` of a B matrix's columns: where its column starts.
+  static int64_t column(int64_t co) { return std::is_same_v<T, float> ? co : 2 * co; }
 };
+
+// `rows` [G, K, taps, N]: the transposed weight, row (g, k, tap) holding B_tap's row k of group g.
+// In float32 the tap matrices are those rows, read with a leading dimension of taps * N; in
+// bfloat16 each tap's rows k and k+1 are interleaved into a pair, [G, taps, K/2, N, 2].
+template <class T>
+TapMatrices<T> tap_matrices(const Tensor& rows, bool reversed) {
+  const int64_t groups = rows.size(0), k = rows.size(1), taps = rows.size(2), n = rows.size(3);
+  if constexpr (std::is_same_v<T, float>) {
+    return {rows, k * taps * n, n, taps * n, taps, reversed};
+  } else {
+    const Tensor pairs = at::empty({groups, taps, k / 2, n * 2}, rows.options());
+    const auto* from = reinterpret_cast<const uint16_t*>(rows.const_data_ptr<T>());
+    auto* to = reinterpret_cast<uint16_t*>(pairs.mutable_data_ptr<T>());
+    at::parallel_for(0, groups * taps * (k / 2), 64, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        const int64_t g = i / (taps * (k / 2)), tap = i / (k / 2) % taps, pair = i % (k / 2);
+        const auto row = [&](int64_t r) { return from + ((g * k + r) * taps + tap) * n; };
+        interleave_pair_of_rows(row(2 * pair), row(2 * pair + 1), n, to + i * n * 2);
+      }
+    });
+    return {pairs, taps * k * n, k * n, n, taps, reversed};
+  }
+}
 
 // For the forward convolution: B_tap [Cin/G, Cout/G] = W_g[:, :, tap]^T, from each group's
 // [Cout/G, Cin/G*kh*kw] transposed into [Cin/G*kh*kw, Cout/G], whose row (ci, tap) is B_tap's row
 // ci.
-TapMatrices forward_tap_matrices(const Tensor& weight, const ConvShape& s) {
+template <class T>
+TapMatrices<T> forward_tap_matrices(const Tensor& weight, const ConvShape& s) {
   const int64_t group_in = s.in_channels / s.groups, group_out = s.out_channels / s.groups;
-  const int64_t taps = s.taps();
-  const Tensor t = at::empty({s.groups, group_in * taps, group_out}, weight.options());
-  transpose_copy_cpu(weight.view({s.groups, group_out, group_in * taps}), t);
-  return {t, group_in * taps * group_out, group_out, taps * group_out, taps, /*reversed=*/false};
+  const Tensor t = at::empty({s.groups, group_in, s.taps(), group_out}, weight.options());
+  transpose_copy_cpu(weight.view({s.groups, group_out, group_in * s.taps()}),
+                     t.view({s.groups, group_in * s.taps(), group_out}));
+  return tap_matrices<T>(t, /*reversed=*/false);
 }
 
 // For the input gradient's convolution (weight [Cin, Cout/G, kh, kw]: each group's channels
 // swapped, each kernel rotated by 180 degrees): B_tap [Cout/G, Cin/G] = W_g[:, :, taps-1-tap], from
 // each output channel's [Cin/G, kh*kw] transposed into [kh*kw, Cin/G]; `s` is the convolution's
 // own shape, whose output is the input gradient.
-TapMatrices input_grad_tap_matrices(const Tensor& weight, const ConvShape& s) {
+template <class T>
+TapMatrices<T> input_grad_tap_matrices(const Tensor& weight, const ConvShape& s) {
   const int64_t group_in = s.in_channels / s.groups, group_out = s.out_channels / s.groups;
-  const int64_t taps = s.taps();
-  const Tensor t = at::empty({s.out_channels, taps, group_in}, weight.options());
-  transpose_copy_cpu(weight.view({s.out_channels, group_in, taps}), t);
-  return {t, group_out * taps * group_in, group_in, taps * group_in, taps, /*reversed=*/true};
+  const Tensor t = at::empty({s.groups, group_out, s.taps(), group_in}, weight.options());
+  transpose_copy_cpu(weight.view({s.out_channels, group_in, s.taps()}),
+                     t.view({s.out_channels, s.taps(), group_in}));
+  return tap_matrices<T>(t, /*reversed=*/true);
 }
 
 // One tile of convolution `s`: output row oh of image n, group g, output channels
-// [co, co + count) of the group.
-void tile(const float* x, const TapMatrices& w, float* y, const ConvShape& s, int64_t n, int64_t oh,
-          int64_t g, int64_t co, int64_t count) {
+// [co, co + count) of the group. The taps' products are summed in float32: in the output row
+// itself (float32), or in `sums` [OW, count], rounded once into the row after the last tap.
+template <class T>
+void tile(const T* x, const TapMatrices<T>& w, T* y, float* sums, const ConvShape& s, int64_t n,
+          int64_t oh, int64_t g, int64_t co, int64_t count) {
   const int64_t group_in = s.in_channels / s.groups, group_out = s.out_channels / s.groups;
-  float* row = y + ((n * s.out_height + oh) * s.out_width) * s.out_channels + g * group_out + co;
-  for (int64_t ow = 0; ow < s.out_width; ++ow) std::fill_n(row + ow * s.out_channels, count, 0.f);
+  T* row = y + ((n * s.out_height + oh) * s.out_width) * s.out_channels + g * group_out + co;
+  constexpr bool in_place = std::is_same_v<T, float>;
+  float* sum_row = in_place ? reinterpret_cast<float*>(row) : sums;
+  const int64_t ldc = in_place ? s.out_channels : count;
+  for (int64_t ow = 0; ow < s.out_width; ++ow) std::fill_n(sum_row + ow * ldc, count, 0.f);
   for (int64_t ki = 0; ki < s.kernel_h; ++ki) {
     const int64_t ih = input_row(s, oh, ki);
     if (ih < 0) continue;
-    const float* x_row = x + ((n * s.height + ih) * s.width) * s.in_channels + g * group_in;
+    const T* x_row = x + ((n * s.height + ih) * s.width) * s.in_channels + g * group_in;
     for (int64_t kj = 0; kj < s.kernel_w; ++kj) {
       const Tap tap = tap_columns(s, kj);
       const int64_t columns = tap.columns.end - tap.columns.begin;
@@ -91,33 +128,53 @@ void tile(const float* x, const TapMatrices& w, float* y, const ConvShape& s, in
       const int64_t iw = tap.columns.begin * s.stride_w + tap.offset;
       // [columns, nb] += [columns, C/G] @ [C/G, nb]
       micro_gemm(columns, count, group_in, x_row + iw * s.in_channels, s.stride_w * s.in_channels,
-                 w.of(g, ki * s.kernel_w + kj) + co, w.ldb,
-                 row + tap.columns.begin * s.out_channels, s.out_channels, /*add=*/true);
+                 w.of(g, ki * s.kernel_w + kj) + TapMatrices<T>::column(co), w.ldb,
+                 sum_row + tap.columns.begin * ldc, ldc, /*add=*/true);
+    }
+  }
+  if constexpr (!in_place) {
+    for (int64_t ow = 0; ow < s.out_width; ++ow) {
+      T* out = row + ow * s.out_channels;
+      for (int64_t b = 0; b < count; ++b) out[b] = static_cast<T>(sums[ow * count + b]);
     }
   }
 }
 
 // Convolution `s` of x into y (both NHWC), every tile of it.
-void implicit_convolution(const Tensor& x, const TapMatrices& w, const ConvShape& s,
+template <class T>
+void implicit_convolution(const Tensor& x, const TapMatrices<T>& w, const ConvShape& s,
                           const Tensor& y) {
   const int64_t group_out = s.out_channels / s.groups;
   const int64_t per_tile = std::min(group_out, kMaxTileChannels);
   const int64_t blocks = (group_out + per_tile - 1) / per_tile;
   const int64_t rows = s.batch * s.out_height, tiles = rows * s.groups * blocks;
-  const float* x_data = x.const_data_ptr<float>();
-  float* y_data = y.mutable_data_ptr<float>();
+  const T* x_data = x.const_data_ptr<T>();
+  T* y_data = y.mutable_data_ptr<T>();
   // Tiles in the order (group, block, row): consecutive tasks share a block of weights.
   at::parallel_for(0, tiles, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> sums(std::is_same_v<T, float> ? 0 : s.out_width * per_tile);
     for (int64_t t = begin; t < end; ++t) {
       const int64_t row = t % rows, block = t / rows % blocks, g = t / rows / blocks;
       const int64_t co = block * per_tile, count = std::min(per_tile, group_out - co);
-      tile(x_data, w, y_data, s, row / s.out_height, row % s.out_height, g, co, count);
+      tile(x_data, w, y_data, sums.data(), s, row / s.out_height, row % s.out_height, g, co, count);
     }
+    if constexpr (!std::is_same_v<T, float>) release_microkernel(/*vnni=*/true);
   });
 }
 
-void check_float32(const char* op, const Tensor& t) {
-  TORCH_CHECK(t.scalar_type() == at::kFloat, op, ": computes float32 only, got ", t.scalar_type());
+// float32; bfloat16 where the CPU has bfloat16 arithmetic, with an even number of input channels
+// per group in the computed convolution (the VNNI layout's pairs).
+void check_dtype(const char* op, const Tensor& t, int64_t group_in) {
+  const auto dtype = t.scalar_type();
+  TORCH_CHECK(dtype == at::kFloat || dtype == at::kBFloat16, op,
+              ": computes float32 and bfloat16 only, got ", dtype);
+  if (dtype != at::kBFloat16) return;
+  TORCH_CHECK(cpu_has_bfloat16_microkernel(), op,
+              ": computes bfloat16 only on a CPU with bfloat16 arithmetic (AVX512_BF16 or AMX)");
+  TORCH_CHECK(group_in % 2 == 0, op,
+              ": computes bfloat16 with an even number of input channels per group only (pairs of "
+              "the micro-kernel's VNNI layout), got ",
+              group_in);
 }
 
 void implicit_conv2d_cpu(const Tensor& input, const Tensor& weight, IntArrayRef stride,
@@ -125,9 +182,13 @@ void implicit_conv2d_cpu(const Tensor& input, const Tensor& weight, IntArrayRef 
                          const Tensor& output) {
   constexpr const char* op = "torch_convbp.implicit_conv2d";
   const ConvShape s = check_grouped(op, input, weight, output, stride, padding, dilation, groups);
-  check_float32(op, input);
+  check_dtype(op, input, s.in_channels / s.groups);
   if (output.numel() == 0) return;
-  implicit_convolution(input, forward_tap_matrices(weight, s), s, output);
+  if (input.scalar_type() == at::kFloat) {
+    implicit_convolution(input, forward_tap_matrices<float>(weight, s), s, output);
+  } else {
+    implicit_convolution(input, forward_tap_matrices<at::BFloat16>(weight, s), s, output);
+  }
 }
 
 // The input gradient of the stride-1 convolution of `weight` (checked as that convolution, with
@@ -138,7 +199,7 @@ void implicit_conv2d_input_grad_cpu(const Tensor& grad_output, const Tensor& wei
   constexpr const char* op = "torch_convbp.implicit_conv2d_input_grad";
   const ConvShape s =
       check_grouped(op, grad_input, weight, grad_output, stride, padding, dilation, groups);
-  check_float32(op, grad_output);
+  check_dtype(op, grad_output, s.out_channels / s.groups);
   const std::optional<ConvShape> transposed = input_grad_convolution(s);
   TORCH_CHECK(transposed, op,
               ": computes stride 1 with padding within the kernel's reach (dilation*(k-1)) only, "
@@ -149,7 +210,13 @@ void implicit_conv2d_input_grad_cpu(const Tensor& grad_output, const Tensor& wei
     grad_input.zero_();
     return;
   }
-  implicit_convolution(grad_output, input_grad_tap_matrices(weight, s), *transposed, grad_input);
+  if (grad_output.scalar_type() == at::kFloat) {
+    implicit_convolution(grad_output, input_grad_tap_matrices<float>(weight, s), *transposed,
+                         grad_input);
+  } else {
+    implicit_convolution(grad_output, input_grad_tap_matrices<at::BFloat16>(weight, s), *transposed,
+                         grad_input);
+  }
 }
 
 }  // namespace

@@ -33,6 +33,12 @@ inline void micro_gemm(int64_t m, int64_t n, int64_t k, const at::BFloat16* a, i
 #endif
 }
 
+// Rows `first` and `second` (n elements each; second null past an odd tile's end: zeros) as one
+// pair of rows of the VNNI layout that the bfloat16 micro-kernel reads B in: pair[2j] = first[j],
+// pair[2j + 1] = second[j]. Bits only: bfloat16 as 16-bit integers (microkernel_gemm.cpp).
+void interleave_pair_of_rows(const uint16_t* first, const uint16_t* second, int64_t n,
+                             uint16_t* pair);
+
 // Releases the state a micro-kernel call may leave configured (AMX's tiles, for bfloat16).
 inline void release_microkernel(bool vnni) {
 #if defined(CPUBLAS_BRGEMM_BF16BF16F32)

@@ -367,4 +367,9 @@ void microkernel_gemm(const Tensor& out, const Tensor& a, const Tensor& b, bool 
   });
 }
 
+void interleave_pair_of_rows(const uint16_t* first, const uint16_t* second, int64_t n,
+                             uint16_t* pair) {
+  interleave_rows(first, second, n, pair);
+}
+
 }  // namespace torch_convbp
