@@ -41,9 +41,9 @@ void gemm_accumulate(const Tensor& acc, const Tensor& a, const Tensor& b, int64_
 // out = a @ b for [G, M, K] @ [G, K, N] with a long K (a weight gradient that contracts every
 // pixel of a chunk or of the batch): where the result is too narrow to cut into blocks
 // (gemm_blocks gives 1: one group, M and N under 128, as mobilenet's 1x1 layers of 16 to 96
-// channels), or K is at least 8 times the result's longer side, K is cut instead, into up to 16
-// shares (of 1024 or more, their copies of the result 4 MiB at most) fixed by the sizes, whose
-// products run on one thread each and are then added in order. Off the CPU, a plain GEMM.
+// channels), or one group's K is at least 8 times the result's longer side, K is cut instead, into
+// up to 16 shares (of 1024 or more, their copies of the result 4 MiB at most) fixed by the sizes,
+// whose products run on one thread each and are then added in order. Off the CPU, a plain GEMM.
 void gemm_out_contracting(const Tensor& out, const Tensor& a, const Tensor& b);
 
 }  // namespace torch_convbp
