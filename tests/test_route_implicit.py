@@ -113,7 +113,7 @@ RULE = [
                          ids=[r[0] for r in RULE])
 def test_the_rule_that_chooses_it(name, shape, cout, kernel, dtype, channels_last, takes, takes_where_faster, monkeypatch):
     monkeypatch.delenv("TORCH_CONVBP_GEMM", raising=False)
-    if torch_convbp.gemm_engine() == "microkernel":
+    if microkernel_outruns_mkl():
         takes = takes_where_faster and (dtype != torch.bfloat16 or has_bfloat16_microkernel())
     x = torch.empty(shape, dtype=dtype).contiguous(memory_format=CL if channels_last else torch.contiguous_format)
     w = torch.empty(cout, shape[1], kernel, kernel, dtype=dtype)

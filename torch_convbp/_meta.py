@@ -303,10 +303,9 @@ def _grouped_conv2d_fake(input, weight, stride, padding, dilation, groups, outpu
 def _check_implicit_dtype(op, t, group_in):
     """Mirrors check_dtype (csrc/cpu/implicit_nhwc_cpu.cpp), but for the CPU's bfloat16
     arithmetic, which a fake tensor cannot see."""
-    names = {torch.float32: "Float", torch.bfloat16: "BFloat16", torch.float64: "Double", torch.float16: "Half"}
     torch._check(
         t.dtype in (torch.float32, torch.bfloat16),
-        lambda: f"{op}: computes float32 and bfloat16 only, got {names.get(t.dtype, t.dtype)}",
+        lambda: f"{op}: computes float32 and bfloat16 only, got {t.dtype}",
     )
     torch._check(
         t.dtype != torch.bfloat16 or group_in % 2 == 0,
