@@ -149,6 +149,8 @@ DEPTHWISE_CASES = [
     ("many-positions", (3, 2, 20, 21), 1, (5, 5), (1, 1), (2, 2), (1, 1)),  # lanes wrap often
     ("rows-wider-than-the-lanes", (1, 1, 3, 600), 3, (3, 3), (1, 1), (1, 1), (1, 1)),
     ("fewer-positions-than-lanes", (1, 4, 2, 3), 1, (2, 2), (1, 1), (0, 0), (1, 1)),
+    ("planes-smaller-than-the-lanes", (70, 2, 3, 4), 1, (3, 3), (1, 1), (1, 1), (1, 1)),  # a lane's step crosses images
+    ("one-pixel-planes", (300, 2, 1, 1), 1, (1, 1), (1, 1), (0, 0), (1, 1)),
     ("batch-zero", (0, 2, 5, 5), 1, (3, 3), (1, 1), (1, 1), (1, 1)),
     ("several-lane-slices", (1, 210, 3, 3), 1, (9, 9), (1, 1), (4, 4), (1, 1)),  # NHWC weight grad: 2 slices
 ]

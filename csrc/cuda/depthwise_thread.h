@@ -49,7 +49,8 @@ C10_HOST_DEVICE inline Plane<index_t> plane_of(bool channels_last, index_t n, in
   return {(n * channels + c) * height * width, width, 1};
 }
 
-// The element (n, c, h, w) at memory offset i of an activation [N, C, H, W].
+// The element (n, c, h, w) at memory offset i of an activation [N, C, H, W]. Three divisions,
+// each remainder taken by a multiplication: per element they cost as much as a 3x3 kernel's taps.
 template <typename index_t>
 struct Element {
   index_t n, c, h, w;
@@ -57,13 +58,16 @@ struct Element {
 template <typename index_t>
 C10_HOST_DEVICE inline Element<index_t> element_at(bool channels_last, index_t i, index_t channels,
                                                    index_t height, index_t width) {
+  const index_t plane = height * width;
   if (channels_last) {  // i = ((n * height + h) * width + w) * channels + c
-    const index_t pixel = i / channels;
-    return {pixel / (height * width), i % channels, pixel / width % height, pixel % width};
+    const index_t pixel = i / channels, n = pixel / plane;
+    const index_t in_plane = pixel - n * plane, h = in_plane / width;
+    return {n, i - pixel * channels, h, in_plane - h * width};
   }
   // i = ((n * channels + c) * height + h) * width + w
-  const index_t plane = i / (height * width);
-  return {plane / channels, plane % channels, i / width % height, i % width};
+  const index_t nc = i / plane, n = nc / channels;
+  const index_t in_plane = i - nc * plane, h = in_plane / width;
+  return {n, nc - n * channels, h, in_plane - h * width};
 }
 
 // The output element at offset i: the sum over the taps, in (ki, kj) order, of weight times input.
@@ -120,6 +124,39 @@ struct DepthwiseInputGrad {
   }
 };
 
+// The positions j = (n * out_height + oh) * out_width + ow of one lane, j = lane, lane +
+// kSumLanes, ... in increasing order, as (n, oh, ow). A step adds kSumLanes as images, rows and
+// columns with one carry each, no division: three divisions per position took most of the
+// weight gradient's time on the GPU (benchmarks/NOTES.md, section 44).
+template <typename index_t>
+struct LanePositions {
+  index_t n, oh, ow;
+  index_t out_height, out_width, step_images, step_rows, step_columns;
+  C10_HOST_DEVICE LanePositions(index_t lane, index_t out_height, index_t out_width)
+      : out_height(out_height), out_width(out_width) {
+    const index_t out_plane = out_height * out_width, rest = kSumLanes % out_plane;
+    n = lane / out_plane;
+    oh = lane / out_width % out_height;
+    ow = lane % out_width;
+    step_images = kSumLanes / out_plane;
+    step_rows = rest / out_width;
+    step_columns = rest % out_width;
+  }
+  C10_HOST_DEVICE void next() {
+    ow += step_columns;
+    oh += step_rows;
+    if (ow >= out_width) {
+      ow -= out_width;
+      ++oh;
+    }
+    n += step_images;
+    if (oh >= out_height) {  // oh < 2 * out_height: step_rows < out_height
+      oh -= out_height;
+      ++n;
+    }
+  }
+};
+
 // Lane `lane`'s partial sum of weight-gradient entry `entry` = (o, ki, kj): the products of the
 // output gradient and the input at the tap, over the positions j = (n * out_height + oh) *
 // out_width + ow with j % kSumLanes == lane, in increasing j. The lanes are then summed by the
@@ -129,19 +166,18 @@ C10_HOST_DEVICE inline at::opmath_type<scalar_t> depthwise_weight_grad_lane(
     const scalar_t* input, const scalar_t* grad_output, const DepthwiseDims<index_t>& s,
     index_t entry, index_t lane) {
   using acc_t = at::opmath_type<scalar_t>;
-  const index_t taps = s.kernel_h * s.kernel_w, out_plane = s.out_height * s.out_width;
+  const index_t taps = s.kernel_h * s.kernel_w;
   const index_t o = entry / taps, ki = entry % taps / s.kernel_w, kj = entry % s.kernel_w;
   const index_t c = o / s.multiplier;
   acc_t sum = 0;
-  for (index_t j = lane; j < s.batch * out_plane; j += kSumLanes) {
-    const index_t ow = j % s.out_width, oh = j / s.out_width % s.out_height;
-    const index_t n = j / out_plane;
-    const index_t ih = input_index(oh, s.stride_h, s.pad_h, ki, s.dilation_h);
-    const index_t iw = input_index(ow, s.stride_w, s.pad_w, kj, s.dilation_w);
+  if (s.out_height == 0 || s.out_width == 0) return sum;
+  for (LanePositions<index_t> p(lane, s.out_height, s.out_width); p.n < s.batch; p.next()) {
+    const index_t ih = input_index(p.oh, s.stride_h, s.pad_h, ki, s.dilation_h);
+    const index_t iw = input_index(p.ow, s.stride_w, s.pad_w, kj, s.dilation_w);
     if (ih < 0 || ih >= s.height || iw < 0 || iw >= s.width) continue;
-    const auto dy = plane_of(s.channels_last, n, o, s.out_channels, s.out_height, s.out_width);
-    const auto x = plane_of(s.channels_last, n, c, s.channels, s.height, s.width);
-    sum = multiply_add(static_cast<acc_t>(grad_output[dy.at(oh, ow)]),
+    const auto dy = plane_of(s.channels_last, p.n, o, s.out_channels, s.out_height, s.out_width);
+    const auto x = plane_of(s.channels_last, p.n, c, s.channels, s.height, s.width);
+    sum = multiply_add(static_cast<acc_t>(grad_output[dy.at(p.oh, p.ow)]),
                        static_cast<acc_t>(input[x.at(ih, iw)]), sum);
   }
   return sum;
