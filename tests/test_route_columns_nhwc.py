@@ -50,13 +50,15 @@ def test_dense_and_grouped_layers_in_nhwc(name, shape, cout, kernel, stride, pad
     x, w = dense_operands(shape, cout, kernel, groups, device=device)
     b = torch.randn(cout, dtype=x.dtype, device=device)
     args = (stride, padding, dilation, groups)
-    routes = [f"{r.route}/{r.layout}" for r in torch_convbp.explain(x, w, *args)]
-    assert routes == ["columns/nhwc", input_grad_route(kernel, stride, padding, dilation, shape[1] // groups), "columns/nhwc"]
     x.requires_grad_(), w.requires_grad_(), b.requires_grad_()
     with torch_convbp.workspace_limit(1 if workspace == "row bands" else torch_convbp.get_workspace_limit()):
         y = torch_convbp.conv2d(x, w, b, *args)
         g = torch.randn_like(y).contiguous(memory_format=CL)
         ours = (y, *torch.autograd.grad(y, (x, w, b), g))
+    # The routes of this call: its output gradient is channels_last, whatever format F.conv2d
+    # gives the output (NCHW on CUDA in float64).
+    routes = [f"{r.route}/{r.layout}" for r in torch_convbp.explain(x, w, *args, grad_output=g)]
+    assert routes == ["columns/nhwc", input_grad_route(kernel, stride, padding, dilation, shape[1] // groups), "columns/nhwc"]
     assert_formats(ours, assert_matches_the_references(ours, x, w, b, g, *args))
     assert ours[2].is_contiguous()  # the weight gradient, in the weight's usual format
 

@@ -12,7 +12,10 @@ from route_cases import CL, assert_formats, operands
 
 def test_the_route(device):
     x, w = operands(n=4, c=8, h=6, w=3, cout=5, device=device)
-    assert {r.route for r in torch_convbp.explain(x, w)} == {"pointwise_nhwc"}
+    # A channels_last output gradient, as the backward of this call gets on the CPU (on CUDA in
+    # float64 the output, and so explain's default gradient, is NCHW, as F.conv2d's).
+    g = torch.empty(4, 5, 6, 3, dtype=x.dtype, device=device, memory_format=CL)
+    assert {r.route for r in torch_convbp.explain(x, w, grad_output=g)} == {"pointwise_nhwc"}
 
 
 @pytest.mark.parametrize("bias", [False, True], ids=["no_bias", "bias"])
