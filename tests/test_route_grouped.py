@@ -64,7 +64,8 @@ def test_narrow_groups_in_nhwc(name, shape, cout, kernel, stride, padding, dilat
     ops.grouped_weight_grad(x, g, *args, direct)
     assert torch.equal(dw, direct)  # the route: the direct kernel's bits
     opcheck(ops.conv2d_weight_grad.default, (x, g, list(w.shape), *args))
-    opcheck(ops.grouped_conv2d.default, (x, w, *args, torch.empty_like(y)))
+    # the kernel's output in NHWC, whatever format F.conv2d gave y (NCHW on CUDA in float64)
+    opcheck(ops.grouped_conv2d.default, (x, w, *args, torch.empty_like(y, memory_format=CL)))
     opcheck(ops.grouped_weight_grad.default, (x, g, *args, torch.empty_like(w)))
 
 
