@@ -72,6 +72,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2, 4, 8, 16])
     p.add_argument("--suite", default="quick")
+    p.add_argument("--layers", default="", help="only the layers whose name contains this")
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--model", help="also a training step of this torchvision model (resnet50, say)")
@@ -86,7 +87,9 @@ def main(argv=None):
             with open(args.json, "w") as f:
                 json.dump(result, f, indent=1)
 
-    layers = load_layers(args.suite)
+    layers = load_layers(args.suite, args.layers)
+    if not layers:
+        sys.exit(f"no layer of suite {args.suite!r} has {args.layers!r} in its name")
     for threads in args.threads:
         torch.set_num_threads(threads)
         entry = result["by_threads"].setdefault(str(threads), {"layers": []})
@@ -99,6 +102,7 @@ def main(argv=None):
             print(f"{threads} threads: {entry['model']}", file=sys.stderr, flush=True)
             save()
     print_summary(result)
+    return result
 
 
 if __name__ == "__main__":

@@ -42,18 +42,27 @@ step() {
     [ "$left" -lt "$limit" ] && limit=$left
     run=(timeout --kill-after=5 "$limit" "$@")
   fi
-  if "${run[@]}" > "$OUT/$name.log" 2>&1; then
+  "${run[@]}" > "$OUT/$name.log" 2>&1
+  local rc=$?
+  if [ "$rc" = 0 ]; then
     echo "gpu_run: $name ok ($((SECONDS - start)) s)"
+  elif [ "$BUDGET" -gt 0 ] && { [ "$rc" = 124 ] || [ "$rc" = 137 ]; }; then
+    echo "gpu_run: $name STOPPED at its time limit ($((SECONDS - start)) s): $OUT/$name.log"
+    failed=1
   else
     echo "gpu_run: $name FAILED ($((SECONDS - start)) s): $OUT/$name.log"
     failed=1
   fi
 }
 
+summary() {  # summary NAME: the last line of a pytest log, where the step ran
+  if [ -f "$OUT/$1.log" ]; then tail -n 1 "$OUT/$1.log"; fi
+}
+
 # Test dependencies the GPU image lacks (expecttest, for tests/test_opinfo.py) travel as wheels
 # in .whl/ (fetch them with `pip download --no-deps --only-binary=:all: -d .whl expecttest`).
 if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --target /tmp/gpu_run_site .whl/*.whl && export PYTHONPATH=/tmp/gpu_run_site
+  python3 -m pip install -q --no-index --no-deps --upgrade --target /tmp/gpu_run_site .whl/*.whl && export PYTHONPATH=/tmp/gpu_run_site
 fi
 step build 300 python3 -m pip install --no-build-isolation --no-deps --no-index -e .
 GPU="$(python3 -c 'import torch; print(int(torch.cuda.is_available()))')"
@@ -84,7 +93,7 @@ SELECTED=()
 [ ${#PARALLEL[@]} -gt 0 ] && export OMP_NUM_THREADS=1
 step tests 240 python3 -m pytest -q -p no:cacheprovider -m "not slow" "${PARALLEL[@]}" "${SELECTED[@]}"
 unset OMP_NUM_THREADS
-tail -n 1 "$OUT/tests.log" > "$OUT/pytest-summary.txt"
+summary tests > "$OUT/pytest-summary.txt"
 if [ "$GPU" = 1 ]; then
   if command -v compute-sanitizer >/dev/null; then
     # Every CUDA kernel: the CUDA-only tests, and the CUDA cases of each route's tests (the NHWC
@@ -122,7 +131,7 @@ step bench-tf32 150 "${BENCH[@]}" --tf32 --json "$OUT/bench-tf32.json" $(plot be
 step bench-bfloat16 150 "${BENCH[@]}" --dtype bfloat16 --json "$OUT/bench-bfloat16.json" $(plot bench-bfloat16)
 if [ "$GPU" = 1 ]; then
   step slow-tests 300 python3 -m pytest -q -p no:cacheprovider -m slow
-  tail -n 1 "$OUT/slow-tests.log" >> "$OUT/pytest-summary.txt"
+  summary slow-tests >> "$OUT/pytest-summary.txt"
 fi
 # Last, as it rebuilds the extension: the CUTLASS implicit-GEMM prototype (NOTES section 33), when
 # CUTLASS's headers came along (the nvidia-cutlass wheel in .whl/, like expecttest's).

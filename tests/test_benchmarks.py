@@ -3,6 +3,7 @@ the JSON and the plot (torch_convbp/benchmark/; benchmarks/bench_conv.py and ben
 their front ends for a checkout)."""
 import importlib.util
 import json
+import os
 
 import pytest
 import torch
@@ -166,3 +167,44 @@ def test_host_time_command_times_both_and_counts_each_operators_launches(tmp_pat
         assert counts["calls"] == counts["views"] + counts["allocations"] + counts["wrappers"] + counts["would_launch"]
     assert json.loads(out.read_text())["environment"]
     assert "launches (torch_convbp::im2col, addmm_, add_)" in capsys.readouterr().out
+
+
+def load_script(name):
+    """A script of benchmarks/ (not part of the package) as a module."""
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_cpu_scaling_times_every_thread_count_and_keeps_what_it_measured(tmp_path, capsys):
+    out = tmp_path / "scaling.json"
+    result = load_script("cpu_scaling").main(["--threads", "1", "2", "--suite", "all", "--layers", "512 @7",
+                                              "--batch", "1", "--rounds", "1", "--json", str(out)])
+    assert list(result["by_threads"]) == ["1", "2"]
+    for entry in result["by_threads"].values():
+        (row,) = entry["layers"]
+        assert row["layer"] == "resnet18 3x3 512 @7"
+        assert all(row[f"{who}_{fmt}_ms"] > 0 for who in ("ours", "builtin") for fmt in ("nchw", "channels_last"))
+    assert json.loads(out.read_text())["by_threads"] == result["by_threads"]
+    assert "| 2 |" in capsys.readouterr().out
+
+
+def test_cpu_scaling_refuses_a_filter_that_leaves_no_layer():
+    with pytest.raises(SystemExit, match="no layer"):
+        load_script("cpu_scaling").main(["--layers", "no such layer"])
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal without a GPU")
+def test_the_layer_profile_says_it_needs_a_gpu():
+    with pytest.raises(SystemExit, match="needs a CUDA device"):
+        load_script("profile_layers").main(["--layers", "dw"])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_the_layer_profile_lists_each_formats_kernels(capsys):
+    load_script("profile_layers").main(["--layers", "576 @14", "--batch", "2", "--steps", "1"])
+    out = capsys.readouterr().out
+    assert "mobilenet dw 3x3 576 @14, nchw" in out and "mobilenet dw 3x3 576 @14, channels_last" in out
+    assert "depthwise_weight_grad" in out
