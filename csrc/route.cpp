@@ -49,13 +49,15 @@ constexpr int64_t kMinImplicitRow = 14;
 // with input channels per group in pairs (the micro-kernel's VNNI layout).
 bool takes_implicit(const ConvShape& s, const at::Tensor& first) {
   const auto dtype = first.scalar_type();
+  const GemmSetting setting = gemm_setting();  // TORCH_CONVBP_GEMM (gemm_choice.h)
+  // bfloat16 by default only where it was measured to pay (NOTES 42); forced, wherever the
+  // micro-kernel computes bfloat16 (an AMX Xeon too), as the setting promises
   const bool bfloat16 = dtype == at::kBFloat16 && s.in_channels / s.groups % 2 == 0 &&
                         gemm_dtype(dtype, first.device()) == dtype &&
-                        cpu_prefers_gemm_microkernel();  // measured there only (NOTES 42)
+                        (cpu_prefers_gemm_microkernel() || setting == GemmSetting::microkernel);
   if (!s.is_planar() || !first.device().is_cpu() || (dtype != at::kFloat && !bfloat16)) {
     return false;
   }
-  const GemmSetting setting = gemm_setting();  // TORCH_CONVBP_GEMM (gemm_choice.h)
   if (setting == GemmSetting::mkl || !cpu_has_gemm_microkernel()) return false;
   if (setting == GemmSetting::microkernel) return true;
   const int64_t group_in = s.in_channels / s.groups, group_out = s.out_channels / s.groups;
