@@ -42,6 +42,39 @@ C10_HOST_DEVICE inline index_t output_index(index_t in, index_t pad, index_t k, 
   return out < out_size ? out : -1;
 }
 
+// Along one axis: output_index(in, pad, k, dilation, stride, out_size) for k = 0, 1, 2, ... in
+// turn, with two divisions for the first k and none after, where output_index divides by the
+// stride at every tap (a strided depthwise input gradient spent most of its time there:
+// benchmarks/NOTES.md, section 46). It keeps in + pad - k * dilation = out * stride + rest, with
+// 0 <= rest < stride; a step subtracts dilation = step_out * stride + step_rest.
+template <typename index_t>
+struct OutputIndexByTap {
+  index_t out, rest, stride, step_out, step_rest;
+  C10_HOST_DEVICE OutputIndexByTap(index_t in, index_t pad, index_t dilation, index_t stride)
+      : stride(stride) {
+    if (stride == 1) {  // no division at all
+      out = in + pad, rest = 0, step_out = dilation, step_rest = 0;
+      return;
+    }
+    out = (in + pad) / stride;
+    rest = in + pad - out * stride;
+    step_out = dilation / stride;
+    step_rest = dilation - step_out * stride;
+  }
+  // The output index that reads `in` at the current k, or -1 where none does.
+  C10_HOST_DEVICE index_t at(index_t out_size) const {
+    return rest == 0 && out >= 0 && out < out_size ? out : index_t(-1);
+  }
+  C10_HOST_DEVICE void next() {
+    out -= step_out;
+    rest -= step_rest;
+    if (rest < 0) {
+      rest += stride;
+      --out;
+    }
+  }
+};
+
 // The input rows [first, first + count) that output rows [row_start, row_start + rows) of a
 // chunk read, rows of all depth slices counted together (input row R is depth slice R / height,
 // row R % height): the rows col2im writes. Within one output depth slice the band reads a tight
@@ -95,28 +128,25 @@ inline void for_each_band_slice(const ColumnGeometry& g, F&& f) {
   }
 }
 
-// The output column whose kernel column kj reads input column iw, or -1 where none does.
-template <typename Dims, typename index_t>
-C10_HOST_DEVICE inline index_t out_column_reading(const Dims& g, index_t iw, index_t kj) {
-  return output_index<index_t>(iw, g.pad_w, kj, g.dilation_w, g.stride_w, g.out_width);
-}
-
 // The gather of col2im: f(tap, band_row, ow) for each tap (kd, ki, kj), in that order (tap =
 // (kd * kernel_h + ki) * kernel_w + kj), that reads input pixel (id, ih, iw) from an output pixel
-// (band_row, ow) of the chunk.
+// (band_row, ow) of the chunk. The output indices are stepped tap by tap (OutputIndexByTap).
 template <typename Dims, typename index_t, typename F>
 C10_HOST_DEVICE inline void for_each_tap_reading(const Dims& g, index_t id, index_t ih, index_t iw,
                                                  F&& f) {
   const index_t band_end = g.row_start + g.rows;
-  for (index_t kd = 0; kd < g.kernel_d; ++kd) {
-    const index_t od = output_index(id, g.pad_d, kd, g.dilation_d, g.stride_d, g.out_depth);
+  OutputIndexByTap<index_t> depth(id, g.pad_d, g.dilation_d, g.stride_d);
+  for (index_t kd = 0; kd < g.kernel_d; ++kd, depth.next()) {
+    const index_t od = depth.at(g.out_depth);
     if (od < 0) continue;
-    for (index_t ki = 0; ki < g.kernel_h; ++ki) {
-      const index_t oh = output_index(ih, g.pad_h, ki, g.dilation_h, g.stride_h, g.out_height);
+    OutputIndexByTap<index_t> height(ih, g.pad_h, g.dilation_h, g.stride_h);
+    for (index_t ki = 0; ki < g.kernel_h; ++ki, height.next()) {
+      const index_t oh = height.at(g.out_height);
       const index_t row = od * g.out_height + oh;  // of the output, depth slices counted together
       if (oh < 0 || row < g.row_start || row >= band_end) continue;
-      for (index_t kj = 0; kj < g.kernel_w; ++kj) {
-        const index_t ow = out_column_reading(g, iw, kj);
+      OutputIndexByTap<index_t> width(iw, g.pad_w, g.dilation_w, g.stride_w);
+      for (index_t kj = 0; kj < g.kernel_w; ++kj, width.next()) {
+        const index_t ow = width.at(g.out_width);
         if (ow >= 0) f((kd * g.kernel_h + ki) * g.kernel_w + kj, row - g.row_start, ow);
       }
     }

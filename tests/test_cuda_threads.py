@@ -151,6 +151,9 @@ DEPTHWISE_CASES = [
     ("fewer-positions-than-lanes", (1, 4, 2, 3), 1, (2, 2), (1, 1), (0, 0), (1, 1)),
     ("planes-smaller-than-the-lanes", (70, 2, 3, 4), 1, (3, 3), (1, 1), (1, 1), (1, 1)),  # a lane's step crosses images
     ("one-pixel-planes", (300, 2, 1, 1), 1, (1, 1), (1, 1), (0, 0), (1, 1)),
+    # the input gradient's taps stepped without division: dilation over the stride, and under it
+    ("dilation-over-the-stride", (2, 3, 17, 19), 2, (3, 4), (2, 3), (3, 4), (3, 5)),
+    ("stride-3-dilation-2", (1, 2, 16, 14), 1, (4, 3), (3, 3), (2, 1), (2, 2)),
     ("batch-zero", (0, 2, 5, 5), 1, (3, 3), (1, 1), (1, 1), (1, 1)),
     ("several-lane-slices", (1, 210, 3, 3), 1, (9, 9), (1, 1), (4, 4), (1, 1)),  # NHWC weight grad: 2 slices
 ]

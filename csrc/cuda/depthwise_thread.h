@@ -109,11 +109,13 @@ struct DepthwiseInputGrad {
     for (index_t o = c * s.multiplier; o < (c + 1) * s.multiplier; ++o) {
       const auto dy = plane_of(s.channels_last, e.n, o, s.out_channels, s.out_height, s.out_width);
       const scalar_t* w = weight + o * s.kernel_h * s.kernel_w;
-      for (index_t ki = 0; ki < s.kernel_h; ++ki) {
-        const index_t oh = output_index(ih, s.pad_h, ki, s.dilation_h, s.stride_h, s.out_height);
+      OutputIndexByTap<index_t> row(ih, s.pad_h, s.dilation_h, s.stride_h);
+      for (index_t ki = 0; ki < s.kernel_h; ++ki, row.next()) {
+        const index_t oh = row.at(s.out_height);
         if (oh < 0) continue;
-        for (index_t kj = 0; kj < s.kernel_w; ++kj) {
-          const index_t ow = output_index(iw, s.pad_w, kj, s.dilation_w, s.stride_w, s.out_width);
+        OutputIndexByTap<index_t> column(iw, s.pad_w, s.dilation_w, s.stride_w);
+        for (index_t kj = 0; kj < s.kernel_w; ++kj, column.next()) {
+          const index_t ow = column.at(s.out_width);
           if (ow < 0) continue;
           sum = multiply_add(static_cast<acc_t>(w[ki * s.kernel_w + kj]),
                              static_cast<acc_t>(grad_output[dy.at(oh, ow)]), sum);
