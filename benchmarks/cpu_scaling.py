@@ -68,6 +68,7 @@ def print_summary(result):
               f"{geomean([r['ratio_channels_last'] for r in rows]):.2f} | {base['ours'] / ours:.2f} | "
               f"{base['builtin'] / builtin:.2f} | {model} |")
 
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2, 4, 8, 16])

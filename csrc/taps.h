@@ -29,24 +29,13 @@ C10_HOST_DEVICE inline index_t slice_of(index_t merged_row, index_t height, inde
   return slices == 1 ? index_t(0) : merged_row / height;
 }
 
-// Along one axis: the output index that reads input index `in` at kernel index k, or -1 where
-// none does (in is not on that tap's stride, or the output index is outside [0, out_size)). The
-// inverse of input_index.
-template <typename index_t>
-C10_HOST_DEVICE inline index_t output_index(index_t in, index_t pad, index_t k, index_t dilation,
-                                            index_t stride, index_t out_size) {
-  const index_t scaled = in + pad - k * dilation;  // = out * stride
-  if (scaled < 0) return -1;
-  // Stride 1 (and every image's depth) needs no division, which costs more than the rest here.
-  const index_t out = stride == 1 ? scaled : (scaled % stride == 0 ? scaled / stride : out_size);
-  return out < out_size ? out : -1;
-}
-
-// Along one axis: output_index(in, pad, k, dilation, stride, out_size) for k = 0, 1, 2, ... in
-// turn, with two divisions for the first k and none after, where output_index divides by the
-// stride at every tap (a strided depthwise input gradient spent most of its time there:
-// benchmarks/NOTES.md, section 46). It keeps in + pad - k * dilation = out * stride + rest, with
-// 0 <= rest < stride; a step subtracts dilation = step_out * stride + step_rest.
+// Along one axis, the output index that reads input index `in` at kernel index k, or -1 where
+// none does (in + pad - k * dilation is not on the stride, or the output index is outside
+// [0, out_size)): the inverse of input_index, for k = 0, 1, 2, ... in turn. It keeps
+// in + pad - k * dilation = out * stride + rest, with 0 <= rest < stride, and a step subtracts
+// dilation = step_out * stride + step_rest with one carry: two divisions for the first k and none
+// after (none at all at stride 1). A division per tap took most of a strided depthwise input
+// gradient's time on the GPU (benchmarks/NOTES.md, section 46).
 template <typename index_t>
 struct OutputIndexByTap {
   index_t out, rest, stride, step_out, step_rest;

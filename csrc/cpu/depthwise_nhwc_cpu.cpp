@@ -203,11 +203,13 @@ TORCH_CONVBP_WIDE_VECTOR_CLONES void input_grad_row(const scalar_t* grad_image,
   const RepeatingColumns repeating{inner, s.stride_w, cout};
   const auto build = [&](int64_t iw, Terms& terms) {
     for (int64_t k = 0; k < m; ++k) {
-      for (int64_t ki = 0; ki < s.kernel_h; ++ki) {
-        const int64_t oh = output_index(ih, s.pad_h, ki, s.dilation_h, s.stride_h, s.out_height);
+      OutputIndexByTap<int64_t> row(ih, s.pad_h, s.dilation_h, s.stride_h);
+      for (int64_t ki = 0; ki < s.kernel_h; ++ki, row.next()) {
+        const int64_t oh = row.at(s.out_height);
         if (oh < 0) continue;
-        for (int64_t kj = 0; kj < s.kernel_w; ++kj) {
-          const int64_t ow = output_index(iw, s.pad_w, kj, s.dilation_w, s.stride_w, s.out_width);
+        OutputIndexByTap<int64_t> column(iw, s.pad_w, s.dilation_w, s.stride_w);
+        for (int64_t kj = 0; kj < s.kernel_w; ++kj, column.next()) {
+          const int64_t ow = column.at(s.out_width);
           if (ow >= 0)
             terms.add((ki * s.kernel_w + kj) * cout + k, (oh * s.out_width + ow) * cout + k);
         }

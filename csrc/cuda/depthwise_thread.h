@@ -127,34 +127,30 @@ struct DepthwiseInputGrad {
 };
 
 // The positions j = (n * out_height + oh) * out_width + ow of one lane, j = lane, lane +
-// kSumLanes, ... in increasing order, as (n, oh, ow). A step adds kSumLanes as images, rows and
-// columns with one carry each, no division: three divisions per position took most of the
-// weight gradient's time on the GPU (benchmarks/NOTES.md, section 44).
+// kSumLanes, ... in increasing order, as (n, oh, ow): j and kSumLanes split once (element_at of a
+// one-channel grid), then a step adds kSumLanes's images, rows and columns with one carry each, no
+// division: three divisions per position took most of the weight gradient's time on the GPU
+// (benchmarks/NOTES.md, section 44).
 template <typename index_t>
 struct LanePositions {
-  index_t n, oh, ow;
-  index_t out_height, out_width, step_images, step_rows, step_columns;
+  Element<index_t> at, step;  // c unused (0): the grid [N, 1, out_height, out_width]
+  index_t out_height, out_width;
   C10_HOST_DEVICE LanePositions(index_t lane, index_t out_height, index_t out_width)
-      : out_height(out_height), out_width(out_width) {
-    const index_t out_plane = out_height * out_width, rest = kSumLanes % out_plane;
-    n = lane / out_plane;
-    oh = lane / out_width % out_height;
-    ow = lane % out_width;
-    step_images = kSumLanes / out_plane;
-    step_rows = rest / out_width;
-    step_columns = rest % out_width;
-  }
+      : at(element_at<index_t>(false, lane, 1, out_height, out_width)),
+        step(element_at<index_t>(false, kSumLanes, 1, out_height, out_width)),
+        out_height(out_height),
+        out_width(out_width) {}
   C10_HOST_DEVICE void next() {
-    ow += step_columns;
-    oh += step_rows;
-    if (ow >= out_width) {
-      ow -= out_width;
-      ++oh;
+    at.w += step.w;
+    at.h += step.h;
+    if (at.w >= out_width) {
+      at.w -= out_width;
+      ++at.h;
     }
-    n += step_images;
-    if (oh >= out_height) {  // oh < 2 * out_height: step_rows < out_height
-      oh -= out_height;
-      ++n;
+    at.n += step.n;
+    if (at.h >= out_height) {  // at.h < 2 * out_height: step.h < out_height
+      at.h -= out_height;
+      ++at.n;
     }
   }
 };
@@ -172,14 +168,14 @@ C10_HOST_DEVICE inline at::opmath_type<scalar_t> depthwise_weight_grad_lane(
   const index_t o = entry / taps, ki = entry % taps / s.kernel_w, kj = entry % s.kernel_w;
   const index_t c = o / s.multiplier;
   acc_t sum = 0;
-  if (s.out_height == 0 || s.out_width == 0) return sum;
-  for (LanePositions<index_t> p(lane, s.out_height, s.out_width); p.n < s.batch; p.next()) {
-    const index_t ih = input_index(p.oh, s.stride_h, s.pad_h, ki, s.dilation_h);
-    const index_t iw = input_index(p.ow, s.stride_w, s.pad_w, kj, s.dilation_w);
+  for (LanePositions<index_t> p(lane, s.out_height, s.out_width); p.at.n < s.batch; p.next()) {
+    const index_t n = p.at.n, oh = p.at.h, ow = p.at.w;
+    const index_t ih = input_index(oh, s.stride_h, s.pad_h, ki, s.dilation_h);
+    const index_t iw = input_index(ow, s.stride_w, s.pad_w, kj, s.dilation_w);
     if (ih < 0 || ih >= s.height || iw < 0 || iw >= s.width) continue;
-    const auto dy = plane_of(s.channels_last, p.n, o, s.out_channels, s.out_height, s.out_width);
-    const auto x = plane_of(s.channels_last, p.n, c, s.channels, s.height, s.width);
-    sum = multiply_add(static_cast<acc_t>(grad_output[dy.at(p.oh, p.ow)]),
+    const auto dy = plane_of(s.channels_last, n, o, s.out_channels, s.out_height, s.out_width);
+    const auto x = plane_of(s.channels_last, n, c, s.channels, s.height, s.width);
+    sum = multiply_add(static_cast<acc_t>(grad_output[dy.at(oh, ow)]),
                        static_cast<acc_t>(input[x.at(ih, iw)]), sum);
   }
   return sum;
