@@ -83,25 +83,38 @@ Tensor call_weight_grad(const Tensor& input, const Tensor& grad_output,
 // ---- What every node saves
 // ------------------------------------------------------------------------
 
-// The convolution's arguments, which every operator takes last and its gradients reuse.
+// The convolution's arguments, which every operator takes last and its gradients reuse (2 or 3
+// numbers each: no heap memory).
 struct ConvArgs {
-  std::vector<int64_t> stride, padding, dilation;
+  c10::SmallVector<int64_t, 3> stride, padding, dilation;
   int64_t groups;
 };
 
-// A node saves its operator's two tensors and the convolution's arguments.
+// A node saves its operator's two tensors and the convolution's arguments, these as one list
+// [stride..., padding..., dilation..., groups] in one entry of its saved data (an entry costs a
+// hashed string and a list: host time, benchmarks/NOTES.md section 47).
 void save(AutogradContext* ctx, const Tensor& first, const Tensor& second, IntArrayRef stride,
           IntArrayRef padding, IntArrayRef dilation, int64_t groups) {
   ctx->save_for_backward({first, second});
-  ctx->saved_data["stride"] = stride.vec();
-  ctx->saved_data["padding"] = padding.vec();
-  ctx->saved_data["dilation"] = dilation.vec();
-  ctx->saved_data["groups"] = groups;
+  std::vector<int64_t> args;
+  args.reserve(3 * stride.size() + 1);
+  for (IntArrayRef values : {stride, padding, dilation}) {
+    args.insert(args.end(), values.begin(), values.end());
+  }
+  args.push_back(groups);
+  ctx->saved_data["args"] = std::move(args);
 }
 
 ConvArgs saved_args(AutogradContext* ctx) {
-  return {ctx->saved_data["stride"].toIntVector(), ctx->saved_data["padding"].toIntVector(),
-          ctx->saved_data["dilation"].toIntVector(), ctx->saved_data["groups"].toInt()};
+  const c10::List<int64_t> args = ctx->saved_data["args"].toIntList();
+  const size_t dims = (args.size() - 1) / 3;
+  ConvArgs result{{}, {}, {}, args.get(args.size() - 1)};
+  for (size_t i = 0; i < dims; ++i) {
+    result.stride.push_back(args.get(i));
+    result.padding.push_back(args.get(dims + i));
+    result.dilation.push_back(args.get(2 * dims + i));
+  }
+  return result;
 }
 
 // The backward of an operator with two tensor inputs and four convolution arguments: no gradient

@@ -58,13 +58,17 @@ def check_weight_rank(op: str, weight, dims: int) -> None:
 DEVICES = ("cpu", "cuda", "meta")
 
 
+def computable(t) -> bool:
+    """A tensor torch_convbp computes on: dense, not quantized, on the CPU or (where built with its
+    kernels) CUDA. In a few attribute reads: host time (benchmarks/NOTES.md, sections 32 and 47)."""
+    return (t.is_cpu or (t.is_cuda and CUDA_KERNELS)) and t.layout == torch.strided and not (t.is_nested or t.is_quantized)
+
+
 def check_tensor(op: str, name: str, t) -> None:
     """The kinds of tensor torch_convbp does not compute on, refused by name: nested, sparse (any
     non-strided layout), quantized, and devices without kernels."""
-    if t is None:
+    if t is None or computable(t):
         return
-    if (t.is_cpu or (t.is_cuda and CUDA_KERNELS)) and not (t.is_nested or t.is_quantized) and t.layout == torch.strided:
-        return  # the usual case, in a few attribute reads (host time: benchmarks/NOTES.md, section 32)
     if t.is_nested:
         raise RuntimeError(f"{op}: {name} is a nested tensor; torch_convbp computes on dense tensors only "
                            "(unbind it and convolve each tensor, or pad them to one size)")
@@ -84,14 +88,19 @@ def check_tensor(op: str, name: str, t) -> None:
         )
 
 
-def check_tensors(op: str, **tensors) -> None:
-    for name, t in tensors.items():
+def check_tensors(op: str, input, weight, bias) -> None:
+    """check_tensor for a call's input, weight and bias (None where there is none)."""
+    if computable(input) and computable(weight) and (bias is None or computable(bias)):
+        return
+    for name, t in (("input", input), ("weight", weight), ("bias", bias)):
         check_tensor(op, name, t)
 
 
-def autocast(device_type: str, *tensors):
-    """Under autocast, the tensors in the autocast dtype (the operators run in one dtype). Devices
-    without autocast (meta, for one) are never under it."""
+def autocast(*tensors):
+    """Under autocast for the first tensor's device, the tensors in the autocast dtype (the
+    operators run in one dtype). Devices without autocast (meta, for one) are never under it."""
+    input = tensors[0]
+    device_type = "cpu" if input.is_cpu else input.device.type  # the CPU's without a device object
     if device_type not in ("cpu", "cuda") and not torch.amp.is_autocast_available(device_type):
         return tensors
     if not torch.is_autocast_enabled(device_type):

@@ -111,7 +111,7 @@ def convolution_arguments(op, dims, input, weight, bias, stride, padding, dilati
     padding resolved, the input padded where 'same' needs an odd total), and the autocast dtype
     under autocast. Returns (input,
     weight, bias, stride, padding, dilation)."""
-    check_tensors(op, input=input, weight=weight, bias=bias)
+    check_tensors(op, input, weight, bias)
     check_input_rank(op, input, dims)
     if dims in (1, 3):  # read by 'same' padding, and reshaped for 1-D
         check_weight_rank(op, weight, dims)
@@ -125,14 +125,14 @@ def convolution_arguments(op, dims, input, weight, bias, stride, padding, dilati
         input, weight = input.unsqueeze(2), weight.unsqueeze(2)
         stride, dilation = (1, *stride), (1, *dilation)
         padding = padding if isinstance(padding, str) else (0, *padding)
-    input, weight, bias = autocast(input.device.type, input, weight, bias)
+    input, weight, bias = autocast(input, weight, bias)
     if isinstance(padding, str):
         input, padding = string_padding(op, padding, input, weight, stride, dilation)
     return input, weight, bias, stride, padding, dilation
 
 
 def _transposed_convolution(op, dims, input, weight, bias, stride, padding, output_padding, groups, dilation):
-    check_tensors(op, input=input, weight=weight, bias=bias)
+    check_tensors(op, input, weight, bias)
     check_input_rank(op, input, dims)
     check_weight_rank(op, weight, dims)
     stride, padding, output_padding, dilation = (
@@ -147,7 +147,7 @@ def _transposed_convolution(op, dims, input, weight, bias, stride, padding, outp
     if dims == 1:  # a unit height
         input, weight = input.unsqueeze(2), weight.unsqueeze(2)
         stride, padding, output_padding, dilation = (1, *stride), (0, *padding), (0, *output_padding), (1, *dilation)
-    input, weight, bias = autocast(input.device.type, input, weight, bias)
+    input, weight, bias = autocast(input, weight, bias)
     output_size = _transposed_output_size(op, input, weight, stride, padding, output_padding, dilation, groups)
     _check_transposed_bias(op, input, bias, output_size[1])
 
