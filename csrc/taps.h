@@ -124,16 +124,19 @@ template <typename Dims, typename index_t, typename F>
 C10_HOST_DEVICE inline void for_each_tap_reading(const Dims& g, index_t id, index_t ih, index_t iw,
                                                  F&& f) {
   const index_t band_end = g.row_start + g.rows;
+  // Each axis's first tap found once (its divisions), then copied for every pass over that axis.
+  const OutputIndexByTap<index_t> first_height(ih, g.pad_h, g.dilation_h, g.stride_h);
+  const OutputIndexByTap<index_t> first_width(iw, g.pad_w, g.dilation_w, g.stride_w);
   OutputIndexByTap<index_t> depth(id, g.pad_d, g.dilation_d, g.stride_d);
   for (index_t kd = 0; kd < g.kernel_d; ++kd, depth.next()) {
     const index_t od = depth.at(g.out_depth);
     if (od < 0) continue;
-    OutputIndexByTap<index_t> height(ih, g.pad_h, g.dilation_h, g.stride_h);
+    OutputIndexByTap<index_t> height = first_height;
     for (index_t ki = 0; ki < g.kernel_h; ++ki, height.next()) {
       const index_t oh = height.at(g.out_height);
       const index_t row = od * g.out_height + oh;  // of the output, depth slices counted together
       if (oh < 0 || row < g.row_start || row >= band_end) continue;
-      OutputIndexByTap<index_t> width(iw, g.pad_w, g.dilation_w, g.stride_w);
+      OutputIndexByTap<index_t> width = first_width;
       for (index_t kj = 0; kj < g.kernel_w; ++kj, width.next()) {
         const index_t ow = width.at(g.out_width);
         if (ow >= 0) f((kd * g.kernel_h + ki) * g.kernel_w + kj, row - g.row_start, ow);

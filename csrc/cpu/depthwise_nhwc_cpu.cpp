@@ -201,13 +201,15 @@ TORCH_CONVBP_WIDE_VECTOR_CLONES void input_grad_row(const scalar_t* grad_image,
       std::min(s.width,
                input_index(s.out_width - 1, s.stride_w, s.pad_w, int64_t{0}, s.dilation_w) + 1)};
   const RepeatingColumns repeating{inner, s.stride_w, cout};
+  const OutputIndexByTap<int64_t> first_row(ih, s.pad_h, s.dilation_h, s.stride_h);
   const auto build = [&](int64_t iw, Terms& terms) {
+    const OutputIndexByTap<int64_t> first_column(iw, s.pad_w, s.dilation_w, s.stride_w);
     for (int64_t k = 0; k < m; ++k) {
-      OutputIndexByTap<int64_t> row(ih, s.pad_h, s.dilation_h, s.stride_h);
+      OutputIndexByTap<int64_t> row = first_row;
       for (int64_t ki = 0; ki < s.kernel_h; ++ki, row.next()) {
         const int64_t oh = row.at(s.out_height);
         if (oh < 0) continue;
-        OutputIndexByTap<int64_t> column(iw, s.pad_w, s.dilation_w, s.stride_w);
+        OutputIndexByTap<int64_t> column = first_column;
         for (int64_t kj = 0; kj < s.kernel_w; ++kj, column.next()) {
           const int64_t ow = column.at(s.out_width);
           if (ow >= 0)

@@ -105,15 +105,18 @@ struct DepthwiseInputGrad {
     using acc_t = at::opmath_type<scalar_t>;
     const auto e = element_at(s.channels_last, i, s.channels, s.height, s.width);
     const index_t c = e.c, ih = e.h, iw = e.w;
+    // Each axis's first tap found once (its divisions), then copied for every pass over it.
+    const OutputIndexByTap<index_t> first_row(ih, s.pad_h, s.dilation_h, s.stride_h);
+    const OutputIndexByTap<index_t> first_column(iw, s.pad_w, s.dilation_w, s.stride_w);
     acc_t sum = 0;
     for (index_t o = c * s.multiplier; o < (c + 1) * s.multiplier; ++o) {
       const auto dy = plane_of(s.channels_last, e.n, o, s.out_channels, s.out_height, s.out_width);
       const scalar_t* w = weight + o * s.kernel_h * s.kernel_w;
-      OutputIndexByTap<index_t> row(ih, s.pad_h, s.dilation_h, s.stride_h);
+      OutputIndexByTap<index_t> row = first_row;
       for (index_t ki = 0; ki < s.kernel_h; ++ki, row.next()) {
         const index_t oh = row.at(s.out_height);
         if (oh < 0) continue;
-        OutputIndexByTap<index_t> column(iw, s.pad_w, s.dilation_w, s.stride_w);
+        OutputIndexByTap<index_t> column = first_column;
         for (index_t kj = 0; kj < s.kernel_w; ++kj, column.next()) {
           const index_t ow = column.at(s.out_width);
           if (ow < 0) continue;
