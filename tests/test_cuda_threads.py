@@ -188,10 +188,14 @@ def test_depthwise_threads_match_the_cpu_bitwise(
 
 # (name, input [N, C, H, W], out channels, kernel, stride, padding, dilation, groups): the direct
 # grouped kernel, whose CPU version sums blocks of pixels x vectors of channels in registers
-# (cpu/grouped_nhwc_cpu.cpp): channels per group that fill no vector, part of one, several, and
-# more than one slice of 2 vectors; rows with whole blocks, tails and edge columns.
+# (cpu/grouped_forward_cpu.cpp): channels per group that fill no vector, half of one (summed
+# across the groups), part of one, several, and more than one slice of 2 vectors; rows with whole
+# blocks, tails and edge columns.
 GROUPED_CASES = [
     ("resnext-like 4 per group", (2, 16, 9, 10), 16, (3, 3), (1, 1), (1, 1), (1, 1), 4),
+    # half a vector per group (4 floats, 2 doubles): summed two groups a vector, an odd count too
+    ("three groups of 4, strided", (2, 12, 9, 11), 12, (3, 3), (2, 1), (1, 1), (1, 1), 3),
+    ("three groups of 2", (2, 6, 7, 9), 6, (3, 3), (1, 1), (1, 1), (1, 1), 3),
     ("16 per group, wide rows", (1, 32, 4, 30), 32, (3, 3), (1, 1), (1, 1), (1, 1), 2),
     ("12 per group (a part-vector)", (2, 24, 6, 13), 24, (3, 3), (1, 1), (1, 1), (1, 1), 2),
     ("40 per group (two slices)", (1, 20, 5, 14), 80, (3, 3), (1, 1), (1, 1), (1, 1), 2),

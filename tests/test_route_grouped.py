@@ -23,6 +23,8 @@ ops = torch.ops.torch_convbp
 # in NCHW where the groups are narrower than 16 channels)
 NARROW_GROUPS = [
     ("4 per group", (2, 16, 9, 10), 16, (3, 3), (1, 1), (1, 1), (1, 1), 4, "grouped/nhwc"),
+    # half a vector of float64 per group, an odd number of groups: summed across the groups
+    ("three groups of 2", (2, 6, 7, 8), 6, (3, 3), (1, 1), (1, 1), (1, 1), 3, "grouped/nhwc"),
     ("24 output channels per group from 4", (2, 8, 6, 7), 48, (3, 3), (1, 1), (1, 1), (1, 1), 2, "grouped/nhwc"),
     ("asymmetric, dilated", (2, 6, 11, 12), 9, (3, 2), (1, 1), (1, 0), (2, 3), 3, "grouped/nhwc"),
     ("8 per group, strided", (2, 16, 9, 10), 16, (3, 3), (2, 2), (1, 1), (1, 1), 2, "columns/nchw"),
@@ -77,12 +79,14 @@ def test_narrow_groups_have_gradients_of_any_order(device):
     assert torch.autograd.gradgradcheck(fn, (x, w))
 
 
+@pytest.mark.parametrize("groups", [8, 16], ids=["8 per group", "4 per group"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
-def test_narrow_groups_in_low_precision(dtype, device):
-    """Each sum in float32 (float16 and bfloat16 widened as they are read), rounded once."""
-    x64, w64 = dense_operands((2, 64, 7, 9), 64, (3, 3), 8, device=device)
+def test_narrow_groups_in_low_precision(dtype, groups, device):
+    """Each sum in float32 (float16 and bfloat16 widened as they are read), rounded once; groups
+    of 4 are summed two groups a vector on the CPU."""
+    x64, w64 = dense_operands((2, 64, 7, 9), 64, (3, 3), groups, device=device)
     x, w = x64.to(dtype).contiguous(memory_format=CL), w64.to(dtype)
-    args = ((1, 1), (1, 1), (1, 1), 8)
+    args = ((1, 1), (1, 1), (1, 1), groups)
     y = torch_convbp.conv2d(x, w, None, *args)
     g = torch.randn_like(y).contiguous(memory_format=CL)
     dx = ops.conv2d_input_grad(g, w, list(x.shape), *args)
@@ -114,7 +118,8 @@ def test_the_baseline_code_gives_the_avx2_bits(tmp_path):
     Both round each term once, in the same order, so they give the same bits."""
     cases = []
     for dtype in (torch.float64, torch.float32, torch.bfloat16):
-        for shape, cout, groups in (((2, 16, 9, 10), 16, 4), ((1, 14, 5, 6), 24, 2), ((1, 32, 4, 13), 64, 2)):
+        for shape, cout, groups in (((2, 16, 9, 10), 16, 4), ((1, 14, 5, 6), 24, 2), ((1, 32, 4, 13), 64, 2),
+                                    ((1, 6, 5, 9), 6, 3)):
             x, w = dense_operands(shape, cout, (3, 3), groups, dtype=dtype)
             dy = torch.randn(shape[0], cout, *shape[2:], dtype=torch.float64).to(dtype)
             cases.append((x, w, dy, groups))

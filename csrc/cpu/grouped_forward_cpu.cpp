@@ -13,6 +13,13 @@
 // registers while the terms are summed into it, each term one broadcast input value times a
 // vector of weights. The weights are rearranged once per call, in the sums' type, into
 // [G, kh*kw, C/G, Cout/G rounded up to whole vectors], so that a term's weights are adjacent.
+//
+// Groups narrower than a vector (ResNeXt's 4 per group: 4 of 8 AVX2 lanes) are summed across the
+// groups instead, so that every lane works: each band's input is first spread over the output
+// channels, spread[pixel][i][c] = x[pixel, group(c) * C/G + i] (Cout/G copies of each value), and
+// a term is then a vector of the spread times a vector of weights [kh*kw, C/G, Cout] (the whole
+// layer as one group). Each element keeps its terms and their order (benchmarks/NOTES.md,
+// section 49).
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
@@ -22,6 +29,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "../checks.h"
@@ -39,33 +47,55 @@ struct TapOffsets {
 
 // What every block of a row shares: the group's channel counts, the rearranged weight's row
 // length (Cout/G rounded up to whole vectors), the step from one output column's input pixel to
-// the next one's, and the output's pixel size.
+// the next one's, the output's pixel size, and the step from one of a group's input channels to
+// the next in the operand (1 in the input, a weight row in the spread). Summed across the
+// groups, the "group" is the whole layer: C/G input and Cout output channels.
 struct RowDims {
-  int64_t group_in, group_out, weight_row, input_pixel_step, out_channels;
+  int64_t group_in, group_out, weight_row, input_pixel_step, out_channels, operand_channel_step;
 };
 
 // The block of PB pixels x NV vectors of output channels (`count` of them real) whose first
 // pixel reads the taps from `x` and writes to `y`: the sums held in registers over all terms,
-// each rounded once to scalar_t as it is stored.
-template <class Ops, int NV, int PB, typename scalar_t, typename acc_t>
-TORCH_CONVBP_INLINE void sum_block(const std::vector<TapOffsets>& taps, const scalar_t* x,
+// each rounded once to scalar_t as it is stored. A term's operand is one input value broadcast
+// to the vector or, from the spread (`Spread`), a vector of it.
+template <class Ops, int NV, int PB, bool Spread, typename operand_t, typename scalar_t,
+          typename acc_t>
+TORCH_CONVBP_INLINE void sum_block(const std::vector<TapOffsets>& taps, const operand_t* x,
                                    const acc_t* w, int64_t count, const RowDims& d, scalar_t* y) {
   using V = typename Vector<acc_t>::type;
   constexpr int64_t lanes = Vector<acc_t>::lanes;
   V sum[PB][NV] = {};
   for (const TapOffsets& tap : taps) {
-    const scalar_t* x_tap = x + tap.input;
+    const operand_t* x_tap = x + tap.input;
     const acc_t* w_tap = w + tap.weight;
     for (int64_t i = 0; i < d.group_in; ++i) {
       V weights[NV];
       for (int v = 0; v < NV; ++v) {
         std::memcpy(&weights[v], w_tap + i * d.weight_row + v * lanes, sizeof(V));
       }
+      const operand_t* x_i = x_tap + i * d.operand_channel_step;
       for (int q = 0; q < PB; ++q) {
-        const V value =
-            Ops::template splat<V>(static_cast<acc_t>(x_tap[q * d.input_pixel_step + i]));
-        for (int v = 0; v < NV; ++v) sum[q][v] = Ops::multiply_add(weights[v], value, sum[q][v]);
+        if constexpr (Spread) {
+          for (int v = 0; v < NV; ++v) {
+            V values;
+            std::memcpy(&values, x_i + q * d.input_pixel_step + v * lanes, sizeof(V));
+            sum[q][v] = Ops::multiply_add(weights[v], values, sum[q][v]);
+          }
+        } else {
+          const V value = Ops::template splat<V>(static_cast<acc_t>(x_i[q * d.input_pixel_step]));
+          for (int v = 0; v < NV; ++v) sum[q][v] = Ops::multiply_add(weights[v], value, sum[q][v]);
+        }
       }
+    }
+  }
+  if constexpr (std::is_same_v<scalar_t, acc_t>) {
+    if (count == NV * lanes) {  // whole vectors, stored as such
+      for (int q = 0; q < PB; ++q) {
+        for (int v = 0; v < NV; ++v) {
+          std::memcpy(y + q * d.out_channels + v * lanes, &sum[q][v], sizeof(V));
+        }
+      }
+      return;
     }
   }
   for (int q = 0; q < PB; ++q) {
@@ -88,52 +118,60 @@ constexpr int pixels_per_block(int nv) { return nv == 1 ? 8 : 6; }
 // with the same taps relative to their own column: blocks of PB pixels, then the rest in blocks
 // of 4, 2 and 1 (a 7x7 layer's 5 inner columns had gone one pixel at a time).
 // `x` is the input at column `begin`'s reference point, `y` the output at column `begin`.
-template <class Ops, int NV, typename scalar_t, typename acc_t>
+template <class Ops, int NV, bool Spread, typename operand_t, typename scalar_t, typename acc_t>
 TORCH_CONVBP_INLINE void sum_columns(const std::vector<TapOffsets>& taps, Span columns,
-                                     const scalar_t* x, const acc_t* w, int64_t count,
+                                     const operand_t* x, const acc_t* w, int64_t count,
                                      const RowDims& d, scalar_t* y) {
   constexpr int PB = pixels_per_block(NV);
   int64_t k = 0;  // columns done
   const int64_t total = columns.end - columns.begin;
   for (; k + PB <= total; k += PB) {
-    sum_block<Ops, NV, PB>(taps, x + k * d.input_pixel_step, w, count, d, y + k * d.out_channels);
+    sum_block<Ops, NV, PB, Spread>(taps, x + k * d.input_pixel_step, w, count, d,
+                                   y + k * d.out_channels);
   }
   if (k + 4 <= total) {
-    sum_block<Ops, NV, 4>(taps, x + k * d.input_pixel_step, w, count, d, y + k * d.out_channels);
+    sum_block<Ops, NV, 4, Spread>(taps, x + k * d.input_pixel_step, w, count, d,
+                                  y + k * d.out_channels);
     k += 4;
   }
   if (k + 2 <= total) {
-    sum_block<Ops, NV, 2>(taps, x + k * d.input_pixel_step, w, count, d, y + k * d.out_channels);
+    sum_block<Ops, NV, 2, Spread>(taps, x + k * d.input_pixel_step, w, count, d,
+                                  y + k * d.out_channels);
     k += 2;
   }
   if (k < total) {
-    sum_block<Ops, NV, 1>(taps, x + k * d.input_pixel_step, w, count, d, y + k * d.out_channels);
+    sum_block<Ops, NV, 1, Spread>(taps, x + k * d.input_pixel_step, w, count, d,
+                                  y + k * d.out_channels);
   }
 }
 
 // The same for a group's channels in slices of at most kMaxSliceVectors vectors, each summed by
-// the block shape of its vector count.
-template <class Ops, typename scalar_t, typename acc_t>
+// the block shape of its vector count. A slice of the spread starts at its first channel; the
+// input's broadcast values are the same for every slice.
+template <class Ops, bool Spread, typename operand_t, typename scalar_t, typename acc_t>
 TORCH_CONVBP_INLINE void sum_group(const std::vector<TapOffsets>& taps, Span columns,
-                                   const scalar_t* x, const acc_t* w, const RowDims& d,
+                                   const operand_t* x, const acc_t* w, const RowDims& d,
                                    scalar_t* y) {
   constexpr int64_t lanes = Vector<acc_t>::lanes;
   constexpr int64_t slice = kMaxSliceVectors * lanes;
   for (int64_t first = 0; first < d.group_out; first += slice) {
     const int64_t count = std::min(slice, d.group_out - first);
+    const operand_t* x_slice = Spread ? x + first : x;
     if (count > lanes) {
-      sum_columns<Ops, 2>(taps, columns, x, w + first, count, d, y + first);
+      sum_columns<Ops, 2, Spread>(taps, columns, x_slice, w + first, count, d, y + first);
     } else {
-      sum_columns<Ops, 1>(taps, columns, x, w + first, count, d, y + first);
+      sum_columns<Ops, 1, Spread>(taps, columns, x_slice, w + first, count, d, y + first);
     }
   }
 }
 
 // The taps of output column ow of row oh that read inside the image, in (ki, kj) order, as
-// offsets from the input pixel (0, ow * stride_w) (for the columns whose taps all read inside,
-// the same for each; `all_columns` skips the column test there).
+// offsets from the operand's pixel (0, ow * stride_w) (for the columns whose taps all read
+// inside, the same for each; `all_columns` skips the column test there). The operand holds the
+// image's rows from `first_row` on, `pixel_size` elements a pixel.
 void build_taps(const ConvShape& s, int64_t oh, int64_t ow, bool all_columns,
-                int64_t weight_tap_size, std::vector<TapOffsets>& taps) {
+                int64_t weight_tap_size, int64_t first_row, int64_t pixel_size,
+                std::vector<TapOffsets>& taps) {
   taps.clear();
   for (int64_t ki = 0; ki < s.kernel_h; ++ki) {
     const int64_t ih = input_row(s, oh, ki);
@@ -143,80 +181,190 @@ void build_taps(const ConvShape& s, int64_t oh, int64_t ow, bool all_columns,
       const int64_t shift = input_index(int64_t{0}, s.stride_w, s.pad_w, kj, s.dilation_w);
       const int64_t iw = ow * s.stride_w + shift;
       if (!all_columns && (iw < 0 || iw >= s.width)) continue;
-      taps.push_back(
-          {(ih * s.width + shift) * s.in_channels, (ki * s.kernel_w + kj) * weight_tap_size});
+      taps.push_back({((ih - first_row) * s.width + shift) * pixel_size,
+                      (ki * s.kernel_w + kj) * weight_tap_size});
     }
   }
 }
 
-// A band of output rows of one image: `rows` rows from `first_row`, all columns and channels.
-// Group by group, so that a group's weights stay in cache over the band's pixels (row by row,
-// all groups each, a 32-per-group layer of 7x7 pixels reloaded 36 KiB of weights per group for
-// every 7 pixels: benchmarks/NOTES.md, section 21); the band's input rows stay in the L2 cache
-// across the groups. The columns whose every tap reads inside the image share one list of taps;
-// each column nearer the edge has its own.
-template <class Ops, typename scalar_t, typename acc_t>
-TORCH_CONVBP_INLINE void forward_band_body(const scalar_t* image, const acc_t* w, int64_t first_row,
-                                           int64_t rows, std::vector<TapOffsets>& taps,
-                                           scalar_t* out_image, const ConvShape& s,
-                                           const RowDims& d) {
+// What a task keeps from band to band: the taps of a run of columns, and the spread of the band's
+// input rows where the groups are summed across.
+template <typename acc_t>
+struct BandScratch {
+  std::vector<TapOffsets> taps;
+  std::vector<acc_t> spread;
+};
+
+// The output columns whose every tap reads inside the image: those of the first and of the last
+// kernel column (empty where there are none).
+Span inner_columns(const ConvShape& s) {
   const Span first = tap_columns(s, 0).columns, last = tap_columns(s, s.kernel_w - 1).columns;
-  const int64_t inner_begin = std::max(first.begin, last.begin);
-  const Span inner{inner_begin, std::max(inner_begin, std::min(first.end, last.end))};
+  const int64_t begin = std::max(first.begin, last.begin);
+  return {begin, std::max(begin, std::min(first.end, last.end))};
+}
+
+// Row oh of the output, all columns of the channels [0, d.group_out) that `out` starts at, from an
+// operand whose rows start at image row `first_row`, `pixel_size` elements a pixel. The columns
+// whose every tap reads inside the image share one list of taps; each column nearer the edge has
+// its own.
+template <class Ops, bool Spread, typename operand_t, typename scalar_t, typename acc_t>
+TORCH_CONVBP_INLINE void sum_row(const operand_t* operand, int64_t first_row, int64_t pixel_size,
+                                 const acc_t* w, int64_t oh, std::vector<TapOffsets>& taps,
+                                 scalar_t* out, const ConvShape& s, const RowDims& d) {
+  const Span inner = inner_columns(s);
   const int64_t weight_tap_size = d.group_in * d.weight_row;
-  const int64_t weight_group_size = s.kernel_h * s.kernel_w * weight_tap_size;
+  for (int64_t ow = 0; ow < s.out_width;) {
+    const bool is_inner = ow == inner.begin && inner.end > inner.begin;
+    const Span run = is_inner ? inner : Span{ow, ow + 1};  // the inner columns, or an edge one
+    build_taps(s, oh, ow, is_inner, weight_tap_size, first_row, pixel_size, taps);
+    sum_group<Ops, Spread>(taps, run, operand + run.begin * d.input_pixel_step, w, d,
+                           out + run.begin * s.out_channels);
+    ow = run.end;
+  }
+}
+
+// A band of output rows of one image, group by group: `rows` rows from `first_row`, all columns
+// and channels. Group by group, so that a group's weights stay in cache over the band's pixels
+// (row by row, all groups each, a 32-per-group layer of 7x7 pixels reloaded 36 KiB of weights per
+// group for every 7 pixels: benchmarks/NOTES.md, section 21); the band's input rows stay in the L2
+// cache across the groups.
+template <class Ops, typename scalar_t, typename acc_t>
+TORCH_CONVBP_INLINE void band_by_groups(const scalar_t* image, const acc_t* w, int64_t first_row,
+                                        int64_t rows, BandScratch<acc_t>& scratch,
+                                        scalar_t* out_image, const ConvShape& s, const RowDims& d) {
+  const int64_t weight_group_size = s.kernel_h * s.kernel_w * d.group_in * d.weight_row;
   for (int64_t g = 0; g < s.groups; ++g) {
     for (int64_t oh = first_row; oh < first_row + rows; ++oh) {
-      scalar_t* out = out_image + oh * s.out_width * s.out_channels + g * d.group_out;
-      for (int64_t ow = 0; ow < s.out_width;) {
-        const bool is_inner = ow == inner.begin && inner.end > inner.begin;
-        const Span run = is_inner ? inner : Span{ow, ow + 1};  // the inner columns, or an edge one
-        build_taps(s, oh, ow, is_inner, weight_tap_size, taps);
-        sum_group<Ops>(taps, run, image + run.begin * d.input_pixel_step + g * d.group_in,
-                       w + g * weight_group_size, d, out + run.begin * s.out_channels);
-        ow = run.end;
+      sum_row<Ops, false>(image + g * d.group_in, 0, s.in_channels, w + g * weight_group_size, oh,
+                          scratch.taps,
+                          out_image + oh * s.out_width * s.out_channels + g * d.group_out, s, d);
+    }
+  }
+}
+
+// The input rows [begin, end) that the output rows [first_row, first_row + rows) read.
+Span band_input_rows(const ConvShape& s, int64_t first_row, int64_t rows) {
+  const int64_t top = input_index(first_row, s.stride_h, s.pad_h, int64_t{0}, s.dilation_h);
+  const int64_t bottom =
+      input_index(first_row + rows - 1, s.stride_h, s.pad_h, s.kernel_h - 1, s.dilation_h) + 1;
+  return {std::clamp<int64_t>(top, 0, s.height), std::clamp<int64_t>(bottom, 0, s.height)};
+}
+
+// The input rows `rows` of an image spread over the output channels, for groups of half a vector:
+// spread[((ih - rows.begin) * W + iw) * pixel_size + i * weight_row + c] = x[ih, iw,
+// group(c) * C/G + i], so that vector v holds group 2v's value in its first half and group
+// 2v+1's in its second (0 past the last group). `pixel_size` is a cache line more than the
+// pixel's values: at a power of two, as 4 x 128 floats are, the pixels a block reads fell into
+// two sets of the L1 cache (benchmarks/NOTES.md, section 49).
+template <class Ops, typename scalar_t, typename acc_t>
+TORCH_CONVBP_INLINE void spread_rows(const scalar_t* image, Span rows, const ConvShape& s,
+                                     const RowDims& d, int64_t pixel_size,
+                                     std::vector<acc_t>& spread) {
+  using V = typename Vector<acc_t>::type;
+  constexpr int64_t lanes = Vector<acc_t>::lanes;
+  const int64_t pixels = std::max<int64_t>(rows.end - rows.begin, 0) * s.width;
+  // (locals: read through `d` in the loop, they were loaded again after every store)
+  const int64_t group_in = d.group_in, weight_row = d.weight_row;
+  const int64_t pairs = s.groups / 2, vectors = weight_row / lanes;
+  if (static_cast<int64_t>(spread.size()) < pixels * pixel_size) spread.resize(pixels * pixel_size);
+  const scalar_t* x = image + rows.begin * s.width * s.in_channels;
+  for (int64_t p = 0; p < pixels; ++p, x += s.in_channels) {
+    acc_t* out = spread.data() + p * pixel_size;
+    for (int64_t v = 0; v < pairs; ++v) {  // groups 2v and 2v + 1
+      const scalar_t* low = x + 2 * v * group_in;
+      const scalar_t* high = low + group_in;
+      for (int64_t i = 0; i < group_in; ++i) {
+        const V halves =
+            Ops::template splat_halves<V>(static_cast<acc_t>(low[i]), static_cast<acc_t>(high[i]));
+        std::memcpy(out + i * weight_row + v * lanes, &halves, sizeof(V));
+      }
+    }
+    if (pairs < vectors) {  // an odd number of groups: the last one, and zeros
+      const scalar_t* last = x + (s.groups - 1) * group_in;
+      for (int64_t i = 0; i < group_in; ++i) {
+        const V halves = Ops::template splat_halves<V>(static_cast<acc_t>(last[i]), acc_t(0));
+        std::memcpy(out + i * weight_row + pairs * lanes, &halves, sizeof(V));
       }
     }
   }
 }
 
+// The same band summed across the groups (groups of half a vector): its input rows spread once,
+// then each row's terms read vectors of the spread.
+template <class Ops, typename scalar_t, typename acc_t>
+TORCH_CONVBP_INLINE void band_across_groups(const scalar_t* image, const acc_t* w,
+                                            int64_t first_row, int64_t rows,
+                                            BandScratch<acc_t>& scratch, scalar_t* out_image,
+                                            const ConvShape& s, const RowDims& d) {
+  const Span input_rows = band_input_rows(s, first_row, rows);
+  const int64_t pixel_size = d.input_pixel_step / s.stride_w;
+  spread_rows<Ops>(image, input_rows, s, d, pixel_size, scratch.spread);
+  for (int64_t oh = first_row; oh < first_row + rows; ++oh) {
+    sum_row<Ops, true>(scratch.spread.data(), input_rows.begin, pixel_size, w, oh, scratch.taps,
+                       out_image + oh * s.out_width * s.out_channels, s, d);
+  }
+}
+
+template <bool AcrossGroups, class Ops, typename scalar_t, typename acc_t>
+TORCH_CONVBP_INLINE void band_body(const scalar_t* image, const acc_t* w, int64_t first_row,
+                                   int64_t rows, BandScratch<acc_t>& scratch, scalar_t* out_image,
+                                   const ConvShape& s, const RowDims& d) {
+  if constexpr (AcrossGroups) {
+    band_across_groups<Ops>(image, w, first_row, rows, scratch, out_image, s, d);
+  } else {
+    band_by_groups<Ops>(image, w, first_row, rows, scratch, out_image, s, d);
+  }
+}
+
 // The band compiled twice: for any x86-64 CPU and, where GCC builds it, for AVX2 with FMA.
-template <typename scalar_t, typename acc_t>
-void forward_band_baseline(const scalar_t* image, const acc_t* w, int64_t first_row, int64_t rows,
-                           std::vector<TapOffsets>& taps, scalar_t* out_image, const ConvShape& s,
-                           const RowDims& d) {
-  forward_band_body<LaneOps>(image, w, first_row, rows, taps, out_image, s, d);
+template <bool AcrossGroups, typename scalar_t, typename acc_t>
+void band_baseline(const scalar_t* image, const acc_t* w, int64_t first_row, int64_t rows,
+                   BandScratch<acc_t>& scratch, scalar_t* out_image, const ConvShape& s,
+                   const RowDims& d) {
+  band_body<AcrossGroups, LaneOps>(image, w, first_row, rows, scratch, out_image, s, d);
 }
 
 #ifdef TORCH_CONVBP_AVX2_BANDS
-template <typename scalar_t, typename acc_t>
-__attribute__((target("avx2,fma"))) void forward_band_avx2(const scalar_t* image, const acc_t* w,
-                                                           int64_t first_row, int64_t rows,
-                                                           std::vector<TapOffsets>& taps,
-                                                           scalar_t* out_image, const ConvShape& s,
-                                                           const RowDims& d) {
-  forward_band_body<Avx2Ops>(image, w, first_row, rows, taps, out_image, s, d);
+template <bool AcrossGroups, typename scalar_t, typename acc_t>
+__attribute__((target("avx2,fma"))) void band_avx2(const scalar_t* image, const acc_t* w,
+                                                   int64_t first_row, int64_t rows,
+                                                   BandScratch<acc_t>& scratch, scalar_t* out_image,
+                                                   const ConvShape& s, const RowDims& d) {
+  band_body<AcrossGroups, Avx2Ops>(image, w, first_row, rows, scratch, out_image, s, d);
 }
-
 #endif
 
-// Output rows per band: as many as read about 256 KiB of input (an L2 cache's share), fewer
-// where the bands would be fewer than the threads. Only the cut into tasks depends on the thread
-// count, never an element's sum.
-int64_t band_rows(const ConvShape& s, int64_t element_size) {
-  const int64_t input_rows_size = s.stride_h * s.width * s.in_channels * element_size;
-  int64_t rows = std::clamp<int64_t>((int64_t{256} << 10) / input_rows_size, 1, s.out_height);
+template <bool AcrossGroups, typename scalar_t, typename acc_t>
+void forward_band(const scalar_t* image, const acc_t* w, int64_t first_row, int64_t rows,
+                  BandScratch<acc_t>& scratch, scalar_t* out_image, const ConvShape& s,
+                  const RowDims& d) {
+#ifdef TORCH_CONVBP_AVX2_BANDS
+  if (cpu_has_avx2_fma()) {
+    band_avx2<AcrossGroups>(image, w, first_row, rows, scratch, out_image, s, d);
+    return;
+  }
+#endif
+  band_baseline<AcrossGroups>(image, w, first_row, rows, scratch, out_image, s, d);
+}
+
+// Output rows per band: as many as read about `budget` bytes of the operand (`row_size` bytes per
+// output row; an L2 cache's share), fewer where the bands would be fewer than the threads. Only
+// the cut into tasks depends on the thread count, never an element's sum.
+int64_t band_rows(const ConvShape& s, int64_t row_size, int64_t budget) {
+  int64_t rows = std::clamp<int64_t>(budget / row_size, 1, s.out_height);
   const int64_t threads = at::get_num_threads();
   while (rows > 1 && s.batch * ((s.out_height + rows - 1) / rows) < threads) rows = (rows + 1) / 2;
   return rows;
 }
 
-// The weight [Cout, C/G, kh, kw] as [G, kh*kw, C/G, weight_row] in the sums' type, each tap's
-// rows of one group's output channels adjacent, zero past Cout/G.
+// The weight [Cout, C/G, kh, kw] as [Cout / d.group_out, kh*kw, C/G, weight_row] in the sums'
+// type: per group (or, summed across the groups, for the whole layer), each tap's rows of output
+// channels adjacent, zero past d.group_out.
 template <typename scalar_t, typename acc_t>
 std::vector<acc_t> rearranged_weight(const scalar_t* weight, const ConvShape& s, const RowDims& d) {
   const int64_t taps = s.kernel_h * s.kernel_w;
-  std::vector<acc_t> w(s.groups * taps * d.group_in * d.weight_row, acc_t(0));
+  const int64_t blocks = s.out_channels / d.group_out;
+  std::vector<acc_t> w(blocks * taps * d.group_in * d.weight_row, acc_t(0));
   for (int64_t o = 0; o < s.out_channels; ++o) {
     const int64_t g = o / d.group_out, j = o % d.group_out;
     for (int64_t i = 0; i < d.group_in; ++i) {
@@ -229,34 +377,49 @@ std::vector<acc_t> rearranged_weight(const scalar_t* weight, const ConvShape& s,
   return w;
 }
 
+// Groups of half a vector are summed across (two groups a vector, section 49); the others group
+// by group, their channels from the first lane of a vector.
 template <typename scalar_t>
 void forward_kernel(const scalar_t* input, const scalar_t* weight, scalar_t* output,
                     const ConvShape& s) {
   using acc_t = at::opmath_type<scalar_t>;
   constexpr int64_t lanes = Vector<acc_t>::lanes;
+  const auto whole_vectors = [](int64_t n) { return (n + lanes - 1) / lanes * lanes; };
   const int64_t group_in = s.in_channels / s.groups, group_out = s.out_channels / s.groups;
-  const RowDims d{group_in, group_out, (group_out + lanes - 1) / lanes * lanes,
-                  s.stride_w * s.in_channels, s.out_channels};
+  const bool across_groups = 2 * group_out == lanes;
+  const int64_t spread_pixel = group_in * whole_vectors(s.out_channels) + 64 / sizeof(acc_t);
+  const RowDims d =
+      across_groups
+          ? RowDims{group_in,
+                    s.out_channels,
+                    whole_vectors(s.out_channels),
+                    s.stride_w * spread_pixel,
+                    s.out_channels,
+                    whole_vectors(s.out_channels)}
+          : RowDims{group_in,       group_out, whole_vectors(group_out), s.stride_w * s.in_channels,
+                    s.out_channels, 1};
   const std::vector<acc_t> w = rearranged_weight<scalar_t, acc_t>(weight, s, d);
-  const int64_t rows = band_rows(s, sizeof(scalar_t));
+  const int64_t rows =
+      across_groups
+          ? band_rows(s, s.stride_h * s.width * spread_pixel * int64_t(sizeof(acc_t)), 512 << 10)
+          : band_rows(s, s.stride_h * s.width * s.in_channels * int64_t(sizeof(scalar_t)),
+                      256 << 10);
   const int64_t bands = (s.out_height + rows - 1) / rows;
   const int64_t image_size = s.height * s.width * s.in_channels;
   const int64_t out_image_size = s.out_height * s.out_width * s.out_channels;
   at::parallel_for(0, s.batch * bands, 1, [&](int64_t begin, int64_t end) {
-    std::vector<TapOffsets> taps;
-    taps.reserve(s.kernel_h * s.kernel_w);
+    BandScratch<acc_t> scratch;
+    scratch.taps.reserve(s.kernel_h * s.kernel_w);
     for (int64_t task = begin; task < end; ++task) {
       const int64_t n = task / bands, first_row = task % bands * rows;
       const int64_t count = std::min(rows, s.out_height - first_row);
       const scalar_t* image = input + n * image_size;
       scalar_t* out_image = output + n * out_image_size;
-#ifdef TORCH_CONVBP_AVX2_BANDS
-      if (cpu_has_avx2_fma()) {
-        forward_band_avx2(image, w.data(), first_row, count, taps, out_image, s, d);
-        continue;
+      if (across_groups) {
+        forward_band<true>(image, w.data(), first_row, count, scratch, out_image, s, d);
+      } else {
+        forward_band<false>(image, w.data(), first_row, count, scratch, out_image, s, d);
       }
-#endif
-      forward_band_baseline(image, w.data(), first_row, count, taps, out_image, s, d);
     }
   });
 }

@@ -1,7 +1,8 @@
 // The vector arithmetic of the direct grouped kernels (grouped_forward_cpu.cpp, the forward;
 // grouped_weight_grad_cpu.cpp, the weight gradient): a vector of 32 bytes of the sums' type, and
-// its two operations, a value in every lane and a * b + c rounded once per lane, written once for
-// any CPU (LaneOps) and once as AVX2 instructions (Avx2Ops) for the code compiled for AVX2.
+// its operations (a value in every lane or in each half, and a * b + c rounded once per lane),
+// written once for any CPU (LaneOps) and once as AVX2 instructions (Avx2Ops) for the code
+// compiled for AVX2.
 #pragma once
 
 #include <cmath>
@@ -31,14 +32,22 @@ struct Vector {
   static constexpr int64_t lanes = 32 / sizeof(acc_t);
 };
 
-// The two vector operations of the sums, lane by lane, on any CPU: a value in every lane, and
-// a * b + c with each lane rounded once (std::fma). (a * b + c on vectors is fused only where the
-// compiler contracts it, so it would round differently in different builds.)
+// The vector operations of the sums, lane by lane, on any CPU: a value in every lane, one value
+// in each half's lanes, and a * b + c with each lane rounded once (std::fma). (a * b + c on
+// vectors is fused only where the compiler contracts it, so it would round differently in
+// different builds.)
 struct LaneOps {
   template <typename V, typename acc_t>
   static TORCH_CONVBP_INLINE V splat(acc_t value) {
     V r;
     for (size_t l = 0; l < sizeof(V) / sizeof(acc_t); ++l) r[l] = value;
+    return r;
+  }
+  template <typename V, typename acc_t>
+  static TORCH_CONVBP_INLINE V splat_halves(acc_t low, acc_t high) {
+    constexpr size_t lanes = sizeof(V) / sizeof(acc_t);
+    V r;
+    for (size_t l = 0; l < lanes; ++l) r[l] = l < lanes / 2 ? low : high;
     return r;
   }
   template <typename V>
@@ -65,6 +74,14 @@ struct Avx2Ops {
   template <typename V>
   __attribute__((target("avx2,fma"))) static inline V splat(double value) {
     return _mm256_set1_pd(value);
+  }
+  template <typename V>
+  __attribute__((target("avx2,fma"))) static inline V splat_halves(float low, float high) {
+    return _mm256_set_m128(_mm_set1_ps(high), _mm_set1_ps(low));
+  }
+  template <typename V>
+  __attribute__((target("avx2,fma"))) static inline V splat_halves(double low, double high) {
+    return _mm256_set_m128d(_mm_set1_pd(high), _mm_set1_pd(low));
   }
   __attribute__((target("avx2,fma"))) static inline Floats multiply_add(Floats a, Floats b,
                                                                         Floats c) {
