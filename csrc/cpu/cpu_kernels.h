@@ -68,6 +68,14 @@ inline int64_t input_row(const ConvShape& s, int64_t oh, int64_t ki) {
   return ih >= 0 && ih < s.height ? ih : -1;
 }
 
+// The input rows [begin, end) that the output rows [first_row, first_row + rows) read.
+inline Span band_input_rows(const ConvShape& s, int64_t first_row, int64_t rows) {
+  const int64_t top = input_index(first_row, s.stride_h, s.pad_h, int64_t{0}, s.dilation_h);
+  const int64_t bottom =
+      input_index(first_row + rows - 1, s.stride_h, s.pad_h, s.kernel_h - 1, s.dilation_h) + 1;
+  return {std::clamp<int64_t>(top, 0, s.height), std::clamp<int64_t>(bottom, 0, s.height)};
+}
+
 // The output columns of a row that kernel column kj reads inside the image, and the offset:
 // output column ow reads input column ow * stride_w + offset.
 struct Tap {

@@ -34,6 +34,7 @@
 
 #include "../checks.h"
 #include "cpu_kernels.h"
+#include "group_spread.h"
 #include "vector_ops.h"
 
 namespace torch_convbp {
@@ -242,51 +243,19 @@ TORCH_CONVBP_INLINE void band_by_groups(const scalar_t* image, const acc_t* w, i
   }
 }
 
-// The input rows [begin, end) that the output rows [first_row, first_row + rows) read.
-Span band_input_rows(const ConvShape& s, int64_t first_row, int64_t rows) {
-  const int64_t top = input_index(first_row, s.stride_h, s.pad_h, int64_t{0}, s.dilation_h);
-  const int64_t bottom =
-      input_index(first_row + rows - 1, s.stride_h, s.pad_h, s.kernel_h - 1, s.dilation_h) + 1;
-  return {std::clamp<int64_t>(top, 0, s.height), std::clamp<int64_t>(bottom, 0, s.height)};
-}
-
-// The input rows `rows` of an image spread over the output channels, for groups of half a vector:
-// spread[((ih - rows.begin) * W + iw) * pixel_size + i * weight_row + c] = x[ih, iw,
-// group(c) * C/G + i], so that vector v holds group 2v's value in its first half and group
-// 2v+1's in its second (0 past the last group). `pixel_size` is a cache line more than the
-// pixel's values: at a power of two, as 4 x 128 floats are, the pixels a block reads fell into
-// two sets of the L1 cache (benchmarks/NOTES.md, section 49).
+// The input rows `rows` of an image spread over the output channels (group_spread.h), a pixel
+// every `pixel_size` elements: a cache line more than the pixel's values, because at a power of
+// two, as 4 x 128 floats are, the pixels a block reads fell into two sets of the L1 cache
+// (benchmarks/NOTES.md, section 49).
 template <class Ops, typename scalar_t, typename acc_t>
-TORCH_CONVBP_INLINE void spread_rows(const scalar_t* image, Span rows, const ConvShape& s,
-                                     const RowDims& d, int64_t pixel_size,
-                                     std::vector<acc_t>& spread) {
-  using V = typename Vector<acc_t>::type;
-  constexpr int64_t lanes = Vector<acc_t>::lanes;
+TORCH_CONVBP_INLINE const acc_t* spread_rows(const scalar_t* image, Span rows, const ConvShape& s,
+                                             const RowDims& d, int64_t pixel_size,
+                                             std::vector<acc_t>& buffer) {
   const int64_t pixels = std::max<int64_t>(rows.end - rows.begin, 0) * s.width;
-  // (locals: read through `d` in the loop, they were loaded again after every store)
-  const int64_t group_in = d.group_in, weight_row = d.weight_row;
-  const int64_t pairs = s.groups / 2, vectors = weight_row / lanes;
-  if (static_cast<int64_t>(spread.size()) < pixels * pixel_size) spread.resize(pixels * pixel_size);
-  const scalar_t* x = image + rows.begin * s.width * s.in_channels;
-  for (int64_t p = 0; p < pixels; ++p, x += s.in_channels) {
-    acc_t* out = spread.data() + p * pixel_size;
-    for (int64_t v = 0; v < pairs; ++v) {  // groups 2v and 2v + 1
-      const scalar_t* low = x + 2 * v * group_in;
-      const scalar_t* high = low + group_in;
-      for (int64_t i = 0; i < group_in; ++i) {
-        const V halves =
-            Ops::template splat_halves<V>(static_cast<acc_t>(low[i]), static_cast<acc_t>(high[i]));
-        std::memcpy(out + i * weight_row + v * lanes, &halves, sizeof(V));
-      }
-    }
-    if (pairs < vectors) {  // an odd number of groups: the last one, and zeros
-      const scalar_t* last = x + (s.groups - 1) * group_in;
-      for (int64_t i = 0; i < group_in; ++i) {
-        const V halves = Ops::template splat_halves<V>(static_cast<acc_t>(last[i]), acc_t(0));
-        std::memcpy(out + i * weight_row + pairs * lanes, &halves, sizeof(V));
-      }
-    }
-  }
+  acc_t* spread = cache_aligned(buffer, pixels * pixel_size);
+  spread_pixels<Ops>(image + rows.begin * s.width * s.in_channels, pixels, s, 0,
+                     d.weight_row / Vector<acc_t>::lanes, pixel_size, d.weight_row, spread);
+  return spread;
 }
 
 // The same band summed across the groups (groups of half a vector): its input rows spread once,
@@ -298,9 +267,9 @@ TORCH_CONVBP_INLINE void band_across_groups(const scalar_t* image, const acc_t* 
                                             const ConvShape& s, const RowDims& d) {
   const Span input_rows = band_input_rows(s, first_row, rows);
   const int64_t pixel_size = d.input_pixel_step / s.stride_w;
-  spread_rows<Ops>(image, input_rows, s, d, pixel_size, scratch.spread);
+  const acc_t* spread = spread_rows<Ops>(image, input_rows, s, d, pixel_size, scratch.spread);
   for (int64_t oh = first_row; oh < first_row + rows; ++oh) {
-    sum_row<Ops, true>(scratch.spread.data(), input_rows.begin, pixel_size, w, oh, scratch.taps,
+    sum_row<Ops, true>(spread, input_rows.begin, pixel_size, w, oh, scratch.taps,
                        out_image + oh * s.out_width * s.out_channels, s, d);
   }
 }
@@ -386,7 +355,7 @@ void forward_kernel(const scalar_t* input, const scalar_t* weight, scalar_t* out
   constexpr int64_t lanes = Vector<acc_t>::lanes;
   const auto whole_vectors = [](int64_t n) { return (n + lanes - 1) / lanes * lanes; };
   const int64_t group_in = s.in_channels / s.groups, group_out = s.out_channels / s.groups;
-  const bool across_groups = 2 * group_out == lanes;
+  const bool across_groups = groups_are_half_a_vector<acc_t>(s);
   const int64_t spread_pixel = group_in * whole_vectors(s.out_channels) + 64 / sizeof(acc_t);
   const RowDims d =
       across_groups

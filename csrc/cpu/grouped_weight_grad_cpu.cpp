@@ -19,6 +19,11 @@
 // micro-kernel's tile with P as its inner dimension, read straight from the NHWC tensors. The
 // block is then added to the group's totals, in the sums' type. The image's channels of the
 // group stay in cache over its taps.
+//
+// Groups of half a vector (ResNeXt's 4 per group) are summed across the groups (group_spread.h):
+// a task takes a slice of the output channels of several groups, spreads each image's input over
+// them, and each term is a vector of the spread times a vector of output gradients, every lane
+// working. The entries' terms and their order stay as above (benchmarks/NOTES.md, section 49).
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
@@ -33,32 +38,39 @@
 
 #include "../checks.h"
 #include "cpu_kernels.h"
+#include "group_spread.h"
 #include "vector_ops.h"
 
 namespace torch_convbp {
 namespace {
 
-// One tap of one image: the output pixels whose tap reads inside the image (a rectangle,
-// `rows` x `columns`), where the first one's terms are (element offsets in the image of x and
-// of dy), and the steps to the next row and column of that rectangle in each.
+// One tap of one image, within the output rows `out_rows`: the output pixels whose tap reads
+// inside the image (a rectangle, `rows` x `columns`), where the first one's terms are (element
+// offsets in x, or in its spread, from image row `x_first_row` on, `x_pixel_size` elements a
+// pixel, and in the image of dy), and the steps to the next row and column of that rectangle in
+// each.
 struct TapPixels {
   int64_t rows, columns;
   int64_t x_first, dy_first;
   int64_t x_row, x_column, dy_row, dy_column;
 };
 
-TapPixels tap_pixels(const ConvShape& s, int64_t ki, int64_t kj) {
+TapPixels tap_pixels(const ConvShape& s, int64_t ki, int64_t kj, Span out_rows, int64_t x_first_row,
+                     int64_t x_pixel_size) {
   const int64_t row_offset = input_index(int64_t{0}, s.stride_h, s.pad_h, ki, s.dilation_h);
-  const Span rows = valid_columns(row_offset, s.stride_h, s.height, s.out_height);
+  const Span valid = valid_columns(row_offset, s.stride_h, s.height, s.out_height);
+  const Span rows{
+      std::max(valid.begin, out_rows.begin),
+      std::max(std::max(valid.begin, out_rows.begin), std::min(valid.end, out_rows.end))};
   const Tap tap = tap_columns(s, kj);
-  const int64_t ih = input_index(rows.begin, s.stride_h, s.pad_h, ki, s.dilation_h);
+  const int64_t ih = input_index(rows.begin, s.stride_h, s.pad_h, ki, s.dilation_h) - x_first_row;
   const int64_t iw = tap.columns.begin * s.stride_w + tap.offset;
   return {rows.end - rows.begin,
           tap.columns.end - tap.columns.begin,
-          (ih * s.width + iw) * s.in_channels,
+          (ih * s.width + iw) * x_pixel_size,
           (rows.begin * s.out_width + tap.columns.begin) * s.out_channels,
-          s.stride_h * s.width * s.in_channels,
-          s.stride_w * s.in_channels,
+          s.stride_h * s.width * x_pixel_size,
+          s.stride_w * x_pixel_size,
           s.out_width * s.out_channels,
           s.out_channels};
 }
@@ -84,60 +96,89 @@ TORCH_CONVBP_INLINE void load_vectors(const scalar_t* p, typename Vector<acc_t>:
 
 // The block below, entry by entry, for a block whose whole vectors would read past dy's end
 // (the last group's last pixels, where its channels fill no whole vector): the same terms in the
-// same order, each rounded once (std::fma, as each lane of the vectors).
-template <typename scalar_t, typename acc_t>
-void sum_tap_block_by_entries(const TapPixels& t, const scalar_t* x, const scalar_t* dy,
-                              int64_t channels, int64_t count, acc_t* total, int64_t total_row) {
+// same order, each rounded once (std::fma, as each lane of the vectors), from 0 and added to the
+// totals, or continuing the partial sums (`Carried`). Input channel c's value for output channel
+// o is at c * channel_step + o * lane_step in a pixel of x (1, 0) or of the spread (its channel
+// step, 1).
+template <bool Carried, typename operand_t, typename scalar_t, typename acc_t>
+void sum_tap_block_by_entries(const TapPixels& t, const operand_t* x, int64_t channel_step,
+                              int64_t lane_step, const scalar_t* dy, int64_t channels,
+                              int64_t count, acc_t* total, int64_t total_row) {
   for (int64_t c = 0; c < channels; ++c) {
     for (int64_t o = 0; o < count; ++o) {
-      acc_t sum = 0;
+      acc_t sum = Carried ? total[c * total_row + o] : acc_t(0);
       for (int64_t r = 0; r < t.rows; ++r) {
         for (int64_t k = 0; k < t.columns; ++k) {
-          const acc_t value = static_cast<acc_t>(x[t.x_first + r * t.x_row + k * t.x_column + c]);
+          const acc_t value = static_cast<acc_t>(
+              x[t.x_first + r * t.x_row + k * t.x_column + c * channel_step + o * lane_step]);
           const acc_t grad =
               static_cast<acc_t>(dy[t.dy_first + r * t.dy_row + k * t.dy_column + o]);
           sum = std::fma(value, grad, sum);
         }
       }
-      total[c * total_row + o] += sum;
+      total[c * total_row + o] = Carried ? sum : total[c * total_row + o] + sum;
     }
   }
 }
 
 // The block of CB input channels (from `x`'s first) x NV vectors of output channels (from
 // `dy`'s first, `count` of them real), over the pixels of one tap of one image: summed in
-// registers from 0, then added to the group's totals at `total` (rows of `total_row`).
-template <class Ops, int NV, int CB, typename scalar_t, typename acc_t>
-TORCH_CONVBP_INLINE void sum_tap_block(const TapPixels& t, const scalar_t* x, const scalar_t* dy,
-                                       int64_t count, const scalar_t* dy_end, acc_t* total,
-                                       int64_t total_row) {
+// registers from 0, then added to the group's totals at `total` (rows of `total_row`). A term's
+// input value is broadcast from x or, from the spread (`Spread`, input channels
+// `channel_step` apart), a vector of it. The spread holds a band of an image's rows at a time:
+// there `total` is the image's partial sums, which the block continues from and stores back, the
+// same chain of multiply-adds carried from band to band.
+template <class Ops, int NV, int CB, bool Spread, typename operand_t, typename scalar_t,
+          typename acc_t>
+TORCH_CONVBP_INLINE void sum_tap_block(const TapPixels& t, const operand_t* x, int64_t channel_step,
+                                       const scalar_t* dy, int64_t count, const scalar_t* dy_end,
+                                       acc_t* total, int64_t total_row) {
   using V = typename Vector<acc_t>::type;
   constexpr int64_t lanes = Vector<acc_t>::lanes;
   if (t.rows > 0 && t.columns > 0) {
     const int64_t last = t.dy_first + (t.rows - 1) * t.dy_row + (t.columns - 1) * t.dy_column;
     if (dy_end - (dy + last) < NV * lanes) {
-      return sum_tap_block_by_entries(t, x, dy, CB, count, total, total_row);
+      return sum_tap_block_by_entries<Spread>(t, x, channel_step, Spread ? 1 : 0, dy, CB, count,
+                                              total, total_row);
     }
   }
   V sum[CB][NV] = {};
+  if constexpr (Spread) {
+    for (int c = 0; c < CB; ++c) {
+      for (int v = 0; v < NV; ++v) {
+        std::memcpy(&sum[c][v], total + c * total_row + v * lanes, sizeof(V));
+      }
+    }
+  }
   for (int64_t r = 0; r < t.rows; ++r) {
-    const scalar_t* x_row = x + t.x_first + r * t.x_row;
+    const operand_t* x_row = x + t.x_first + r * t.x_row;
     const scalar_t* dy_row = dy + t.dy_first + r * t.dy_row;
     for (int64_t k = 0; k < t.columns; ++k) {
       V grads[NV];
       load_vectors<NV, acc_t>(dy_row + k * t.dy_column, grads);
-      const scalar_t* x_pixel = x_row + k * t.x_column;
+      const operand_t* x_pixel = x_row + k * t.x_column;
       for (int c = 0; c < CB; ++c) {
-        const V value = Ops::template splat<V>(static_cast<acc_t>(x_pixel[c]));
-        for (int v = 0; v < NV; ++v) sum[c][v] = Ops::multiply_add(value, grads[v], sum[c][v]);
+        if constexpr (Spread) {
+          for (int v = 0; v < NV; ++v) {
+            V values;
+            std::memcpy(&values, x_pixel + c * channel_step + v * lanes, sizeof(V));
+            sum[c][v] = Ops::multiply_add(values, grads[v], sum[c][v]);
+          }
+        } else {
+          const V value = Ops::template splat<V>(static_cast<acc_t>(x_pixel[c]));
+          for (int v = 0; v < NV; ++v) sum[c][v] = Ops::multiply_add(value, grads[v], sum[c][v]);
+        }
       }
     }
   }
   for (int c = 0; c < CB; ++c) {
     for (int v = 0; v < NV; ++v) {
-      V partial;
-      std::memcpy(&partial, total + c * total_row + v * lanes, sizeof(V));
-      partial += sum[c][v];
+      V partial = sum[c][v];
+      if constexpr (!Spread) {
+        V before;
+        std::memcpy(&before, total + c * total_row + v * lanes, sizeof(V));
+        partial = before + sum[c][v];
+      }
       std::memcpy(total + c * total_row + v * lanes, &partial, sizeof(V));
     }
   }
@@ -149,25 +190,32 @@ constexpr int channels_per_block(int nv) { return nv == 1 ? 8 : 6; }
 
 // One tap of one image for a slice of NV vectors of a group's output channels: the group's
 // input channels in blocks of CB, then the rest in blocks of 4, 2 and 1.
-template <class Ops, int NV, typename scalar_t, typename acc_t>
-TORCH_CONVBP_INLINE void sum_tap_slice(const TapPixels& t, const scalar_t* x, const scalar_t* dy,
-                                       int64_t group_in, int64_t count, const scalar_t* dy_end,
-                                       acc_t* total, int64_t total_row) {
+template <class Ops, int NV, bool Spread, typename operand_t, typename scalar_t, typename acc_t>
+TORCH_CONVBP_INLINE void sum_tap_slice(const TapPixels& t, const operand_t* x, int64_t channel_step,
+                                       const scalar_t* dy, int64_t group_in, int64_t count,
+                                       const scalar_t* dy_end, acc_t* total, int64_t total_row) {
   constexpr int CB = channels_per_block(NV);
+  // (calls written out: a lambda is compiled for the baseline, and would not inline the AVX2
+  // operations)
   int64_t c = 0;  // input channels done
   for (; c + CB <= group_in; c += CB) {
-    sum_tap_block<Ops, NV, CB>(t, x + c, dy, count, dy_end, total + c * total_row, total_row);
+    sum_tap_block<Ops, NV, CB, Spread>(t, x + c * channel_step, channel_step, dy, count, dy_end,
+                                       total + c * total_row, total_row);
   }
   if (c + 4 <= group_in) {
-    sum_tap_block<Ops, NV, 4>(t, x + c, dy, count, dy_end, total + c * total_row, total_row);
+    sum_tap_block<Ops, NV, 4, Spread>(t, x + c * channel_step, channel_step, dy, count, dy_end,
+                                      total + c * total_row, total_row);
     c += 4;
   }
   if (c + 2 <= group_in) {
-    sum_tap_block<Ops, NV, 2>(t, x + c, dy, count, dy_end, total + c * total_row, total_row);
+    sum_tap_block<Ops, NV, 2, Spread>(t, x + c * channel_step, channel_step, dy, count, dy_end,
+                                      total + c * total_row, total_row);
     c += 2;
   }
-  if (c < group_in)
-    sum_tap_block<Ops, NV, 1>(t, x + c, dy, count, dy_end, total + c * total_row, total_row);
+  if (c < group_in) {
+    sum_tap_block<Ops, NV, 1, Spread>(t, x + c * channel_step, channel_step, dy, count, dy_end,
+                                      total + c * total_row, total_row);
+  }
 }
 
 // What a task shares: the group's channel counts and the totals' row length (Cout/G rounded up
@@ -192,16 +240,17 @@ TORCH_CONVBP_INLINE void group_totals_body(const scalar_t* input, const scalar_t
     const scalar_t* x = input + n * image_size + g * d.group_in;
     const scalar_t* dy = grad_output + n * grad_image_size + g * d.group_out;
     for (int64_t tap = first_tap; tap < end_tap; ++tap) {
-      const TapPixels t = tap_pixels(s, tap / s.kernel_w, tap % s.kernel_w);
+      const TapPixels t =
+          tap_pixels(s, tap / s.kernel_w, tap % s.kernel_w, {0, s.out_height}, 0, s.in_channels);
       acc_t* tap_totals = totals + tap * d.group_in * d.total_row;
       for (int64_t first = 0; first < d.group_out; first += slice) {
         const int64_t count = std::min(slice, d.group_out - first);
         if (count > lanes) {
-          sum_tap_slice<Ops, 2>(t, x, dy + first, d.group_in, count, dy_end, tap_totals + first,
-                                d.total_row);
+          sum_tap_slice<Ops, 2, false>(t, x, 1, dy + first, d.group_in, count, dy_end,
+                                       tap_totals + first, d.total_row);
         } else {
-          sum_tap_slice<Ops, 1>(t, x, dy + first, d.group_in, count, dy_end, tap_totals + first,
-                                d.total_row);
+          sum_tap_slice<Ops, 1, false>(t, x, 1, dy + first, d.group_in, count, dy_end,
+                                       tap_totals + first, d.total_row);
         }
       }
     }
@@ -227,6 +276,139 @@ __attribute__((target("avx2,fma"))) void group_totals_avx2(const scalar_t* input
 }
 #endif
 
+// What a task summing across the groups keeps from slice to slice: an image's partial sums
+// [taps, C/G, 2 * lanes], and the spread of a band of its rows.
+template <typename acc_t>
+struct SliceScratch {
+  std::vector<acc_t> partial, spread;
+};
+
+// Output rows per band, summed across the groups: as many as spread into about 64 KiB (the L1
+// cache and a little more; the kernel rows the band's first and last rows reach beyond it are
+// spread by both bands).
+int64_t spread_band_rows(const ConvShape& s, int64_t spread_pixel_bytes) {
+  const int64_t input_rows = (int64_t{64} << 10) / (s.width * spread_pixel_bytes);
+  const int64_t reach = (s.kernel_h - 1) * s.dilation_h + 1;
+  return std::clamp<int64_t>((input_rows - reach) / s.stride_h + 1, 1, s.out_height);
+}
+
+// Summed across the groups (groups of half a vector): the totals [taps, C/G, 2 * lanes] of the
+// output channels' vectors [first_vector, first_vector + vectors) (1 or 2: two to four groups),
+// taps [first_tap, end_tap), over the images in order. An image goes in bands of `band` output
+// rows: each band's input rows spread over those channels (few enough to stay in the L1 cache
+// over the band's taps: read from the L2 cache once per tap and block, a whole image's spread
+// took 1.7x the time of the broadcast kernel; NOTES section 49), and every tap's blocks carry the
+// image's partial sums on to the next band. The image's partial sums are then added to the totals.
+template <class Ops, typename scalar_t, typename acc_t>
+TORCH_CONVBP_INLINE void slice_totals_body(const scalar_t* input, const scalar_t* grad_output,
+                                           int64_t first_vector, int64_t vectors, int64_t first_tap,
+                                           int64_t end_tap, int64_t band, const ConvShape& s,
+                                           SliceScratch<acc_t>& scratch, acc_t* totals) {
+  constexpr int64_t lanes = Vector<acc_t>::lanes;
+  const int64_t group_in = s.in_channels / s.groups, total_row = 2 * lanes;
+  const int64_t channel_step = vectors * lanes, pixel_size = group_in * channel_step;
+  const int64_t first = first_vector * lanes;
+  const int64_t count = std::min(channel_step, s.out_channels - first);
+  const int64_t grad_image_size = s.out_height * s.out_width * s.out_channels;
+  const scalar_t* dy_end = grad_output + s.batch * grad_image_size;
+  std::vector<acc_t>& partial = scratch.partial;
+  partial.resize(s.kernel_h * s.kernel_w * group_in * total_row);
+  for (int64_t n = 0; n < s.batch; ++n) {
+    const scalar_t* image = input + n * s.height * s.width * s.in_channels;
+    const scalar_t* dy = grad_output + n * grad_image_size + first;
+    std::fill(partial.begin(), partial.end(), acc_t(0));
+    for (int64_t first_row = 0; first_row < s.out_height; first_row += band) {
+      const Span out_rows{first_row, std::min(first_row + band, s.out_height)};
+      const Span in_rows = band_input_rows(s, first_row, out_rows.end - out_rows.begin);
+      const int64_t pixels = std::max<int64_t>(in_rows.end - in_rows.begin, 0) * s.width;
+      acc_t* spread = cache_aligned(scratch.spread, pixels * pixel_size);
+      spread_pixels<Ops>(image + in_rows.begin * s.width * s.in_channels, pixels, s, first_vector,
+                         vectors, pixel_size, channel_step, spread);
+      for (int64_t tap = first_tap; tap < end_tap; ++tap) {
+        const TapPixels t =
+            tap_pixels(s, tap / s.kernel_w, tap % s.kernel_w, out_rows, in_rows.begin, pixel_size);
+        acc_t* tap_partial = partial.data() + tap * group_in * total_row;
+        if (vectors == 2) {
+          sum_tap_slice<Ops, 2, true>(t, spread, channel_step, dy, group_in, count, dy_end,
+                                      tap_partial, total_row);
+        } else {
+          sum_tap_slice<Ops, 1, true>(t, spread, channel_step, dy, group_in, count, dy_end,
+                                      tap_partial, total_row);
+        }
+      }
+    }
+    for (int64_t e = first_tap * group_in * total_row; e < end_tap * group_in * total_row; ++e) {
+      totals[e] += partial[e];
+    }
+  }
+}
+
+template <typename scalar_t, typename acc_t>
+void slice_totals_baseline(const scalar_t* input, const scalar_t* grad_output, int64_t first_vector,
+                           int64_t vectors, int64_t first_tap, int64_t end_tap, int64_t band,
+                           const ConvShape& s, SliceScratch<acc_t>& scratch, acc_t* totals) {
+  slice_totals_body<LaneOps>(input, grad_output, first_vector, vectors, first_tap, end_tap, band, s,
+                             scratch, totals);
+}
+
+#ifdef TORCH_CONVBP_AVX2_BANDS
+template <typename scalar_t, typename acc_t>
+__attribute__((target("avx2,fma"))) void slice_totals_avx2(
+    const scalar_t* input, const scalar_t* grad_output, int64_t first_vector, int64_t vectors,
+    int64_t first_tap, int64_t end_tap, int64_t band, const ConvShape& s,
+    SliceScratch<acc_t>& scratch, acc_t* totals) {
+  slice_totals_body<Avx2Ops>(input, grad_output, first_vector, vectors, first_tap, end_tap, band, s,
+                             scratch, totals);
+}
+#endif
+
+// Across the groups, the tasks are slices of 2 vectors of output channels (and, where they are
+// fewer than the threads, parts of their taps): each task spreads only its own channels' input.
+template <typename scalar_t>
+void weight_grad_across_groups(const scalar_t* input, const scalar_t* grad_output,
+                               scalar_t* grad_weight, const ConvShape& s) {
+  using acc_t = at::opmath_type<scalar_t>;
+  constexpr int64_t lanes = Vector<acc_t>::lanes;
+  const int64_t group_in = s.in_channels / s.groups, taps = s.kernel_h * s.kernel_w;
+  const int64_t vectors = (s.out_channels + lanes - 1) / lanes, slices = (vectors + 1) / 2;
+  const int64_t threads = at::get_num_threads();
+  const int64_t tap_parts = std::min(taps, (threads + slices - 1) / slices);
+  const int64_t band = spread_band_rows(s, group_in * 2 * lanes * int64_t(sizeof(acc_t)));
+  at::parallel_for(0, slices * tap_parts, 1, [&](int64_t begin, int64_t end) {
+    std::vector<acc_t> totals(taps * group_in * 2 * lanes);
+    SliceScratch<acc_t> scratch;
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t slice = task / tap_parts, part = task % tap_parts;
+      const int64_t first_tap = part * taps / tap_parts, end_tap = (part + 1) * taps / tap_parts;
+      const int64_t first_vector = 2 * slice,
+                    slice_vectors = std::min<int64_t>(2, vectors - 2 * slice);
+      std::fill(totals.begin(), totals.end(), acc_t(0));
+#ifdef TORCH_CONVBP_AVX2_BANDS
+      if (cpu_has_avx2_fma()) {
+        slice_totals_avx2(input, grad_output, first_vector, slice_vectors, first_tap, end_tap, band,
+                          s, scratch, totals.data());
+      } else {
+        slice_totals_baseline(input, grad_output, first_vector, slice_vectors, first_tap, end_tap,
+                              band, s, scratch, totals.data());
+      }
+#else
+      slice_totals_baseline(input, grad_output, first_vector, slice_vectors, first_tap, end_tap,
+                            band, s, scratch, totals.data());
+#endif
+      // grad_weight [Cout, C/G, kh, kw] from the totals [taps, C/G, 2 * lanes].
+      const int64_t first = first_vector * lanes;
+      for (int64_t l = 0; l < std::min(slice_vectors * lanes, s.out_channels - first); ++l) {
+        scalar_t* w = grad_weight + (first + l) * group_in * taps;
+        for (int64_t i = 0; i < group_in; ++i) {
+          for (int64_t tap = first_tap; tap < end_tap; ++tap) {
+            w[i * taps + tap] = static_cast<scalar_t>(totals[(tap * group_in + i) * 2 * lanes + l]);
+          }
+        }
+      }
+    }
+  });
+}
+
 // The tasks are groups; where the groups are fewer than the threads, each group's taps are cut
 // into parts as well (a tap's entries never span two tasks). Only the cut into tasks depends on
 // the thread count, never an entry's sum.
@@ -234,6 +416,8 @@ template <typename scalar_t>
 void weight_grad_kernel(const scalar_t* input, const scalar_t* grad_output, scalar_t* grad_weight,
                         const ConvShape& s) {
   using acc_t = at::opmath_type<scalar_t>;
+  if (groups_are_half_a_vector<acc_t>(s))
+    return weight_grad_across_groups(input, grad_output, grad_weight, s);
   constexpr int64_t lanes = Vector<acc_t>::lanes;
   const int64_t group_in = s.in_channels / s.groups, group_out = s.out_channels / s.groups;
   const GroupDims d{group_in, group_out, (group_out + lanes - 1) / lanes * lanes};
