@@ -196,6 +196,10 @@ GROUPED_CASES = [
     # half a vector per group (4 floats, 2 doubles): summed two groups a vector, an odd count too
     ("three groups of 4, strided", (2, 12, 9, 11), 12, (3, 3), (2, 1), (1, 1), (1, 1), 3),
     ("three groups of 2", (2, 6, 7, 9), 6, (3, 3), (1, 1), (1, 1), (1, 1), 3),
+    # rows so wide that the weight gradient across the groups spreads a band of one row at a time,
+    # carrying partial sums from band to band: groups of 4 (floats) and of 2 (doubles)
+    ("4 per group, wide rows", (1, 8, 5, 300), 8, (3, 3), (1, 1), (1, 1), (1, 1), 2),
+    ("2 per group, wide rows", (2, 4, 4, 600), 4, (3, 3), (1, 1), (1, 1), (1, 1), 2),
     ("16 per group, wide rows", (1, 32, 4, 30), 32, (3, 3), (1, 1), (1, 1), (1, 1), 2),
     ("12 per group (a part-vector)", (2, 24, 6, 13), 24, (3, 3), (1, 1), (1, 1), (1, 1), 2),
     ("40 per group (two slices)", (1, 20, 5, 14), 80, (3, 3), (1, 1), (1, 1), (1, 1), 2),
