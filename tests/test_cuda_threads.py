@@ -156,6 +156,9 @@ DEPTHWISE_CASES = [
     ("stride-3-dilation-2", (1, 2, 16, 14), 1, (4, 3), (3, 3), (2, 1), (2, 2)),
     ("batch-zero", (0, 2, 5, 5), 1, (3, 3), (1, 1), (1, 1), (1, 1)),
     ("several-lane-slices", (1, 210, 3, 3), 1, (9, 9), (1, 1), (4, 4), (1, 1)),  # NHWC weight grad: 2 slices
+    # the NHWC kernels' blocks of 16 channels, and a tail
+    ("a-block-and-a-tail-3x3", (2, 19, 23, 17), 1, (3, 3), (1, 2), (1, 1), (1, 1)),
+    ("a-block-and-a-tail-5x5", (1, 17, 12, 30), 1, (5, 5), (2, 1), (3, 2), (2, 1)),
 ]
 
 
