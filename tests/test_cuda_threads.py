@@ -203,6 +203,9 @@ GROUPED_CASES = [
     # carrying partial sums from band to band: groups of 4 (floats) and of 2 (doubles)
     ("4 per group, wide rows", (1, 8, 5, 300), 8, (3, 3), (1, 1), (1, 1), (1, 1), 2),
     ("2 per group, wide rows", (2, 4, 4, 600), 4, (3, 3), (1, 1), (1, 1), (1, 1), 2),
+    # the AVX-512 blocks (12 pixels, 12 or 16 input channels) leave up to 11 for blocks of 4, 2, 1
+    ("16 per group from 24, 10 inner columns", (1, 48, 5, 12), 32, (3, 3), (1, 1), (1, 1), (1, 1), 2),
+    ("8 per group from 28, 10 inner columns", (1, 56, 4, 12), 16, (3, 3), (1, 1), (1, 1), (1, 1), 2),
     ("16 per group, wide rows", (1, 32, 4, 30), 32, (3, 3), (1, 1), (1, 1), (1, 1), 2),
     ("12 per group (a part-vector)", (2, 24, 6, 13), 24, (3, 3), (1, 1), (1, 1), (1, 1), 2),
     ("40 per group (two slices)", (1, 20, 5, 14), 80, (3, 3), (1, 1), (1, 1), (1, 1), 2),

@@ -112,14 +112,18 @@ def grouped_kernels_results(cases):
     return results
 
 
-def test_the_baseline_code_gives_the_avx2_bits(tmp_path):
-    """The direct grouped kernels are compiled for AVX2 and for any x86-64 CPU, and pick one as
-    they run; TORCH_CONVBP_NO_AVX2 makes a fresh process take the second (csrc/cpu/vector_ops.h).
-    Both round each term once, in the same order, so they give the same bits."""
+@pytest.mark.parametrize("switch", ["TORCH_CONVBP_NO_AVX2", "TORCH_CONVBP_NO_AVX512"])
+def test_every_compiled_version_gives_the_same_bits(tmp_path, switch):
+    """The direct grouped kernels are compiled for AVX-512 (64-byte vectors), for AVX2 and for any
+    x86-64 CPU (32-byte vectors), and pick one as they run; TORCH_CONVBP_NO_AVX2 makes a fresh
+    process take the last, TORCH_CONVBP_NO_AVX512 the AVX2 one (csrc/cpu/vector_ops.h). All round
+    each term once, in the same order, whatever their vectors' width and whether they sum group by
+    group or across the groups, so they give the same bits. (On a CPU without AVX-512 the second
+    compares the AVX2 code with itself.)"""
     cases = []
     for dtype in (torch.float64, torch.float32, torch.bfloat16):
         for shape, cout, groups in (((2, 16, 9, 10), 16, 4), ((1, 14, 5, 6), 24, 2), ((1, 32, 4, 13), 64, 2),
-                                    ((1, 6, 5, 9), 6, 3)):
+                                    ((1, 6, 5, 9), 6, 3), ((2, 64, 7, 7), 64, 4), ((1, 56, 4, 12), 16, 2)):
             x, w = dense_operands(shape, cout, (3, 3), groups, dtype=dtype)
             dy = torch.randn(shape[0], cout, *shape[2:], dtype=torch.float64).to(dtype)
             cases.append((x, w, dy, groups))
@@ -128,7 +132,7 @@ def test_the_baseline_code_gives_the_avx2_bits(tmp_path):
         "import sys, torch; sys.path.insert(0, sys.argv[1]); from test_route_grouped import grouped_kernels_results; "
         "torch.save(grouped_kernels_results(torch.load(sys.argv[2] + '/cases.pt')), sys.argv[2] + '/results.pt')"
     )
-    env = {**os.environ, "TORCH_CONVBP_NO_AVX2": "1"}
+    env = {**os.environ, switch: "1"}
     subprocess.run([sys.executable, "-c", script, os.path.dirname(__file__), str(tmp_path)], env=env, check=True)
     baseline = torch.load(tmp_path / "results.pt")
     for ours, theirs in zip(grouped_kernels_results(cases), baseline):

@@ -19,7 +19,7 @@
 // channels, spread[pixel][i][c] = x[pixel, group(c) * C/G + i] (Cout/G copies of each value), and
 // a term is then a vector of the spread times a vector of weights [kh*kw, C/G, Cout] (the whole
 // layer as one group). Each element keeps its terms and their order (benchmarks/NOTES.md,
-// section 49).
+// section 49). The vectors are 32 bytes, or 64 where the CPU has AVX-512 (section 51).
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
@@ -63,8 +63,8 @@ template <class Ops, int NV, int PB, bool Spread, typename operand_t, typename s
           typename acc_t>
 TORCH_CONVBP_INLINE void sum_block(const std::vector<TapOffsets>& taps, const operand_t* x,
                                    const acc_t* w, int64_t count, const RowDims& d, scalar_t* y) {
-  using V = typename Vector<acc_t>::type;
-  constexpr int64_t lanes = Vector<acc_t>::lanes;
+  using V = typename Vector<acc_t, Ops::kBytes>::type;
+  constexpr int64_t lanes = Vector<acc_t, Ops::kBytes>::lanes;
   V sum[PB][NV] = {};
   for (const TapOffsets& tap : taps) {
     const operand_t* x_tap = x + tap.input;
@@ -110,10 +110,13 @@ TORCH_CONVBP_INLINE void sum_block(const std::vector<TapOffsets>& taps, const op
 }
 
 // Pixels per block for NV vectors of channels: PB * NV sums, NV weight vectors and a splat in the
-// 16 AVX2 registers. Slices of at most 2 vectors: 4 vectors x 3 pixels needs 17, and spilled
+// 16 AVX2 registers, or in AVX-512's 32 (`bytes` 64: more pixels share each weight vector).
+// Slices of at most 2 vectors: 4 vectors x 3 pixels needs 17 AVX2 registers, and spilled
 // (benchmarks/NOTES.md, section 21).
 constexpr int kMaxSliceVectors = 2;
-constexpr int pixels_per_block(int nv) { return nv == 1 ? 8 : 6; }
+constexpr int pixels_per_block(int nv, int bytes) {
+  return bytes == 64 ? (nv == 1 ? 12 : 8) : (nv == 1 ? 8 : 6);
+}
 
 // The output columns [begin, end) of a row for one group's channels [first, first + count), all
 // with the same taps relative to their own column: blocks of PB pixels, then the rest in blocks
@@ -123,17 +126,16 @@ template <class Ops, int NV, bool Spread, typename operand_t, typename scalar_t,
 TORCH_CONVBP_INLINE void sum_columns(const std::vector<TapOffsets>& taps, Span columns,
                                      const operand_t* x, const acc_t* w, int64_t count,
                                      const RowDims& d, scalar_t* y) {
-  constexpr int PB = pixels_per_block(NV);
+  constexpr int PB = pixels_per_block(NV, Ops::kBytes);
   int64_t k = 0;  // columns done
   const int64_t total = columns.end - columns.begin;
   for (; k + PB <= total; k += PB) {
     sum_block<Ops, NV, PB, Spread>(taps, x + k * d.input_pixel_step, w, count, d,
                                    y + k * d.out_channels);
   }
-  if (k + 4 <= total) {
+  for (; k + 4 <= total; k += 4) {  // (more than one where PB is 12)
     sum_block<Ops, NV, 4, Spread>(taps, x + k * d.input_pixel_step, w, count, d,
                                   y + k * d.out_channels);
-    k += 4;
   }
   if (k + 2 <= total) {
     sum_block<Ops, NV, 2, Spread>(taps, x + k * d.input_pixel_step, w, count, d,
@@ -153,7 +155,7 @@ template <class Ops, bool Spread, typename operand_t, typename scalar_t, typenam
 TORCH_CONVBP_INLINE void sum_group(const std::vector<TapOffsets>& taps, Span columns,
                                    const operand_t* x, const acc_t* w, const RowDims& d,
                                    scalar_t* y) {
-  constexpr int64_t lanes = Vector<acc_t>::lanes;
+  constexpr int64_t lanes = Vector<acc_t, Ops::kBytes>::lanes;
   constexpr int64_t slice = kMaxSliceVectors * lanes;
   for (int64_t first = 0; first < d.group_out; first += slice) {
     const int64_t count = std::min(slice, d.group_out - first);
@@ -190,10 +192,11 @@ void build_taps(const ConvShape& s, int64_t oh, int64_t ow, bool all_columns,
 
 // What a task keeps from band to band: the taps of a run of columns, and the spread of the band's
 // input rows where the groups are summed across.
-template <typename acc_t>
+template <typename scalar_t, typename acc_t>
 struct BandScratch {
   std::vector<TapOffsets> taps;
   std::vector<acc_t> spread;
+  std::vector<scalar_t> padded;  // the band's input rows, with the pixels further apart (below)
 };
 
 // The output columns whose every tap reads inside the image: those of the first and of the last
@@ -204,23 +207,55 @@ Span inner_columns(const ConvShape& s) {
   return {begin, std::max(begin, std::min(first.end, last.end))};
 }
 
-// Row oh of the output, all columns of the channels [0, d.group_out) that `out` starts at, from an
-// operand whose rows start at image row `first_row`, `pixel_size` elements a pixel. The columns
-// whose every tap reads inside the image share one list of taps; each column nearer the edge has
-// its own.
+// The output rows whose every kernel row reads inside the image (empty where there are none).
+Span inner_rows(const ConvShape& s) {
+  const auto rows_of = [&](int64_t ki) {
+    const int64_t offset = input_index(int64_t{0}, s.stride_h, s.pad_h, ki, s.dilation_h);
+    return valid_columns(offset, s.stride_h, s.height, s.out_height);
+  };
+  const Span first = rows_of(0), last = rows_of(s.kernel_h - 1);
+  const int64_t begin = std::max(first.begin, last.begin);
+  return {begin, std::max(begin, std::min(first.end, last.end))};
+}
+
+// The output rows `rows`, all columns of the channels [0, d.group_out) that `out` (the image's
+// output) starts at, from an operand whose rows start at image row `first_row`, `pixel_size`
+// elements a pixel. The inner columns of a row share one list of taps and go as runs along the
+// row. The edge columns of the inner rows go as runs down the column, each column with its own
+// taps: one pixel at a time, as the other edge pixels go, a block was a single chain of
+// multiply-adds, waiting on each one's latency, and 2 to 3 of every 7 to 14 columns of ResNeXt's
+// small images took most of their time (benchmarks/NOTES.md, section 51).
 template <class Ops, bool Spread, typename operand_t, typename scalar_t, typename acc_t>
-TORCH_CONVBP_INLINE void sum_row(const operand_t* operand, int64_t first_row, int64_t pixel_size,
-                                 const acc_t* w, int64_t oh, std::vector<TapOffsets>& taps,
-                                 scalar_t* out, const ConvShape& s, const RowDims& d) {
-  const Span inner = inner_columns(s);
+TORCH_CONVBP_INLINE void sum_rows(const operand_t* operand, int64_t first_row, int64_t pixel_size,
+                                  const acc_t* w, Span rows, std::vector<TapOffsets>& taps,
+                                  scalar_t* out, const ConvShape& s, const RowDims& d) {
+  const Span inner = inner_columns(s), all_inner_rows = inner_rows(s);
+  const Span down{std::max(rows.begin, all_inner_rows.begin),
+                  std::max(rows.begin, std::min(rows.end, all_inner_rows.end))};
   const int64_t weight_tap_size = d.group_in * d.weight_row;
-  for (int64_t ow = 0; ow < s.out_width;) {
-    const bool is_inner = ow == inner.begin && inner.end > inner.begin;
-    const Span run = is_inner ? inner : Span{ow, ow + 1};  // the inner columns, or an edge one
-    build_taps(s, oh, ow, is_inner, weight_tap_size, first_row, pixel_size, taps);
-    sum_group<Ops, Spread>(taps, run, operand + run.begin * d.input_pixel_step, w, d,
-                           out + run.begin * s.out_channels);
-    ow = run.end;
+  const auto is_edge = [&](int64_t ow) { return ow < inner.begin || ow >= inner.end; };
+  for (int64_t oh = rows.begin; oh < rows.end; ++oh) {
+    const bool inner_row = oh >= down.begin && oh < down.end;
+    for (int64_t ow = 0; ow < s.out_width;) {
+      const bool is_inner = ow == inner.begin && inner.end > inner.begin;
+      const Span run = is_inner ? inner : Span{ow, ow + 1};  // the inner columns, or an edge one
+      if (!(inner_row && is_edge(ow))) {
+        build_taps(s, oh, ow, is_inner, weight_tap_size, first_row, pixel_size, taps);
+        sum_group<Ops, Spread>(taps, run, operand + run.begin * d.input_pixel_step, w, d,
+                               out + (oh * s.out_width + run.begin) * s.out_channels);
+      }
+      ow = run.end;
+    }
+  }
+  if (down.end == down.begin) return;
+  RowDims column = d;  // a run down a column: the next pixel is a row on
+  column.input_pixel_step = s.stride_h * s.width * pixel_size;
+  column.out_channels = s.out_width * s.out_channels;
+  for (int64_t ow = 0; ow < s.out_width; ++ow) {
+    if (!is_edge(ow)) continue;
+    build_taps(s, down.begin, ow, false, weight_tap_size, first_row, pixel_size, taps);
+    sum_group<Ops, Spread>(taps, Span{0, down.end - down.begin}, operand + ow * d.input_pixel_step,
+                           w, column, out + (down.begin * s.out_width + ow) * s.out_channels);
   }
 }
 
@@ -231,15 +266,26 @@ TORCH_CONVBP_INLINE void sum_row(const operand_t* operand, int64_t first_row, in
 // cache across the groups.
 template <class Ops, typename scalar_t, typename acc_t>
 TORCH_CONVBP_INLINE void band_by_groups(const scalar_t* image, const acc_t* w, int64_t first_row,
-                                        int64_t rows, BandScratch<acc_t>& scratch,
+                                        int64_t rows, BandScratch<scalar_t, acc_t>& scratch,
                                         scalar_t* out_image, const ConvShape& s, const RowDims& d) {
   const int64_t weight_group_size = s.kernel_h * s.kernel_w * d.group_in * d.weight_row;
-  for (int64_t g = 0; g < s.groups; ++g) {
-    for (int64_t oh = first_row; oh < first_row + rows; ++oh) {
-      sum_row<Ops, false>(image + g * d.group_in, 0, s.in_channels, w + g * weight_group_size, oh,
-                          scratch.taps,
-                          out_image + oh * s.out_width * s.out_channels + g * d.group_out, s, d);
+  const int64_t pixel_size = d.input_pixel_step / s.stride_w;
+  const scalar_t* operand = image;
+  int64_t operand_first_row = 0;
+  if (pixel_size != s.in_channels) {  // the band's input rows, copied with the pixels further apart
+    const Span input_rows = band_input_rows(s, first_row, rows);
+    const int64_t pixels = std::max<int64_t>(input_rows.end - input_rows.begin, 0) * s.width;
+    scalar_t* padded = cache_aligned(scratch.padded, pixels * pixel_size);
+    const scalar_t* x = image + input_rows.begin * s.width * s.in_channels;
+    for (int64_t p = 0; p < pixels; ++p) {
+      std::memcpy(padded + p * pixel_size, x + p * s.in_channels, s.in_channels * sizeof(scalar_t));
     }
+    operand = padded, operand_first_row = input_rows.begin;
+  }
+  for (int64_t g = 0; g < s.groups; ++g) {
+    sum_rows<Ops, false>(operand + g * d.group_in, operand_first_row, pixel_size,
+                         w + g * weight_group_size, Span{first_row, first_row + rows}, scratch.taps,
+                         out_image + g * d.group_out, s, d);
   }
 }
 
@@ -254,7 +300,8 @@ TORCH_CONVBP_INLINE const acc_t* spread_rows(const scalar_t* image, Span rows, c
   const int64_t pixels = std::max<int64_t>(rows.end - rows.begin, 0) * s.width;
   acc_t* spread = cache_aligned(buffer, pixels * pixel_size);
   spread_pixels<Ops>(image + rows.begin * s.width * s.in_channels, pixels, s, 0,
-                     d.weight_row / Vector<acc_t>::lanes, pixel_size, d.weight_row, spread);
+                     d.weight_row / Vector<acc_t, Ops::kBytes>::lanes, pixel_size, d.weight_row,
+                     spread);
   return spread;
 }
 
@@ -263,58 +310,31 @@ TORCH_CONVBP_INLINE const acc_t* spread_rows(const scalar_t* image, Span rows, c
 template <class Ops, typename scalar_t, typename acc_t>
 TORCH_CONVBP_INLINE void band_across_groups(const scalar_t* image, const acc_t* w,
                                             int64_t first_row, int64_t rows,
-                                            BandScratch<acc_t>& scratch, scalar_t* out_image,
-                                            const ConvShape& s, const RowDims& d) {
+                                            BandScratch<scalar_t, acc_t>& scratch,
+                                            scalar_t* out_image, const ConvShape& s,
+                                            const RowDims& d) {
   const Span input_rows = band_input_rows(s, first_row, rows);
   const int64_t pixel_size = d.input_pixel_step / s.stride_w;
   const acc_t* spread = spread_rows<Ops>(image, input_rows, s, d, pixel_size, scratch.spread);
-  for (int64_t oh = first_row; oh < first_row + rows; ++oh) {
-    sum_row<Ops, true>(spread, input_rows.begin, pixel_size, w, oh, scratch.taps,
-                       out_image + oh * s.out_width * s.out_channels, s, d);
+  sum_rows<Ops, true>(spread, input_rows.begin, pixel_size, w, Span{first_row, first_row + rows},
+                      scratch.taps, out_image, s, d);
+}
+
+// The band, by groups or across them, compiled for each set of vector operations (run_compiled_for,
+// vector_ops.h).
+template <bool AcrossGroups>
+struct Band {
+  template <class Ops, typename scalar_t, typename acc_t>
+  static TORCH_CONVBP_INLINE void run(const scalar_t* image, const acc_t* w, int64_t first_row,
+                                      int64_t rows, BandScratch<scalar_t, acc_t>& scratch,
+                                      scalar_t* out_image, const ConvShape& s, const RowDims& d) {
+    if constexpr (AcrossGroups) {
+      band_across_groups<Ops>(image, w, first_row, rows, scratch, out_image, s, d);
+    } else {
+      band_by_groups<Ops>(image, w, first_row, rows, scratch, out_image, s, d);
+    }
   }
-}
-
-template <bool AcrossGroups, class Ops, typename scalar_t, typename acc_t>
-TORCH_CONVBP_INLINE void band_body(const scalar_t* image, const acc_t* w, int64_t first_row,
-                                   int64_t rows, BandScratch<acc_t>& scratch, scalar_t* out_image,
-                                   const ConvShape& s, const RowDims& d) {
-  if constexpr (AcrossGroups) {
-    band_across_groups<Ops>(image, w, first_row, rows, scratch, out_image, s, d);
-  } else {
-    band_by_groups<Ops>(image, w, first_row, rows, scratch, out_image, s, d);
-  }
-}
-
-// The band compiled twice: for any x86-64 CPU and, where GCC builds it, for AVX2 with FMA.
-template <bool AcrossGroups, typename scalar_t, typename acc_t>
-void band_baseline(const scalar_t* image, const acc_t* w, int64_t first_row, int64_t rows,
-                   BandScratch<acc_t>& scratch, scalar_t* out_image, const ConvShape& s,
-                   const RowDims& d) {
-  band_body<AcrossGroups, LaneOps>(image, w, first_row, rows, scratch, out_image, s, d);
-}
-
-#ifdef TORCH_CONVBP_AVX2_BANDS
-template <bool AcrossGroups, typename scalar_t, typename acc_t>
-__attribute__((target("avx2,fma"))) void band_avx2(const scalar_t* image, const acc_t* w,
-                                                   int64_t first_row, int64_t rows,
-                                                   BandScratch<acc_t>& scratch, scalar_t* out_image,
-                                                   const ConvShape& s, const RowDims& d) {
-  band_body<AcrossGroups, Avx2Ops>(image, w, first_row, rows, scratch, out_image, s, d);
-}
-#endif
-
-template <bool AcrossGroups, typename scalar_t, typename acc_t>
-void forward_band(const scalar_t* image, const acc_t* w, int64_t first_row, int64_t rows,
-                  BandScratch<acc_t>& scratch, scalar_t* out_image, const ConvShape& s,
-                  const RowDims& d) {
-#ifdef TORCH_CONVBP_AVX2_BANDS
-  if (cpu_has_avx2_fma()) {
-    band_avx2<AcrossGroups>(image, w, first_row, rows, scratch, out_image, s, d);
-    return;
-  }
-#endif
-  band_baseline<AcrossGroups>(image, w, first_row, rows, scratch, out_image, s, d);
-}
+};
 
 // Output rows per band: as many as read about `budget` bytes of the operand (`row_size` bytes per
 // output row; an L2 cache's share), fewer where the bands would be fewer than the threads. Only
@@ -346,27 +366,40 @@ std::vector<acc_t> rearranged_weight(const scalar_t* weight, const ConvShape& s,
   return w;
 }
 
-// Groups of half a vector are summed across (two groups a vector, section 49); the others group
-// by group, their channels from the first lane of a vector.
+// The distance between the input pixels a block reads, group by group: the input's own, or where
+// that is a multiple of 256 bytes, a cache line more, in a copy of each band's rows. Pixels 2 KiB
+// apart (512 floats) fell into two sets of the L1 cache, and a block's pixels and kernel rows
+// evicted each other (benchmarks/NOTES.md, section 51).
 template <typename scalar_t>
+int64_t input_pixel_size(const ConvShape& s) {
+  const bool aliased = s.in_channels * int64_t(sizeof(scalar_t)) % 256 == 0;
+  return s.in_channels + (aliased ? 64 / int64_t(sizeof(scalar_t)) : 0);
+}
+
+// With the vectors of Ops (vector_ops.h): groups narrower than a vector, that divide it, are
+// summed across (section 49); the others group by group, their channels from the first lane of a
+// vector.
+template <class Ops, typename scalar_t>
 void forward_kernel(const scalar_t* input, const scalar_t* weight, scalar_t* output,
                     const ConvShape& s) {
   using acc_t = at::opmath_type<scalar_t>;
-  constexpr int64_t lanes = Vector<acc_t>::lanes;
+  constexpr int64_t lanes = Vector<acc_t, Ops::kBytes>::lanes;
   const auto whole_vectors = [](int64_t n) { return (n + lanes - 1) / lanes * lanes; };
   const int64_t group_in = s.in_channels / s.groups, group_out = s.out_channels / s.groups;
-  const bool across_groups = groups_are_half_a_vector<acc_t>(s);
+  const bool across_groups = summed_across_groups(s, lanes);
   const int64_t spread_pixel = group_in * whole_vectors(s.out_channels) + 64 / sizeof(acc_t);
-  const RowDims d =
-      across_groups
-          ? RowDims{group_in,
-                    s.out_channels,
-                    whole_vectors(s.out_channels),
-                    s.stride_w * spread_pixel,
-                    s.out_channels,
-                    whole_vectors(s.out_channels)}
-          : RowDims{group_in,       group_out, whole_vectors(group_out), s.stride_w * s.in_channels,
-                    s.out_channels, 1};
+  const RowDims d = across_groups ? RowDims{group_in,
+                                            s.out_channels,
+                                            whole_vectors(s.out_channels),
+                                            s.stride_w * spread_pixel,
+                                            s.out_channels,
+                                            whole_vectors(s.out_channels)}
+                                  : RowDims{group_in,
+                                            group_out,
+                                            whole_vectors(group_out),
+                                            s.stride_w * input_pixel_size<scalar_t>(s),
+                                            s.out_channels,
+                                            1};
   const std::vector<acc_t> w = rearranged_weight<scalar_t, acc_t>(weight, s, d);
   const int64_t rows =
       across_groups
@@ -377,7 +410,7 @@ void forward_kernel(const scalar_t* input, const scalar_t* weight, scalar_t* out
   const int64_t image_size = s.height * s.width * s.in_channels;
   const int64_t out_image_size = s.out_height * s.out_width * s.out_channels;
   at::parallel_for(0, s.batch * bands, 1, [&](int64_t begin, int64_t end) {
-    BandScratch<acc_t> scratch;
+    BandScratch<scalar_t, acc_t> scratch;
     scratch.taps.reserve(s.kernel_h * s.kernel_w);
     for (int64_t task = begin; task < end; ++task) {
       const int64_t n = task / bands, first_row = task % bands * rows;
@@ -385,9 +418,11 @@ void forward_kernel(const scalar_t* input, const scalar_t* weight, scalar_t* out
       const scalar_t* image = input + n * image_size;
       scalar_t* out_image = output + n * out_image_size;
       if (across_groups) {
-        forward_band<true>(image, w.data(), first_row, count, scratch, out_image, s, d);
+        run_compiled_for<Band<true>>(Ops{}, image, w.data(), first_row, count, scratch, out_image,
+                                     s, d);
       } else {
-        forward_band<false>(image, w.data(), first_row, count, scratch, out_image, s, d);
+        run_compiled_for<Band<false>>(Ops{}, image, w.data(), first_row, count, scratch, out_image,
+                                      s, d);
       }
     }
   });
@@ -401,8 +436,11 @@ void grouped_conv2d_cpu(const Tensor& input, const Tensor& weight, IntArrayRef s
   if (output.numel() == 0) return;
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, input.scalar_type(), "grouped_conv2d", [&] {
-        forward_kernel(input.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(),
-                       output.mutable_data_ptr<scalar_t>(), s);
+        with_ops_for_groups<at::opmath_type<scalar_t>>(s, [&](auto ops) {
+          forward_kernel<decltype(ops)>(input.const_data_ptr<scalar_t>(),
+                                        weight.const_data_ptr<scalar_t>(),
+                                        output.mutable_data_ptr<scalar_t>(), s);
+        });
       });
 }
 

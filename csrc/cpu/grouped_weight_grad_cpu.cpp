@@ -79,9 +79,9 @@ TapPixels tap_pixels(const ConvShape& s, int64_t ki, int64_t kj, Span out_rows, 
 // gradients: the lanes past them hold the next group's, whose sums land in the totals' padding
 // and are never written out. (Zeroing them lane by lane, per pixel, had kept the sums out of
 // registers.)
-template <int NV, typename acc_t, typename scalar_t>
-TORCH_CONVBP_INLINE void load_vectors(const scalar_t* p, typename Vector<acc_t>::type (&out)[NV]) {
-  constexpr int64_t lanes = Vector<acc_t>::lanes;
+template <int NV, typename acc_t, typename V, typename scalar_t>
+TORCH_CONVBP_INLINE void load_vectors(const scalar_t* p, V (&out)[NV]) {
+  constexpr int64_t lanes = sizeof(V) / sizeof(acc_t);
   for (int v = 0; v < NV; ++v) {  // a vector at a time: one copy of the whole array went through
                                   // the stack, and stalled each load on four stores
     if constexpr (std::is_same_v<scalar_t, acc_t>) {
@@ -133,8 +133,8 @@ template <class Ops, int NV, int CB, bool Spread, typename operand_t, typename s
 TORCH_CONVBP_INLINE void sum_tap_block(const TapPixels& t, const operand_t* x, int64_t channel_step,
                                        const scalar_t* dy, int64_t count, const scalar_t* dy_end,
                                        acc_t* total, int64_t total_row) {
-  using V = typename Vector<acc_t>::type;
-  constexpr int64_t lanes = Vector<acc_t>::lanes;
+  using V = typename Vector<acc_t, Ops::kBytes>::type;
+  constexpr int64_t lanes = Vector<acc_t, Ops::kBytes>::lanes;
   if (t.rows > 0 && t.columns > 0) {
     const int64_t last = t.dy_first + (t.rows - 1) * t.dy_row + (t.columns - 1) * t.dy_column;
     if (dy_end - (dy + last) < NV * lanes) {
@@ -185,8 +185,10 @@ TORCH_CONVBP_INLINE void sum_tap_block(const TapPixels& t, const operand_t* x, i
 }
 
 // Input channels per block for NV vectors of output channels: CB * NV sums, NV gradient vectors
-// and a splat in the 16 AVX2 registers.
-constexpr int channels_per_block(int nv) { return nv == 1 ? 8 : 6; }
+// and a splat in the 16 AVX2 registers, or in AVX-512's 32 (`bytes` 64).
+constexpr int channels_per_block(int nv, int bytes) {
+  return bytes == 64 ? (nv == 1 ? 16 : 12) : (nv == 1 ? 8 : 6);
+}
 
 // One tap of one image for a slice of NV vectors of a group's output channels: the group's
 // input channels in blocks of CB, then the rest in blocks of 4, 2 and 1.
@@ -194,7 +196,7 @@ template <class Ops, int NV, bool Spread, typename operand_t, typename scalar_t,
 TORCH_CONVBP_INLINE void sum_tap_slice(const TapPixels& t, const operand_t* x, int64_t channel_step,
                                        const scalar_t* dy, int64_t group_in, int64_t count,
                                        const scalar_t* dy_end, acc_t* total, int64_t total_row) {
-  constexpr int CB = channels_per_block(NV);
+  constexpr int CB = channels_per_block(NV, Ops::kBytes);
   // (calls written out: a lambda is compiled for the baseline, and would not inline the AVX2
   // operations)
   int64_t c = 0;  // input channels done
@@ -202,10 +204,9 @@ TORCH_CONVBP_INLINE void sum_tap_slice(const TapPixels& t, const operand_t* x, i
     sum_tap_block<Ops, NV, CB, Spread>(t, x + c * channel_step, channel_step, dy, count, dy_end,
                                        total + c * total_row, total_row);
   }
-  if (c + 4 <= group_in) {
+  for (; c + 4 <= group_in; c += 4) {  // (more than one where CB is 12 or 16)
     sum_tap_block<Ops, NV, 4, Spread>(t, x + c * channel_step, channel_step, dy, count, dy_end,
                                       total + c * total_row, total_row);
-    c += 4;
   }
   if (c + 2 <= group_in) {
     sum_tap_block<Ops, NV, 2, Spread>(t, x + c * channel_step, channel_step, dy, count, dy_end,
@@ -227,11 +228,19 @@ struct GroupDims {
 // Group g's totals [taps, C/G, total_row] for taps [first_tap, end_tap), summed over the images in
 // order: for each image, each tap, and each slice of at most 2 vectors of output channels (as
 // the forward's blocks, grouped_forward_cpu.cpp), the blocks above.
+// Compiled for each set of vector operations (run_compiled_for, vector_ops.h).
+struct GroupTotals {
+  template <class Ops, typename scalar_t, typename acc_t>
+  static TORCH_CONVBP_INLINE void run(const scalar_t* input, const scalar_t* grad_output, int64_t g,
+                                      int64_t first_tap, int64_t end_tap, const ConvShape& s,
+                                      const GroupDims& d, acc_t* totals);
+};
+
 template <class Ops, typename scalar_t, typename acc_t>
-TORCH_CONVBP_INLINE void group_totals_body(const scalar_t* input, const scalar_t* grad_output,
-                                           int64_t g, int64_t first_tap, int64_t end_tap,
-                                           const ConvShape& s, const GroupDims& d, acc_t* totals) {
-  constexpr int64_t lanes = Vector<acc_t>::lanes;
+TORCH_CONVBP_INLINE void GroupTotals::run(const scalar_t* input, const scalar_t* grad_output,
+                                          int64_t g, int64_t first_tap, int64_t end_tap,
+                                          const ConvShape& s, const GroupDims& d, acc_t* totals) {
+  constexpr int64_t lanes = Vector<acc_t, Ops::kBytes>::lanes;
   constexpr int64_t slice = 2 * lanes;
   const int64_t image_size = s.height * s.width * s.in_channels;
   const int64_t grad_image_size = s.out_height * s.out_width * s.out_channels;
@@ -257,25 +266,6 @@ TORCH_CONVBP_INLINE void group_totals_body(const scalar_t* input, const scalar_t
   }
 }
 
-// The task compiled twice: for any x86-64 CPU and, where GCC builds it, for AVX2 with FMA.
-template <typename scalar_t, typename acc_t>
-void group_totals_baseline(const scalar_t* input, const scalar_t* grad_output, int64_t g,
-                           int64_t first_tap, int64_t end_tap, const ConvShape& s,
-                           const GroupDims& d, acc_t* totals) {
-  group_totals_body<LaneOps>(input, grad_output, g, first_tap, end_tap, s, d, totals);
-}
-
-#ifdef TORCH_CONVBP_AVX2_BANDS
-template <typename scalar_t, typename acc_t>
-__attribute__((target("avx2,fma"))) void group_totals_avx2(const scalar_t* input,
-                                                           const scalar_t* grad_output, int64_t g,
-                                                           int64_t first_tap, int64_t end_tap,
-                                                           const ConvShape& s, const GroupDims& d,
-                                                           acc_t* totals) {
-  group_totals_body<Avx2Ops>(input, grad_output, g, first_tap, end_tap, s, d, totals);
-}
-#endif
-
 // What a task summing across the groups keeps from slice to slice: an image's partial sums
 // [taps, C/G, 2 * lanes], and the spread of a band of its rows.
 template <typename acc_t>
@@ -299,12 +289,21 @@ int64_t spread_band_rows(const ConvShape& s, int64_t spread_pixel_bytes) {
 // over the band's taps: read from the L2 cache once per tap and block, a whole image's spread
 // took 1.7x the time of the broadcast kernel; NOTES section 49), and every tap's blocks carry the
 // image's partial sums on to the next band. The image's partial sums are then added to the totals.
+// Compiled for each set of vector operations (run_compiled_for, vector_ops.h).
+struct SliceTotals {
+  template <class Ops, typename scalar_t, typename acc_t>
+  static TORCH_CONVBP_INLINE void run(const scalar_t* input, const scalar_t* grad_output,
+                                      int64_t first_vector, int64_t vectors, int64_t first_tap,
+                                      int64_t end_tap, int64_t band, const ConvShape& s,
+                                      SliceScratch<acc_t>& scratch, acc_t* totals);
+};
+
 template <class Ops, typename scalar_t, typename acc_t>
-TORCH_CONVBP_INLINE void slice_totals_body(const scalar_t* input, const scalar_t* grad_output,
-                                           int64_t first_vector, int64_t vectors, int64_t first_tap,
-                                           int64_t end_tap, int64_t band, const ConvShape& s,
-                                           SliceScratch<acc_t>& scratch, acc_t* totals) {
-  constexpr int64_t lanes = Vector<acc_t>::lanes;
+TORCH_CONVBP_INLINE void SliceTotals::run(const scalar_t* input, const scalar_t* grad_output,
+                                          int64_t first_vector, int64_t vectors, int64_t first_tap,
+                                          int64_t end_tap, int64_t band, const ConvShape& s,
+                                          SliceScratch<acc_t>& scratch, acc_t* totals) {
+  constexpr int64_t lanes = Vector<acc_t, Ops::kBytes>::lanes;
   const int64_t group_in = s.in_channels / s.groups, total_row = 2 * lanes;
   const int64_t channel_step = vectors * lanes, pixel_size = group_in * channel_step;
   const int64_t first = first_vector * lanes;
@@ -343,32 +342,13 @@ TORCH_CONVBP_INLINE void slice_totals_body(const scalar_t* input, const scalar_t
   }
 }
 
-template <typename scalar_t, typename acc_t>
-void slice_totals_baseline(const scalar_t* input, const scalar_t* grad_output, int64_t first_vector,
-                           int64_t vectors, int64_t first_tap, int64_t end_tap, int64_t band,
-                           const ConvShape& s, SliceScratch<acc_t>& scratch, acc_t* totals) {
-  slice_totals_body<LaneOps>(input, grad_output, first_vector, vectors, first_tap, end_tap, band, s,
-                             scratch, totals);
-}
-
-#ifdef TORCH_CONVBP_AVX2_BANDS
-template <typename scalar_t, typename acc_t>
-__attribute__((target("avx2,fma"))) void slice_totals_avx2(
-    const scalar_t* input, const scalar_t* grad_output, int64_t first_vector, int64_t vectors,
-    int64_t first_tap, int64_t end_tap, int64_t band, const ConvShape& s,
-    SliceScratch<acc_t>& scratch, acc_t* totals) {
-  slice_totals_body<Avx2Ops>(input, grad_output, first_vector, vectors, first_tap, end_tap, band, s,
-                             scratch, totals);
-}
-#endif
-
 // Across the groups, the tasks are slices of 2 vectors of output channels (and, where they are
 // fewer than the threads, parts of their taps): each task spreads only its own channels' input.
-template <typename scalar_t>
+template <class Ops, typename scalar_t>
 void weight_grad_across_groups(const scalar_t* input, const scalar_t* grad_output,
                                scalar_t* grad_weight, const ConvShape& s) {
   using acc_t = at::opmath_type<scalar_t>;
-  constexpr int64_t lanes = Vector<acc_t>::lanes;
+  constexpr int64_t lanes = Vector<acc_t, Ops::kBytes>::lanes;
   const int64_t group_in = s.in_channels / s.groups, taps = s.kernel_h * s.kernel_w;
   const int64_t vectors = (s.out_channels + lanes - 1) / lanes, slices = (vectors + 1) / 2;
   const int64_t threads = at::get_num_threads();
@@ -383,18 +363,8 @@ void weight_grad_across_groups(const scalar_t* input, const scalar_t* grad_outpu
       const int64_t first_vector = 2 * slice,
                     slice_vectors = std::min<int64_t>(2, vectors - 2 * slice);
       std::fill(totals.begin(), totals.end(), acc_t(0));
-#ifdef TORCH_CONVBP_AVX2_BANDS
-      if (cpu_has_avx2_fma()) {
-        slice_totals_avx2(input, grad_output, first_vector, slice_vectors, first_tap, end_tap, band,
-                          s, scratch, totals.data());
-      } else {
-        slice_totals_baseline(input, grad_output, first_vector, slice_vectors, first_tap, end_tap,
-                              band, s, scratch, totals.data());
-      }
-#else
-      slice_totals_baseline(input, grad_output, first_vector, slice_vectors, first_tap, end_tap,
-                            band, s, scratch, totals.data());
-#endif
+      run_compiled_for<SliceTotals>(Ops{}, input, grad_output, first_vector, slice_vectors,
+                                    first_tap, end_tap, band, s, scratch, totals.data());
       // grad_weight [Cout, C/G, kh, kw] from the totals [taps, C/G, 2 * lanes].
       const int64_t first = first_vector * lanes;
       for (int64_t l = 0; l < std::min(slice_vectors * lanes, s.out_channels - first); ++l) {
@@ -412,13 +382,14 @@ void weight_grad_across_groups(const scalar_t* input, const scalar_t* grad_outpu
 // The tasks are groups; where the groups are fewer than the threads, each group's taps are cut
 // into parts as well (a tap's entries never span two tasks). Only the cut into tasks depends on
 // the thread count, never an entry's sum.
-template <typename scalar_t>
+template <class Ops, typename scalar_t>
 void weight_grad_kernel(const scalar_t* input, const scalar_t* grad_output, scalar_t* grad_weight,
                         const ConvShape& s) {
   using acc_t = at::opmath_type<scalar_t>;
-  if (groups_are_half_a_vector<acc_t>(s))
-    return weight_grad_across_groups(input, grad_output, grad_weight, s);
-  constexpr int64_t lanes = Vector<acc_t>::lanes;
+  constexpr int64_t lanes = Vector<acc_t, Ops::kBytes>::lanes;
+  if (summed_across_groups(s, lanes)) {
+    return weight_grad_across_groups<Ops>(input, grad_output, grad_weight, s);
+  }
   const int64_t group_in = s.in_channels / s.groups, group_out = s.out_channels / s.groups;
   const GroupDims d{group_in, group_out, (group_out + lanes - 1) / lanes * lanes};
   const int64_t taps = s.kernel_h * s.kernel_w;
@@ -430,15 +401,8 @@ void weight_grad_kernel(const scalar_t* input, const scalar_t* grad_output, scal
       const int64_t g = task / tap_parts, part = task % tap_parts;
       const int64_t first_tap = part * taps / tap_parts, end_tap = (part + 1) * taps / tap_parts;
       std::fill(totals.begin(), totals.end(), acc_t(0));
-#ifdef TORCH_CONVBP_AVX2_BANDS
-      if (cpu_has_avx2_fma()) {
-        group_totals_avx2(input, grad_output, g, first_tap, end_tap, s, d, totals.data());
-      } else {
-        group_totals_baseline(input, grad_output, g, first_tap, end_tap, s, d, totals.data());
-      }
-#else
-      group_totals_baseline(input, grad_output, g, first_tap, end_tap, s, d, totals.data());
-#endif
+      run_compiled_for<GroupTotals>(Ops{}, input, grad_output, g, first_tap, end_tap, s, d,
+                                    totals.data());
       // grad_weight [Cout, C/G, kh, kw] from the totals [taps, C/G, total_row].
       for (int64_t j = 0; j < group_out; ++j) {
         scalar_t* w = grad_weight + (g * group_out + j) * group_in * taps;
@@ -461,8 +425,11 @@ void grouped_weight_grad_cpu(const Tensor& input, const Tensor& grad_output, Int
   if (grad_weight.numel() == 0) return;
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, input.scalar_type(), "grouped_weight_grad", [&] {
-        weight_grad_kernel(input.const_data_ptr<scalar_t>(), grad_output.const_data_ptr<scalar_t>(),
-                           grad_weight.mutable_data_ptr<scalar_t>(), s);
+        with_ops_for_groups<at::opmath_type<scalar_t>>(s, [&](auto ops) {
+          weight_grad_kernel<decltype(ops)>(input.const_data_ptr<scalar_t>(),
+                                            grad_output.const_data_ptr<scalar_t>(),
+                                            grad_weight.mutable_data_ptr<scalar_t>(), s);
+        });
       });
 }
 

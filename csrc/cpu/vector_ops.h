@@ -1,14 +1,16 @@
 // The vector arithmetic of the direct grouped kernels (grouped_forward_cpu.cpp, the forward;
-// grouped_weight_grad_cpu.cpp, the weight gradient): a vector of 32 bytes of the sums' type, and
-// its operations (a value in every lane or in each half, and a * b + c rounded once per lane),
-// written once for any CPU (LaneOps) and once as AVX2 instructions (Avx2Ops) for the code
-// compiled for AVX2.
+// grouped_weight_grad_cpu.cpp, the weight gradient): a vector of the sums' type, and its
+// operations (a value in every lane or in each part of the lanes, and a * b + c rounded once per
+// lane), written once for any CPU (LaneOps, 32 bytes), once as AVX2 instructions (Avx2Ops, 32
+// bytes) and once as AVX-512 instructions (Avx512Ops, 64 bytes). Each lane rounds alike in all
+// three, so the kernels give the same bits whichever runs (benchmarks/NOTES.md, section 51).
 #pragma once
 
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <type_traits>
 
 #include "cpu_kernels.h"
 
@@ -20,34 +22,39 @@
 // The vectors below are returned by value from always-inlined helpers only; GCC's note that
 // such a return changes the ABI where AVX is off does not apply to them.
 #pragma GCC diagnostic ignored "-Wpsabi"
+// GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), which its flow analysis then calls
+// maybe uninitialized once they are inlined here (GCC bug 105593): no value of ours is.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 namespace torch_convbp {
 
-// 32 bytes of acc_t (8 float or 4 double), in GCC's vector extension: with it the block stays in
-// registers, where a [PB][V] array of scalars did not, or only in some block shapes
-// (benchmarks/NOTES.md, section 20).
-template <typename acc_t>
+// `Bytes` bytes of acc_t (32: 8 float or 4 double; 64 for AVX-512), in GCC's vector extension:
+// with it the block stays in registers, where a [PB][V] array of scalars did not, or only in some
+// block shapes (benchmarks/NOTES.md, section 20).
+template <typename acc_t, int Bytes>
 struct Vector {
-  typedef acc_t type __attribute__((vector_size(32)));
-  static constexpr int64_t lanes = 32 / sizeof(acc_t);
+  typedef acc_t type __attribute__((vector_size(Bytes)));
+  static constexpr int64_t lanes = Bytes / sizeof(acc_t);
 };
 
-// The vector operations of the sums, lane by lane, on any CPU: a value in every lane, one value
-// in each half's lanes, and a * b + c with each lane rounded once (std::fma). (a * b + c on
-// vectors is fused only where the compiler contracts it, so it would round differently in
-// different builds.)
+// The vector operations of the sums, lane by lane, on any CPU: a value in every lane; `Parts`
+// values, each in its part of the lanes (value q in lanes [q, q + 1) * lanes / Parts); and
+// a * b + c with each lane rounded once (std::fma). (a * b + c on vectors is fused only where the
+// compiler contracts it, so it would round differently in different builds.) Each set of
+// operations names its vectors' size, kBytes.
 struct LaneOps {
+  static constexpr int kBytes = 32;
   template <typename V, typename acc_t>
   static TORCH_CONVBP_INLINE V splat(acc_t value) {
     V r;
     for (size_t l = 0; l < sizeof(V) / sizeof(acc_t); ++l) r[l] = value;
     return r;
   }
-  template <typename V, typename acc_t>
-  static TORCH_CONVBP_INLINE V splat_halves(acc_t low, acc_t high) {
+  template <typename V, int Parts, typename acc_t>
+  static TORCH_CONVBP_INLINE V splat_parts(const acc_t (&values)[Parts]) {
     constexpr size_t lanes = sizeof(V) / sizeof(acc_t);
     V r;
-    for (size_t l = 0; l < lanes; ++l) r[l] = l < lanes / 2 ? low : high;
+    for (size_t l = 0; l < lanes; ++l) r[l] = values[l / (lanes / Parts)];
     return r;
   }
   template <typename V>
@@ -63,10 +70,12 @@ struct LaneOps {
 // Written out, because GCC's vectorizer did not make them of the lane loops: std::fma per lane
 // fused part of the lanes only, and the splat was built lane by lane (NOTES section 21). Not
 // always_inline: GCC refuses that into the generic helpers before they are inlined into those
-// bands, and inlines these there on its own.
+// bands, and inlines these there on its own. Parts other than halves are built lane by lane (they
+// are the spread's, once per input value and output channel: group_spread.h).
 struct Avx2Ops {
-  using Floats = Vector<float>::type;
-  using Doubles = Vector<double>::type;
+  static constexpr int kBytes = 32;
+  using Floats = Vector<float, 32>::type;
+  using Doubles = Vector<double, 32>::type;
   template <typename V>
   __attribute__((target("avx2,fma"))) static inline V splat(float value) {
     return _mm256_set1_ps(value);
@@ -75,13 +84,15 @@ struct Avx2Ops {
   __attribute__((target("avx2,fma"))) static inline V splat(double value) {
     return _mm256_set1_pd(value);
   }
-  template <typename V>
-  __attribute__((target("avx2,fma"))) static inline V splat_halves(float low, float high) {
-    return _mm256_set_m128(_mm_set1_ps(high), _mm_set1_ps(low));
-  }
-  template <typename V>
-  __attribute__((target("avx2,fma"))) static inline V splat_halves(double low, double high) {
-    return _mm256_set_m128d(_mm_set1_pd(high), _mm_set1_pd(low));
+  template <typename V, int Parts, typename acc_t>
+  __attribute__((target("avx2,fma"))) static inline V splat_parts(const acc_t (&values)[Parts]) {
+    if constexpr (Parts == 2 && std::is_same_v<acc_t, float>) {
+      return _mm256_set_m128(_mm_set1_ps(values[1]), _mm_set1_ps(values[0]));
+    } else if constexpr (Parts == 2 && std::is_same_v<acc_t, double>) {
+      return _mm256_set_m128d(_mm_set1_pd(values[1]), _mm_set1_pd(values[0]));
+    } else {
+      return LaneOps::splat_parts<V>(values);
+    }
   }
   __attribute__((target("avx2,fma"))) static inline Floats multiply_add(Floats a, Floats b,
                                                                         Floats c) {
@@ -92,16 +103,86 @@ struct Avx2Ops {
     return _mm256_fmadd_pd(a, b, c);
   }
 };
-#endif
 
-#ifdef TORCH_CONVBP_AVX2_BANDS
+// The same on 64-byte vectors, one AVX-512F instruction each (its multiply-add rounds once too),
+// for the bands compiled for AVX-512: 16 floats or 8 doubles a vector, in 32 registers. The parts
+// of the spread are one permutation of the values (2 or 4 of them), or built lane by lane.
+#define TORCH_CONVBP_AVX512 __attribute__((target("avx512f,avx2,fma")))
+struct Avx512Ops {
+  static constexpr int kBytes = 64;
+  using Floats = Vector<float, 64>::type;
+  using Doubles = Vector<double, 64>::type;
+  template <typename V>
+  TORCH_CONVBP_AVX512 static inline V splat(float value) {
+    return _mm512_set1_ps(value);
+  }
+  template <typename V>
+  TORCH_CONVBP_AVX512 static inline V splat(double value) {
+    return _mm512_set1_pd(value);
+  }
+  template <typename V, int Parts, typename acc_t>
+  TORCH_CONVBP_AVX512 static inline V splat_parts(const acc_t (&values)[Parts]) {
+    constexpr int lanes = 64 / sizeof(acc_t), per_part = lanes / Parts;
+    if constexpr ((Parts == 2 || Parts == 4) && std::is_same_v<acc_t, float>) {
+      const __m512i which = _mm512_set_epi32(
+          15 / per_part, 14 / per_part, 13 / per_part, 12 / per_part, 11 / per_part, 10 / per_part,
+          9 / per_part, 8 / per_part, 7 / per_part, 6 / per_part, 5 / per_part, 4 / per_part,
+          3 / per_part, 2 / per_part, 1 / per_part, 0);
+      float four[4] = {};
+      for (int q = 0; q < Parts; ++q) four[q] = values[q];
+      return _mm512_permutexvar_ps(which, _mm512_broadcast_f32x4(_mm_loadu_ps(four)));
+    } else if constexpr ((Parts == 2 || Parts == 4) && std::is_same_v<acc_t, double>) {
+      const __m512i which = _mm512_set_epi64(7 / per_part, 6 / per_part, 5 / per_part, 4 / per_part,
+                                             3 / per_part, 2 / per_part, 1 / per_part, 0);
+      double four[4] = {};
+      for (int q = 0; q < Parts; ++q) four[q] = values[q];
+      return _mm512_permutexvar_pd(which, _mm512_broadcast_f64x4(_mm256_loadu_pd(four)));
+    } else {
+      return LaneOps::splat_parts<V>(values);
+    }
+  }
+  TORCH_CONVBP_AVX512 static inline Floats multiply_add(Floats a, Floats b, Floats c) {
+    return _mm512_fmadd_ps(a, b, c);
+  }
+  TORCH_CONVBP_AVX512 static inline Doubles multiply_add(Doubles a, Doubles b, Doubles c) {
+    return _mm512_fmadd_pd(a, b, c);
+  }
+};
+
 // Whether to run the code compiled for AVX2 with FMA: where the CPU has them, unless
 // TORCH_CONVBP_NO_AVX2 is set (read once), which lets the tests run the baseline code on an AVX2
-// machine too (tests/test_nhwc.py).
+// machine too (tests/test_route_grouped.py).
 inline bool cpu_has_avx2_fma() {
   static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
                           std::getenv("TORCH_CONVBP_NO_AVX2") == nullptr;
   return has;
+}
+
+// Whether to run the code compiled for AVX-512: where the CPU has AVX-512F and the AVX2 code would
+// run, unless TORCH_CONVBP_NO_AVX512 is set (read once; the tests compare the two).
+inline bool cpu_has_avx512() {
+  static const bool has = cpu_has_avx2_fma() && __builtin_cpu_supports("avx512f") &&
+                          std::getenv("TORCH_CONVBP_NO_AVX512") == nullptr;
+  return has;
+}
+
+#endif
+
+// Runs Body::template run<Ops>(args...) (an always-inlined loop nest) compiled for the target of
+// Ops, so that Ops's operations are inlined into its loops: for any x86-64 CPU, and where GCC
+// builds them, for AVX2 with FMA and for AVX-512.
+template <class Body, typename... Args>
+void run_compiled_for(LaneOps, Args&&... args) {
+  Body::template run<LaneOps>(args...);
+}
+#ifdef TORCH_CONVBP_AVX2_BANDS
+template <class Body, typename... Args>
+__attribute__((target("avx2,fma"))) void run_compiled_for(Avx2Ops, Args&&... args) {
+  Body::template run<Avx2Ops>(args...);
+}
+template <class Body, typename... Args>
+TORCH_CONVBP_AVX512 void run_compiled_for(Avx512Ops, Args&&... args) {
+  Body::template run<Avx512Ops>(args...);
 }
 #endif
 
