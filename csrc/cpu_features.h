@@ -13,6 +13,11 @@ bool cpu_has_gemm_microkernel();
 // oneDNN may use (DNNL_MAX_CPU_ISA or ONEDNN_MAX_CPU_ISA do not cap it below AVX-512).
 bool cpu_prefers_gemm_microkernel();
 
+// Whether our own AVX-512 kernels (the direct grouped kernels' widest version, cpu/vector_ops.h)
+// may run: the CPU has AVX-512 as above, and oneDNN is not capped below it, so that a machine made
+// to behave like an AVX2 one (DNNL_MAX_CPU_ISA=AVX2) runs our AVX2 code too.
+bool cpu_allows_avx512_kernels();
+
 // Whether the micro-kernel computes bfloat16 products natively here: the CPU has AVX512_BF16 or
 // AMX-BF16 (and oneDNN may use them), where they run at twice float32's rate.
 bool cpu_has_bfloat16_microkernel();

@@ -120,6 +120,11 @@ bool cpu_prefers_gemm_microkernel() {
   return prefers && cpu_has_gemm_microkernel();
 }
 
+bool cpu_allows_avx512_kernels() {
+  static const bool allows = has_avx512_core() && !onednn_capped_below("AVX512_CORE");
+  return allows;
+}
+
 bool cpu_has_bfloat16_microkernel() {
 #if defined(CPUBLAS_BRGEMM_BF16BF16F32)
   static const bool native =
@@ -133,6 +138,7 @@ bool cpu_has_bfloat16_microkernel() {
 bool cpu_has_gemm_microkernel() { return false; }
 bool cpu_prefers_gemm_microkernel() { return false; }
 bool cpu_has_bfloat16_microkernel() { return false; }
+bool cpu_allows_avx512_kernels() { return false; }
 #endif
 
 }  // namespace torch_convbp

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <type_traits>
 
+#include "../cpu_features.h"
 #include "cpu_kernels.h"
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
@@ -158,10 +159,11 @@ inline bool cpu_has_avx2_fma() {
   return has;
 }
 
-// Whether to run the code compiled for AVX-512: where the CPU has AVX-512F and the AVX2 code would
-// run, unless TORCH_CONVBP_NO_AVX512 is set (read once; the tests compare the two).
+// Whether to run the code compiled for AVX-512: where the CPU has it and the AVX2 code would run
+// (cpu_features.h: not where oneDNN is capped below AVX-512), unless TORCH_CONVBP_NO_AVX512 is set
+// (read once; the tests compare the two).
 inline bool cpu_has_avx512() {
-  static const bool has = cpu_has_avx2_fma() && __builtin_cpu_supports("avx512f") &&
+  static const bool has = cpu_has_avx2_fma() && cpu_allows_avx512_kernels() &&
                           std::getenv("TORCH_CONVBP_NO_AVX512") == nullptr;
   return has;
 }
