@@ -87,6 +87,25 @@ inline Tap tap_columns(const ConvShape& s, int64_t kj) {
   return {offset, valid_columns(offset, s.stride_w, s.width, s.out_width)};
 }
 
+// The output columns whose every tap reads inside the image: those of the first and of the last
+// kernel column (empty where there are none).
+inline Span inner_columns(const ConvShape& s) {
+  const Span first = tap_columns(s, 0).columns, last = tap_columns(s, s.kernel_w - 1).columns;
+  const int64_t begin = std::max(first.begin, last.begin);
+  return {begin, std::max(begin, std::min(first.end, last.end))};
+}
+
+// The output rows whose every kernel row reads inside the image (empty where there are none).
+inline Span inner_rows(const ConvShape& s) {
+  const auto rows_of = [&](int64_t ki) {
+    const int64_t offset = input_index(int64_t{0}, s.stride_h, s.pad_h, ki, s.dilation_h);
+    return valid_columns(offset, s.stride_h, s.height, s.out_height);
+  };
+  const Span first = rows_of(0), last = rows_of(s.kernel_h - 1);
+  const int64_t begin = std::max(first.begin, last.begin);
+  return {begin, std::max(begin, std::min(first.end, last.end))};
+}
+
 // Calls f(ow, iw) for each output column ow of the tap, with iw = ow * stride + offset its input
 // column. The unit stride is spelt out, so that the compiler vectorizes the (inlined) body.
 template <typename F>

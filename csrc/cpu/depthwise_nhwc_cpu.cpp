@@ -153,11 +153,9 @@ TORCH_CONVBP_WIDE_VECTOR_CLONES void forward_row(const scalar_t* image, const ac
                                                  int64_t oh, RowTerms& row_terms, scalar_t* out,
                                                  const ConvShape& s) {
   const int64_t c = s.in_channels, cout = s.out_channels, m = cout / c;
-  // The columns every tap reads inside the image: those of the first and of the last kernel
-  // column. The next output column reads stride_w input columns on.
-  const Span first = tap_columns(s, 0).columns, last = tap_columns(s, s.kernel_w - 1).columns;
-  const RepeatingColumns inner{
-      {std::max(first.begin, last.begin), std::min(first.end, last.end)}, 1, s.stride_w * c};
+  // The columns every tap reads inside the image; the next output column reads stride_w input
+  // columns on.
+  const RepeatingColumns inner{inner_columns(s), 1, s.stride_w * c};
   const auto build = [&](int64_t ow, Terms& terms) {
     for (int64_t ki = 0; ki < s.kernel_h; ++ki) {
       const int64_t ih = input_row(s, oh, ki);

@@ -192,31 +192,11 @@ void build_taps(const ConvShape& s, int64_t oh, int64_t ow, bool all_columns,
 
 // What a task keeps from band to band: the taps of a run of columns, and the spread of the band's
 // input rows where the groups are summed across.
-template <typename scalar_t, typename acc_t>
+template <typename acc_t>
 struct BandScratch {
   std::vector<TapOffsets> taps;
   std::vector<acc_t> spread;
-  std::vector<scalar_t> padded;  // the band's input rows, with the pixels further apart (below)
 };
-
-// The output columns whose every tap reads inside the image: those of the first and of the last
-// kernel column (empty where there are none).
-Span inner_columns(const ConvShape& s) {
-  const Span first = tap_columns(s, 0).columns, last = tap_columns(s, s.kernel_w - 1).columns;
-  const int64_t begin = std::max(first.begin, last.begin);
-  return {begin, std::max(begin, std::min(first.end, last.end))};
-}
-
-// The output rows whose every kernel row reads inside the image (empty where there are none).
-Span inner_rows(const ConvShape& s) {
-  const auto rows_of = [&](int64_t ki) {
-    const int64_t offset = input_index(int64_t{0}, s.stride_h, s.pad_h, ki, s.dilation_h);
-    return valid_columns(offset, s.stride_h, s.height, s.out_height);
-  };
-  const Span first = rows_of(0), last = rows_of(s.kernel_h - 1);
-  const int64_t begin = std::max(first.begin, last.begin);
-  return {begin, std::max(begin, std::min(first.end, last.end))};
-}
 
 // The output rows `rows`, all columns of the channels [0, d.group_out) that `out` (the image's
 // output) starts at, from an operand whose rows start at image row `first_row`, `pixel_size`
@@ -266,25 +246,12 @@ TORCH_CONVBP_INLINE void sum_rows(const operand_t* operand, int64_t first_row, i
 // cache across the groups.
 template <class Ops, typename scalar_t, typename acc_t>
 TORCH_CONVBP_INLINE void band_by_groups(const scalar_t* image, const acc_t* w, int64_t first_row,
-                                        int64_t rows, BandScratch<scalar_t, acc_t>& scratch,
+                                        int64_t rows, BandScratch<acc_t>& scratch,
                                         scalar_t* out_image, const ConvShape& s, const RowDims& d) {
   const int64_t weight_group_size = s.kernel_h * s.kernel_w * d.group_in * d.weight_row;
-  const int64_t pixel_size = d.input_pixel_step / s.stride_w;
-  const scalar_t* operand = image;
-  int64_t operand_first_row = 0;
-  if (pixel_size != s.in_channels) {  // the band's input rows, copied with the pixels further apart
-    const Span input_rows = band_input_rows(s, first_row, rows);
-    const int64_t pixels = std::max<int64_t>(input_rows.end - input_rows.begin, 0) * s.width;
-    scalar_t* padded = cache_aligned(scratch.padded, pixels * pixel_size);
-    const scalar_t* x = image + input_rows.begin * s.width * s.in_channels;
-    for (int64_t p = 0; p < pixels; ++p) {
-      std::memcpy(padded + p * pixel_size, x + p * s.in_channels, s.in_channels * sizeof(scalar_t));
-    }
-    operand = padded, operand_first_row = input_rows.begin;
-  }
   for (int64_t g = 0; g < s.groups; ++g) {
-    sum_rows<Ops, false>(operand + g * d.group_in, operand_first_row, pixel_size,
-                         w + g * weight_group_size, Span{first_row, first_row + rows}, scratch.taps,
+    sum_rows<Ops, false>(image + g * d.group_in, 0, s.in_channels, w + g * weight_group_size,
+                         Span{first_row, first_row + rows}, scratch.taps,
                          out_image + g * d.group_out, s, d);
   }
 }
@@ -310,9 +277,8 @@ TORCH_CONVBP_INLINE const acc_t* spread_rows(const scalar_t* image, Span rows, c
 template <class Ops, typename scalar_t, typename acc_t>
 TORCH_CONVBP_INLINE void band_across_groups(const scalar_t* image, const acc_t* w,
                                             int64_t first_row, int64_t rows,
-                                            BandScratch<scalar_t, acc_t>& scratch,
-                                            scalar_t* out_image, const ConvShape& s,
-                                            const RowDims& d) {
+                                            BandScratch<acc_t>& scratch, scalar_t* out_image,
+                                            const ConvShape& s, const RowDims& d) {
   const Span input_rows = band_input_rows(s, first_row, rows);
   const int64_t pixel_size = d.input_pixel_step / s.stride_w;
   const acc_t* spread = spread_rows<Ops>(image, input_rows, s, d, pixel_size, scratch.spread);
@@ -326,7 +292,7 @@ template <bool AcrossGroups>
 struct Band {
   template <class Ops, typename scalar_t, typename acc_t>
   static TORCH_CONVBP_INLINE void run(const scalar_t* image, const acc_t* w, int64_t first_row,
-                                      int64_t rows, BandScratch<scalar_t, acc_t>& scratch,
+                                      int64_t rows, BandScratch<acc_t>& scratch,
                                       scalar_t* out_image, const ConvShape& s, const RowDims& d) {
     if constexpr (AcrossGroups) {
       band_across_groups<Ops>(image, w, first_row, rows, scratch, out_image, s, d);
@@ -366,16 +332,6 @@ std::vector<acc_t> rearranged_weight(const scalar_t* weight, const ConvShape& s,
   return w;
 }
 
-// The distance between the input pixels a block reads, group by group: the input's own, or where
-// that is a multiple of 256 bytes, a cache line more, in a copy of each band's rows. Pixels 2 KiB
-// apart (512 floats) fell into two sets of the L1 cache, and a block's pixels and kernel rows
-// evicted each other (benchmarks/NOTES.md, section 51).
-template <typename scalar_t>
-int64_t input_pixel_size(const ConvShape& s) {
-  const bool aliased = s.in_channels * int64_t(sizeof(scalar_t)) % 256 == 0;
-  return s.in_channels + (aliased ? 64 / int64_t(sizeof(scalar_t)) : 0);
-}
-
 // With the vectors of Ops (vector_ops.h): groups narrower than a vector, that divide it, are
 // summed across (section 49); the others group by group, their channels from the first lane of a
 // vector.
@@ -388,18 +344,16 @@ void forward_kernel(const scalar_t* input, const scalar_t* weight, scalar_t* out
   const int64_t group_in = s.in_channels / s.groups, group_out = s.out_channels / s.groups;
   const bool across_groups = summed_across_groups(s, lanes);
   const int64_t spread_pixel = group_in * whole_vectors(s.out_channels) + 64 / sizeof(acc_t);
-  const RowDims d = across_groups ? RowDims{group_in,
-                                            s.out_channels,
-                                            whole_vectors(s.out_channels),
-                                            s.stride_w * spread_pixel,
-                                            s.out_channels,
-                                            whole_vectors(s.out_channels)}
-                                  : RowDims{group_in,
-                                            group_out,
-                                            whole_vectors(group_out),
-                                            s.stride_w * input_pixel_size<scalar_t>(s),
-                                            s.out_channels,
-                                            1};
+  const RowDims d =
+      across_groups
+          ? RowDims{group_in,
+                    s.out_channels,
+                    whole_vectors(s.out_channels),
+                    s.stride_w * spread_pixel,
+                    s.out_channels,
+                    whole_vectors(s.out_channels)}
+          : RowDims{group_in,       group_out, whole_vectors(group_out), s.stride_w * s.in_channels,
+                    s.out_channels, 1};
   const std::vector<acc_t> w = rearranged_weight<scalar_t, acc_t>(weight, s, d);
   const int64_t rows =
       across_groups
@@ -410,7 +364,7 @@ void forward_kernel(const scalar_t* input, const scalar_t* weight, scalar_t* out
   const int64_t image_size = s.height * s.width * s.in_channels;
   const int64_t out_image_size = s.out_height * s.out_width * s.out_channels;
   at::parallel_for(0, s.batch * bands, 1, [&](int64_t begin, int64_t end) {
-    BandScratch<scalar_t, acc_t> scratch;
+    BandScratch<acc_t> scratch;
     scratch.taps.reserve(s.kernel_h * s.kernel_w);
     for (int64_t task = begin; task < end; ++task) {
       const int64_t n = task / bands, first_row = task % bands * rows;

@@ -342,36 +342,32 @@ TORCH_CONVBP_INLINE void SliceTotals::run(const scalar_t* input, const scalar_t*
   }
 }
 
-// Across the groups, the tasks are slices of 2 vectors of output channels (and, where they are
-// fewer than the threads, parts of their taps): each task spreads only its own channels' input.
-template <class Ops, typename scalar_t>
-void weight_grad_across_groups(const scalar_t* input, const scalar_t* grad_output,
-                               scalar_t* grad_weight, const ConvShape& s) {
-  using acc_t = at::opmath_type<scalar_t>;
-  constexpr int64_t lanes = Vector<acc_t, Ops::kBytes>::lanes;
+// The weight gradient's tasks: `units` (groups, or slices of output channels across the groups)
+// and, where the units are fewer than the threads, parts of their taps (a tap's entries never
+// span two tasks). sum(unit, first_tap, end_tap, scratch, totals) fills a task's totals [taps,
+// C/G, total_row], from 0, for the output channels [first_out(unit), + channels(unit)), which are
+// then rounded into grad_weight [Cout, C/G, kh, kw]; a thread's tasks share one Scratch. Only the
+// cut into tasks depends on the thread count, never an entry's sum.
+template <typename Scratch, typename scalar_t, typename acc_t, typename FirstOut, typename Channels,
+          typename Sum>
+void weight_grad_tasks(int64_t units, int64_t total_row, FirstOut first_out, Channels channels,
+                       Sum sum, scalar_t* grad_weight, const ConvShape& s) {
   const int64_t group_in = s.in_channels / s.groups, taps = s.kernel_h * s.kernel_w;
-  const int64_t vectors = (s.out_channels + lanes - 1) / lanes, slices = (vectors + 1) / 2;
   const int64_t threads = at::get_num_threads();
-  const int64_t tap_parts = std::min(taps, (threads + slices - 1) / slices);
-  const int64_t band = spread_band_rows(s, group_in * 2 * lanes * int64_t(sizeof(acc_t)));
-  at::parallel_for(0, slices * tap_parts, 1, [&](int64_t begin, int64_t end) {
-    std::vector<acc_t> totals(taps * group_in * 2 * lanes);
-    SliceScratch<acc_t> scratch;
+  const int64_t tap_parts = std::min(taps, (threads + units - 1) / units);
+  at::parallel_for(0, units * tap_parts, 1, [&](int64_t begin, int64_t end) {
+    std::vector<acc_t> totals(taps * group_in * total_row);
+    Scratch scratch;
     for (int64_t task = begin; task < end; ++task) {
-      const int64_t slice = task / tap_parts, part = task % tap_parts;
+      const int64_t unit = task / tap_parts, part = task % tap_parts;
       const int64_t first_tap = part * taps / tap_parts, end_tap = (part + 1) * taps / tap_parts;
-      const int64_t first_vector = 2 * slice,
-                    slice_vectors = std::min<int64_t>(2, vectors - 2 * slice);
       std::fill(totals.begin(), totals.end(), acc_t(0));
-      run_compiled_for<SliceTotals>(Ops{}, input, grad_output, first_vector, slice_vectors,
-                                    first_tap, end_tap, band, s, scratch, totals.data());
-      // grad_weight [Cout, C/G, kh, kw] from the totals [taps, C/G, 2 * lanes].
-      const int64_t first = first_vector * lanes;
-      for (int64_t l = 0; l < std::min(slice_vectors * lanes, s.out_channels - first); ++l) {
-        scalar_t* w = grad_weight + (first + l) * group_in * taps;
+      sum(unit, first_tap, end_tap, scratch, totals.data());
+      for (int64_t j = 0; j < channels(unit); ++j) {
+        scalar_t* w = grad_weight + (first_out(unit) + j) * group_in * taps;
         for (int64_t i = 0; i < group_in; ++i) {
           for (int64_t tap = first_tap; tap < end_tap; ++tap) {
-            w[i * taps + tap] = static_cast<scalar_t>(totals[(tap * group_in + i) * 2 * lanes + l]);
+            w[i * taps + tap] = static_cast<scalar_t>(totals[(tap * group_in + i) * total_row + j]);
           }
         }
       }
@@ -379,42 +375,44 @@ void weight_grad_across_groups(const scalar_t* input, const scalar_t* grad_outpu
   });
 }
 
-// The tasks are groups; where the groups are fewer than the threads, each group's taps are cut
-// into parts as well (a tap's entries never span two tasks). Only the cut into tasks depends on
-// the thread count, never an entry's sum.
+// Across the groups, the units are slices of 2 vectors of output channels: each task spreads only
+// its own channels' input. Group by group, the units are the groups.
 template <class Ops, typename scalar_t>
 void weight_grad_kernel(const scalar_t* input, const scalar_t* grad_output, scalar_t* grad_weight,
                         const ConvShape& s) {
   using acc_t = at::opmath_type<scalar_t>;
   constexpr int64_t lanes = Vector<acc_t, Ops::kBytes>::lanes;
-  if (summed_across_groups(s, lanes)) {
-    return weight_grad_across_groups<Ops>(input, grad_output, grad_weight, s);
-  }
   const int64_t group_in = s.in_channels / s.groups, group_out = s.out_channels / s.groups;
+  if (summed_across_groups(s, lanes)) {
+    const int64_t vectors = (s.out_channels + lanes - 1) / lanes;
+    const int64_t band = spread_band_rows(s, group_in * 2 * lanes * int64_t(sizeof(acc_t)));
+    const auto slice_vectors = [&](int64_t slice) {
+      return std::min<int64_t>(2, vectors - 2 * slice);
+    };
+    const auto first_out = [&](int64_t slice) { return 2 * slice * lanes; };
+    weight_grad_tasks<SliceScratch<acc_t>, scalar_t, acc_t>(
+        (vectors + 1) / 2, 2 * lanes, first_out,
+        [&](int64_t slice) {
+          return std::min(slice_vectors(slice) * lanes, s.out_channels - first_out(slice));
+        },
+        [&](int64_t slice, int64_t first_tap, int64_t end_tap, SliceScratch<acc_t>& scratch,
+            acc_t* totals) {
+          run_compiled_for<SliceTotals>(Ops{}, input, grad_output, 2 * slice, slice_vectors(slice),
+                                        first_tap, end_tap, band, s, scratch, totals);
+        },
+        grad_weight, s);
+    return;
+  }
   const GroupDims d{group_in, group_out, (group_out + lanes - 1) / lanes * lanes};
-  const int64_t taps = s.kernel_h * s.kernel_w;
-  const int64_t threads = at::get_num_threads();
-  const int64_t tap_parts = std::min(taps, (threads + s.groups - 1) / s.groups);
-  at::parallel_for(0, s.groups * tap_parts, 1, [&](int64_t begin, int64_t end) {
-    std::vector<acc_t> totals(taps * group_in * d.total_row);
-    for (int64_t task = begin; task < end; ++task) {
-      const int64_t g = task / tap_parts, part = task % tap_parts;
-      const int64_t first_tap = part * taps / tap_parts, end_tap = (part + 1) * taps / tap_parts;
-      std::fill(totals.begin(), totals.end(), acc_t(0));
-      run_compiled_for<GroupTotals>(Ops{}, input, grad_output, g, first_tap, end_tap, s, d,
-                                    totals.data());
-      // grad_weight [Cout, C/G, kh, kw] from the totals [taps, C/G, total_row].
-      for (int64_t j = 0; j < group_out; ++j) {
-        scalar_t* w = grad_weight + (g * group_out + j) * group_in * taps;
-        for (int64_t i = 0; i < group_in; ++i) {
-          for (int64_t tap = first_tap; tap < end_tap; ++tap) {
-            w[i * taps + tap] =
-                static_cast<scalar_t>(totals[(tap * group_in + i) * d.total_row + j]);
-          }
-        }
-      }
-    }
-  });
+  struct NoScratch {};
+  weight_grad_tasks<NoScratch, scalar_t, acc_t>(
+      s.groups, d.total_row, [&](int64_t g) { return g * group_out; },
+      [&](int64_t) { return group_out; },
+      [&](int64_t g, int64_t first_tap, int64_t end_tap, NoScratch&, acc_t* totals) {
+        run_compiled_for<GroupTotals>(Ops{}, input, grad_output, g, first_tap, end_tap, s, d,
+                                      totals);
+      },
+      grad_weight, s);
 }
 
 void grouped_weight_grad_cpu(const Tensor& input, const Tensor& grad_output, IntArrayRef stride,
