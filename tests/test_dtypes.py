@@ -68,6 +68,39 @@ def test_float32_gemms_round_each_result_once(dtype, device, monkeypatch):
         assert ((a.double() - e).abs() <= bound).all()
 
 
+def sums_of_pairs(dtype, device):
+    """An input [1, 2, 8, 64] whose two channels' sums are exact in float32 (exponents close), and
+    whose rounding to bfloat16 or float16 meets every case: halfway ties to even, to odd, values
+    just off a tie, zeros, NaN, infinities, and sums beyond the dtype's largest value."""
+    torch.manual_seed(0)
+    first = torch.randn(8, 64).to(dtype)
+    second = (first.float() * torch.empty(8, 64).uniform_(-1, 1)).to(dtype)
+    eps, big = torch.finfo(dtype).eps, torch.finfo(dtype).max
+    special = [(1.0, eps / 2), (1.0 + eps, eps / 2), (1.0, eps / 2 + eps / 8), (-1.0 - eps, -eps / 2),
+               (0.0, -0.0), (float("nan"), 1.0), (float("inf"), 1.0),
+               (float("-inf"), 2.0), (big, big), (-big, -big), (big, -big)]
+    for i, (a, b) in enumerate(special):
+        first[0, i], second[0, i] = a, b
+    return torch.stack([first, second]).unsqueeze(0).to(device)
+
+
+@pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last], ids=["nchw", "nhwc"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_a_half_precision_output_is_its_float32_sum_rounded_as_torch_rounds(dtype, memory_format, device, half_gemm):
+    """y = x0 + x1 through a 1x1 convolution whose weights are ones: each output is the float32
+    sum rounded once, bit for bit as torch rounds float32 to the dtype (infinities, ties to even
+    and all; a NaN stays a NaN, whose bits torch's own conversions do not agree on), whichever
+    route and GEMM computes it."""
+    x = sums_of_pairs(dtype, device).contiguous(memory_format=memory_format)
+    y = torch_convbp.conv2d(x, torch.ones(3, 2, 1, 1, dtype=dtype, device=device))
+    expected = (x[:, 0].float() + x[:, 1].float()).to(dtype)
+    for channel in range(3):
+        got = y[:, channel]
+        assert torch.equal(got.isnan(), expected.isnan())
+        bits = [torch.where(t.isnan(), 0.0, t).view(torch.int16) for t in (got, expected)]
+        assert torch.equal(*bits)
+
+
 def test_gemm_dtype_tells_which_dtype_the_gemms_run_in(monkeypatch):
     monkeypatch.delenv("TORCH_CONVBP_HALF_GEMM", raising=False)
     assert torch_convbp.gemm_dtype(torch.float64) == torch.float64

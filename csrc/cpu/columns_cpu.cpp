@@ -9,6 +9,8 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "../checks.h"
@@ -166,9 +168,17 @@ void col2im_kernel(const column_t* columns, image_t* images, const ColumnGeometr
 // dst[i] = src[i] for i < n, converting. Inlined, so that it is compiled into (and vectorized
 // by) each caller's clone: the NHWC kernels copy runs as short as one group's channels per tap
 // (3 in an RGB stem, 4 in ResNeXt's groups), where a call per run cost more than the copy.
+// bfloat16 and float16 runs are copied as 16-bit integers: GCC does not vectorize a loop of
+// c10::BFloat16 copies, and bfloat16's im2col took more time than its GEMM (NOTES, section 53).
 template <typename image_t, typename column_t>
 TORCH_CONVBP_INLINE void copy_run(const image_t* src, int64_t n, column_t* dst) {
-  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<column_t>(src[i]);
+  if constexpr (std::is_same_v<image_t, column_t> && sizeof(image_t) == 2) {
+    const auto* from = reinterpret_cast<const uint16_t*>(src);
+    auto* to = reinterpret_cast<uint16_t*>(dst);
+    for (int64_t i = 0; i < n; ++i) to[i] = from[i];
+  } else {
+    for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<column_t>(src[i]);
+  }
 }
 
 // sum[c] += src[c] for c < n; inlined, as copy_run.

@@ -27,6 +27,7 @@
 
 #include "../checks.h"
 #include "../cpu_features.h"
+#include "bfloat16_cpu.h"
 #include "cpu_kernels.h"
 #include "microkernel.h"
 #include "transpose_copy_cpu.h"
@@ -134,8 +135,7 @@ void tile(const T* x, const TapMatrices<T>& w, T* y, float* sums, const ConvShap
   }
   if constexpr (!in_place) {
     for (int64_t ow = 0; ow < s.out_width; ++ow) {
-      T* out = row + ow * s.out_channels;
-      for (int64_t b = 0; b < count; ++b) out[b] = static_cast<T>(sums[ow * count + b]);
+      round_to_bfloat16(sums + ow * count, count, row + ow * s.out_channels);
     }
   }
 }

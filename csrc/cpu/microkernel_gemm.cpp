@@ -31,6 +31,7 @@
 #include <utility>
 
 #include "../scratch.h"
+#include "bfloat16_cpu.h"
 #include "cpu_kernels.h"
 #include "microkernel.h"
 
@@ -108,6 +109,10 @@ template <class From, class To>
 void copy_matrix(const Matrix<From>& from, const Matrix<To>& to) {
   if (from.row_major() && to.row_major()) {
     for (int64_t i = 0; i < from.rows; ++i) {
+      if constexpr (std::is_same_v<From, float> && std::is_same_v<To, at::BFloat16>) {
+        round_to_bfloat16(from.at(i, 0), from.cols, to.at(i, 0));
+        continue;
+      }
       const From* row = from.at(i, 0);
       To* target = to.at(i, 0);
       for (int64_t j = 0; j < from.cols; ++j) target[j] = static_cast<To>(row[j]);
@@ -225,40 +230,101 @@ void pack_pairs(const Halves& tile, at::BFloat16* packed) {
   }
 }
 
-// The bfloat16 products on the micro-kernel: c (float32, row-major) (+)= a @ b, a row-major. The
-// micro-kernel reads B in its VNNI layout, pairs of rows of K interleaved: tile [kk, nn] as
-// [kk/2][nn][2], an odd kk padded with a row of zeros. So every tile of b is packed, once; and
-// where K is odd, the last tile of a is copied with a column of zeros, once, to match.
-void gemm_tiles(const Floats& c, const Halves& a, const Halves& b, bool accumulate) {
+// A bfloat16 product's float32 sums are kept in blocks of at most kMaxBlockRows rows of c by
+// panels of whole tiles of N, at most kMaxStagedSums floats (512 KiB): in L2 while every tile of
+// K adds to them, a tile of a met by every tile of b in the panel; then rounded into c at once.
+// Staged whole, the rounding went out to memory and back and took longer than the products; with
+// a whole column of tiles of K per block, each tile of a left L2 before the next column met it
+// (benchmarks/NOTES.md, section 53). Blocks of rows are multiples of 16: AMX's tiles are 16 rows.
+constexpr int64_t kMaxBlockRows = 512;
+constexpr int64_t kMaxStagedSums = 128 * 1024;
+
+// The bfloat16 products on the micro-kernel: c (+)= a @ b, a row-major, the products summed in
+// float32. The micro-kernel reads B in its VNNI layout, pairs of rows of K interleaved: tile
+// [kk, nn] as [kk/2][nn][2], an odd kk padded with a row of zeros. So every tile of b is packed
+// once: as it is met where c is one block of rows, else a panel's tiles before its blocks. Where
+// K is odd the last tile of a is copied with a column of zeros, once. A float32 row-major c (a
+// weight gradient's sums) takes the sums in place, as one block; any other c gets them block by
+// block (kMaxStagedSums above):
+//
+//   for each panel of tiles of N, for each block of rows:
+//     for each tile of K, in increasing k:   (the first one writes the sums, unless accumulating)
+//       for each tile of N in the panel:  sums [mm, nn] (+)= A [mm, kk] @ B [kk, nn]
+//     c's block (+)= its sums, rounded once
+template <class C>
+void gemm_tiles(const Matrix<C>& c, const Halves& a, const Halves& b, bool accumulate) {
   const int64_t m = c.rows, n = c.cols, k = a.cols;
   const Tiles k_tiles = tiles_of(k, kMaxTileK, kVector), n_tiles = tiles_of(n, kMaxTileN, kVector);
   const int64_t even_tile = (k_tiles.size + 1) / 2 * 2;
-  Tensor b_storage, a_storage;
-  at::BFloat16* const packed = dense<at::BFloat16>(even_tile, n_tiles.size, b_storage).data;
-  for (int64_t kt = 0; kt < k_tiles.count; ++kt) {
-    const int64_t k0 = k_tiles.first(kt), kk = k_tiles.length(kt, k), even = (kk + 1) / 2 * 2;
-    const bool add = accumulate || kt > 0;
-    Halves a_tile = part(a, 0, m, k0, kk);
-    if (even != kk) {  // the last tile, of an odd K: a zero column beside it
-      const Halves padded = dense<at::BFloat16>(m, even, a_storage);
-      copy_matrix(a_tile, part(padded, 0, m, 0, kk));
-      for (int64_t i = 0; i < m; ++i) *padded.at(i, kk) = at::BFloat16(0.f);
-      a_tile = padded;
+  bool in_place = false;
+  if constexpr (std::is_same_v<C, float>) in_place = c.row_major();
+  const Tiles blocks = in_place ? Tiles{1, m} : tiles_of(m, kMaxBlockRows, kVector);
+  const int64_t panel_tiles =
+      in_place ? n_tiles.count
+               : std::max<int64_t>(1, kMaxStagedSums / (blocks.size * n_tiles.size));
+  Tensor a_storage, b_storage, sums_storage;
+  const int64_t last = k_tiles.count - 1, last_k = k_tiles.length(last, k);
+  Halves last_a = part(a, 0, m, k_tiles.first(last), last_k);
+  if (last_k % 2 != 0) {  // an odd K: a zero column beside the last tile
+    const Halves padded = dense<at::BFloat16>(m, last_k + 1, a_storage);
+    copy_matrix(last_a, part(padded, 0, m, 0, last_k));
+    for (int64_t i = 0; i < m; ++i) *padded.at(i, last_k) = at::BFloat16(0.f);
+    last_a = padded;
+  }
+  // tile (kt, nt) of a panel at packed + (kt * panel_tiles + nt - p0) * tile_size, where packed
+  // before the blocks; else every tile at packed, packed as it is met
+  const bool pack_panels = blocks.count > 1;
+  const int64_t tile_size = even_tile * n_tiles.size;
+  at::BFloat16* const packed =
+      dense<at::BFloat16>(pack_panels ? k_tiles.count * panel_tiles : 1, tile_size, b_storage).data;
+  const auto pack = [&](int64_t kt, int64_t nt, at::BFloat16* tile) {
+    pack_pairs(part(b, k_tiles.first(kt), k_tiles.length(kt, k), n_tiles.first(nt),
+                    n_tiles.length(nt, n)),
+               tile);
+    return tile;
+  };
+  float* const staged =
+      in_place ? nullptr
+               : dense<float>(blocks.size, panel_tiles * n_tiles.size, sums_storage).data;
+  for (int64_t p0 = 0; p0 < n_tiles.count; p0 += panel_tiles) {
+    const int64_t p_end = std::min(n_tiles.count, p0 + panel_tiles);
+    const int64_t col0 = n_tiles.first(p0), cols = std::min(n, n_tiles.first(p_end)) - col0;
+    const auto panel_tile = [&](int64_t kt, int64_t nt) {
+      return packed + (kt * panel_tiles + nt - p0) * tile_size;
+    };
+    for (int64_t kt = 0; pack_panels && kt < k_tiles.count; ++kt) {
+      for (int64_t nt = p0; nt < p_end; ++nt) pack(kt, nt, panel_tile(kt, nt));
     }
-    for (int64_t nt = 0; nt < n_tiles.count; ++nt) {
-      const int64_t n0 = n_tiles.first(nt), nn = n_tiles.length(nt, n);
-      pack_pairs(part(b, k0, kk, n0, nn), packed);
-      // [m, nn] (+)= [m, even] @ [even, nn]
-      micro_gemm(m, nn, even, a_tile.data, a_tile.ld(), packed, nn, c.at(0, n0), c.ld(), add);
+    for (int64_t mb = 0; mb < blocks.count; ++mb) {
+      const int64_t m0 = blocks.first(mb), mm = blocks.length(mb, m);
+      const Matrix<C> c_panel = part(c, m0, mm, col0, cols);
+      Floats sums{staged, mm, cols, cols, 1};
+      if constexpr (std::is_same_v<C, float>) {
+        if (in_place) sums = c_panel;
+      }
+      if (!in_place && accumulate) copy_matrix(c_panel, sums);
+      for (int64_t kt = 0; kt < k_tiles.count; ++kt) {
+        const Halves a_tile = kt == last ? part(last_a, m0, mm, 0, last_a.cols)
+                                         : part(a, m0, mm, k_tiles.first(kt), k_tiles.size);
+        for (int64_t nt = p0; nt < p_end; ++nt) {
+          const at::BFloat16* tile = pack_panels ? panel_tile(kt, nt) : pack(kt, nt, packed);
+          const int64_t n0 = n_tiles.first(nt), nn = n_tiles.length(nt, n);
+          const Floats target = part(sums, 0, mm, n0 - col0, nn);
+          // [mm, nn] (+)= [mm, even] @ [even, nn]
+          micro_gemm(mm, nn, a_tile.cols, a_tile.data, a_tile.ld(), tile, nn, target.data,
+                     target.ld(), accumulate || kt > 0);
+        }
+      }
+      if (!in_place) copy_matrix(sums, c_panel);
     }
   }
   release_microkernel(/*vnni=*/true);
 }
 
-// c (+)= a @ b for matrices of any orientation: in the orientation that copies least, with c
-// row-major (else its tiles go to a row-major float32 copy of c, written back at the end, which
-// also rounds a bfloat16 c once, after its last product), and a row-major where the tiles would
-// pack b (else a copied whole, once).
+// c (+)= a @ b for matrices of any orientation: in the orientation that copies least, and a
+// row-major where the tiles would pack b (else a copied whole, once). Float32 products go into c
+// where it is row-major, else into a row-major copy of c, written back at the end; bfloat16 ones
+// stage their sums block by block (gemm_tiles above), which rounds a bfloat16 c once.
 template <class C, class T>
 void gemm_matrices(Matrix<C> c, Matrix<T> a, Matrix<T> b, bool accumulate) {
   if (c.size() == 0) return;
@@ -283,11 +349,12 @@ void gemm_matrices(Matrix<C> c, Matrix<T> a, Matrix<T> b, bool accumulate) {
     copy_matrix(a, copy);
     a = copy;
   }
-  if constexpr (std::is_same_v<C, float>) {
-    if (c.row_major()) {
-      gemm_tiles(c, a, b, accumulate);
-      return;
-    }
+  if constexpr (kHalves) {
+    gemm_tiles(c, a, b, accumulate);  // which stages its own blocks of c
+    return;
+  } else if (c.row_major()) {
+    gemm_tiles(c, a, b, accumulate);
+    return;
   }
   const Floats staged = dense<float>(c.rows, c.cols, c_copy);  // the tiles' row-major result
   if (accumulate) copy_matrix(c, staged);
