@@ -278,14 +278,13 @@ void gemm_tiles(const Matrix<C>& c, const Halves& a, const Halves& b, bool accum
   at::BFloat16* const packed =
       dense<at::BFloat16>(pack_panels ? k_tiles.count * panel_tiles : 1, tile_size, b_storage).data;
   const auto pack = [&](int64_t kt, int64_t nt, at::BFloat16* tile) {
-    pack_pairs(part(b, k_tiles.first(kt), k_tiles.length(kt, k), n_tiles.first(nt),
-                    n_tiles.length(nt, n)),
-               tile);
+    pack_pairs(
+        part(b, k_tiles.first(kt), k_tiles.length(kt, k), n_tiles.first(nt), n_tiles.length(nt, n)),
+        tile);
     return tile;
   };
   float* const staged =
-      in_place ? nullptr
-               : dense<float>(blocks.size, panel_tiles * n_tiles.size, sums_storage).data;
+      in_place ? nullptr : dense<float>(blocks.size, panel_tiles * n_tiles.size, sums_storage).data;
   for (int64_t p0 = 0; p0 < n_tiles.count; p0 += panel_tiles) {
     const int64_t p_end = std::min(n_tiles.count, p0 + panel_tiles);
     const int64_t col0 = n_tiles.first(p0), cols = std::min(n, n_tiles.first(p_end)) - col0;
