@@ -38,23 +38,24 @@ constexpr int64_t kMinNchwDepthwisePlane = 256;
 // 26). On a CPU where the micro-kernel outruns MKL (cpu_prefers_gemm_microkernel: an AVX-512
 // EPYC), it took every layer of 16 channels or more per group, 512@7 included, at oneDNN's
 // speed, where the columns route on the same micro-kernel took 1.1-1.3x; but not a strided
-// 1x1 layer, one tap, whose column matrix is a plain gather (NOTES section 36).
+// 1x1 layer, one tap, whose column matrix is a plain gather (NOTES section 36). In bfloat16 on
+// an AMX Xeon it took the layers of more than one tap and rows of 14 or more, however many
+// channels: 256@14's forward and input gradient 0.6x and 0.45x the columns route's time, 512@7's
+// 1.9x (NOTES section 54).
 constexpr int64_t kMinImplicitChannels = 16;
 constexpr int64_t kMaxImplicitChannels = 128;
 constexpr int64_t kMinImplicitRow = 14;
 
 // Whether the implicit route computes convolution `s` (a forward one: for the input gradient,
 // its transposed convolution) of these operands on the CPU, in NHWC: float32, or bfloat16 where
-// its GEMMs run in bfloat16 on the micro-kernel, on a CPU where the micro-kernel outruns MKL,
-// with input channels per group in pairs (the micro-kernel's VNNI layout).
+// its GEMMs run in bfloat16 on the micro-kernel, with input channels per group in pairs (the
+// micro-kernel's VNNI layout).
 bool takes_implicit(const ConvShape& s, const at::Tensor& first) {
   const auto dtype = first.scalar_type();
   const GemmSetting setting = gemm_setting();  // TORCH_CONVBP_GEMM (gemm_choice.h)
-  // bfloat16 by default only where it was measured to pay (NOTES 42); forced, wherever the
-  // micro-kernel computes bfloat16 (an AMX Xeon too), as the setting promises
+  // bfloat16 wherever the micro-kernel computes it (an EPYC's AVX512_BF16, a Xeon's AMX)
   const bool bfloat16 = dtype == at::kBFloat16 && s.in_channels / s.groups % 2 == 0 &&
-                        gemm_dtype(dtype, first.device()) == dtype &&
-                        (cpu_prefers_gemm_microkernel() || setting == GemmSetting::microkernel);
+                        gemm_dtype(dtype, first.device()) == dtype;
   if (!s.is_planar() || !first.device().is_cpu() || (dtype != at::kFloat && !bfloat16)) {
     return false;
   }
@@ -63,6 +64,7 @@ bool takes_implicit(const ConvShape& s, const at::Tensor& first) {
   const int64_t group_in = s.in_channels / s.groups, group_out = s.out_channels / s.groups;
   const bool wide_enough = group_in >= kMinImplicitChannels && group_out >= kMinNhwcGroupChannels;
   if (cpu_prefers_gemm_microkernel()) return wide_enough && s.taps() > 1;
+  if (bfloat16) return wide_enough && s.taps() > 1 && s.out_width >= kMinImplicitRow;
   return wide_enough && group_in <= kMaxImplicitChannels && s.out_width >= kMinImplicitRow;
 }
 
@@ -191,7 +193,11 @@ RouteChoice choose_route(Operator op, const ConvShape& s, at::TensorList activat
                 ? "stride 1: the forward convolution of the output gradient, a GEMM per tap on "
                   "views of it (no column matrix)"
                 : "a GEMM per tap on views of the input (no column matrix)",
-            !cpu_prefers_gemm_microkernel()
+            !cpu_prefers_gemm_microkernel() && first.scalar_type() == at::kBFloat16
+                ? "channels_last bfloat16 operands on a CPU whose GEMM micro-kernel computes "
+                  "bfloat16; 16 or more channels per group, more than one tap, output rows of 14 "
+                  "pixels or more"
+            : !cpu_prefers_gemm_microkernel()
                 ? "channels_last float32 operands on a CPU with the GEMM micro-kernel; 16 to 128 "
                   "channels per group, output rows of 14 pixels or more"
             : channels_last

@@ -101,8 +101,11 @@ RULE = [
     ("8 channels", (2, 8, 28, 28), 32, 3, torch.float32, True, False, False),
     ("one tap", (2, 64, 28, 28), 64, 1, torch.float32, True, True, False),
     ("float64", (2, 64, 28, 28), 64, 3, torch.float64, True, False, False),
-    # bfloat16 where its GEMMs run in bfloat16 on the micro-kernel (AVX512_BF16), in pairs of channels
-    ("bfloat16", (2, 64, 28, 28), 64, 3, torch.bfloat16, True, False, True),
+    # bfloat16 where its GEMMs run in bfloat16 on the micro-kernel (AVX512_BF16, AMX), in pairs of
+    # channels, and then however many channels
+    ("bfloat16", (2, 64, 28, 28), 64, 3, torch.bfloat16, True, True, True),
+    ("bfloat16, 256 channels", (1, 256, 14, 14), 256, 3, torch.bfloat16, True, True, True),
+    ("bfloat16, rows of 7", (2, 64, 7, 7), 64, 3, torch.bfloat16, True, False, True),
     ("bfloat16, odd channels", (2, 33, 28, 28), 63, 3, torch.bfloat16, True, False, False),
     ("NCHW", (2, 64, 28, 28), 64, 3, torch.float32, False, False, True),
     ("NCHW, 8 channels", (2, 8, 28, 28), 32, 3, torch.float32, False, False, False),
@@ -114,7 +117,8 @@ RULE = [
 def test_the_rule_that_chooses_it(name, shape, cout, kernel, dtype, channels_last, takes, takes_where_faster, monkeypatch):
     monkeypatch.delenv("TORCH_CONVBP_GEMM", raising=False)
     if microkernel_outruns_mkl():
-        takes = takes_where_faster and (dtype != torch.bfloat16 or has_bfloat16_microkernel())
+        takes = takes_where_faster
+    takes = takes and (dtype != torch.bfloat16 or has_bfloat16_microkernel())
     x = torch.empty(shape, dtype=dtype).contiguous(memory_format=CL if channels_last else torch.contiguous_format)
     w = torch.empty(cout, shape[1], kernel, kernel, dtype=dtype)
     # a 1x1 kernel with a stride (one unpadded, of stride 1, is the pointwise route's)
