@@ -185,14 +185,17 @@ Tensor weight_grad_by_chunks(const Tensor& x, const Tensor& dy, IntArrayRef weig
 
 // Route columns (input grad): dcol = W^T @ dY chunk by chunk, then col2im adds dcol into a
 // zeroed dx. The row bands of one image overlap in dx, so a unit is an image chunk with all its
-// bands, in order.
+// bands, in order. The columns are summed again, so in half precision they are float32; where
+// the micro-kernel computes bfloat16, the GEMM's operands stay bfloat16 (products exact in
+// float32, summed in float32 into the columns: benchmarks/NOTES.md, section 55).
 void input_grad_by_col2im(const Tensor& dy, const Tensor& weight, const ConvShape& s, Layout layout,
                           const Tensor& grad_input) {
-  const auto compute = gemm_dtype(dy.scalar_type(), dy.device(), GemmResult::summed_again);
-  // [G, Cin/G*kh*kw, Cout/G], in the GEMMs' dtype
-  const Tensor w_t = in_dtype(weight_matrices(weight, s, layout), compute).transpose(1, 2);
+  const auto columns = gemm_dtype(dy.scalar_type(), dy.device(), GemmResult::summed_again);
+  const auto operands = gemm_dtype(dy.scalar_type(), dy.device());
+  // [G, Cin/G*kh*kw, Cout/G], in the GEMMs' operands' dtype
+  const Tensor w_t = in_dtype(weight_matrices(weight, s, layout), operands).transpose(1, 2);
   grad_input.zero_();
-  const auto workspace = w_t.options();
+  const auto workspace = w_t.options().dtype(columns);
   const Plan plan = plan_chunks(s, workspace);
   const int64_t blocks = gemm_blocks(
       plan.image_chunks,
@@ -200,7 +203,7 @@ void input_grad_by_col2im(const Tensor& dy, const Tensor& weight, const ConvShap
   run_units(s, plan, plan.image_chunks, workspace, layout, [&](int64_t image_chunk, Workspace& ws) {
     for (int64_t band = 0; band < plan.bands; ++band) {
       const Chunk c = plan.chunk(s, image_chunk * plan.bands + band);
-      const Tensor dy_g = ws.group_matrix(chunk_of(dy, c));  // [G, Cout/G, P]
+      const Tensor dy_g = ws.group_matrix(chunk_of(dy, c), operands);  // [G, Cout/G, P]
       // [G, Cin/G*kh*kw, P] = [G, Cin/G*kh*kw, Cout/G] @ [G, Cout/G, P], then summed into dx.
       const Tensor grad_columns = ws.columns(c.images * c.rows * s.out_width);
       gemm_out(grad_columns, w_t, dy_g, blocks);

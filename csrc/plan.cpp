@@ -115,26 +115,34 @@ int64_t partial_sums(const Plan& plan, at::TensorOptions workspace) {
 Workspace::~Workspace() { g_workspace_in_use -= held_bytes_; }
 
 Tensor Workspace::columns(int64_t pixels) {
-  return column_matrix(take(columns_, shape_.column_rows()), shape_, pixels, layout_);
+  return column_matrix(take(columns_, shape_.column_rows(), dtype()), shape_, pixels, layout_);
 }
 
-Tensor Workspace::staging(IntArrayRef size) {
-  return staging_chunk(take(staging_, size[1]), size, layout_);
+Tensor Workspace::staging(IntArrayRef size) { return staging(size, dtype()); }
+
+Tensor Workspace::staging(IntArrayRef size, at::ScalarType dtype) {
+  return staging_chunk(take(staging_, size[1], dtype), size, layout_);
 }
 
-Tensor Workspace::group_matrix(const Tensor& chunk) {
-  if (auto view = group_matrix_view(chunk, shape_.groups, dtype(), layout_)) return *view;
-  Tensor staged = staging(chunk.sizes());
+Tensor Workspace::group_matrix(const Tensor& chunk) { return group_matrix(chunk, dtype()); }
+
+Tensor Workspace::group_matrix(const Tensor& chunk, at::ScalarType dtype) {
+  if (auto view = group_matrix_view(chunk, shape_.groups, dtype, layout_)) return *view;
+  Tensor staged = staging(chunk.sizes(), dtype);
   staged.copy_(chunk);
-  return *group_matrix_view(staged, shape_.groups, dtype(), layout_);
+  return *group_matrix_view(staged, shape_.groups, dtype, layout_);
 }
 
-Tensor& Workspace::take(Tensor& buffer, int64_t rows) {
+// The buffer, allocated on first use in `dtype`: a lane's chunks ask for one dtype each. Never
+// wider than the workspace's, which plan_chunks counted.
+Tensor& Workspace::take(Tensor& buffer, int64_t rows, at::ScalarType dtype) {
+  TORCH_INTERNAL_ASSERT(c10::elementSize(dtype) <= options_.dtype().itemsize());
   if (!buffer.defined()) {
-    buffer = empty_scratch({rows * max_pixels_}, options_);
+    buffer = empty_scratch({rows * max_pixels_}, options_.dtype(dtype));
     held_bytes_ += buffer.nbytes();
     count_in_use(buffer.nbytes());
   }
+  TORCH_INTERNAL_ASSERT(buffer.scalar_type() == dtype);
   return buffer;
 }
 

@@ -71,14 +71,18 @@ class Workspace {
   at::ScalarType dtype() const { return options_.dtype().toScalarType(); }
   // The [G, Cin/G*kh*kw, pixels] column matrix.
   Tensor columns(int64_t pixels);
-  // A staging chunk of `size` [n, C, h, w] (staging_chunk in matrices.h), in the GEMMs' dtype.
+  // A staging chunk of `size` [n, C, h, w] (staging_chunk in matrices.h), in the workspace's
+  // dtype, or in `dtype`.
   Tensor staging(IntArrayRef size);
+  Tensor staging(IntArrayRef size, at::ScalarType dtype);
   // `chunk` [n, C, h, w] as the GEMM operand [G, C/G, n*h*w]: a view, or a copy (converted to
-  // the GEMMs' dtype) in staging.
+  // the workspace's dtype, or to `dtype`: an operand of GEMMs whose results, the columns, are
+  // float32) in staging.
   Tensor group_matrix(const Tensor& chunk);
+  Tensor group_matrix(const Tensor& chunk, at::ScalarType dtype);
 
  private:
-  Tensor& take(Tensor& buffer, int64_t rows);
+  Tensor& take(Tensor& buffer, int64_t rows, at::ScalarType dtype);
   const ConvShape& shape_;
   int64_t max_pixels_;
   at::TensorOptions options_;

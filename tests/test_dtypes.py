@@ -47,11 +47,17 @@ def test_low_precision_values_and_grads(case, dtype, device, half_gemm):
         assert_near(a, e, dtype)
 
 
+@pytest.mark.parametrize("setting", ["float32", "auto"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
-def test_float32_gemms_round_each_result_once(dtype, device, monkeypatch):
+def test_float32_gemms_round_each_result_once(dtype, setting, device, monkeypatch):
     """With float32 GEMMs, every output and gradient entry is its float64 value rounded once to
-    the dtype, up to float32's own error: within half a unit in the last place, plus a little."""
-    monkeypatch.setenv("TORCH_CONVBP_HALF_GEMM", "float32")
+    the dtype, up to float32's own error: within half a unit in the last place, plus a little.
+    So too with bfloat16 GEMMs on the micro-kernel (the default where the CPU computes bfloat16):
+    their products are exact in float32 and summed in float32, the strided input gradient's
+    columns included."""
+    if setting == "auto" and (device != "cpu" or dtype != torch.bfloat16 or not has_bfloat16_microkernel()):
+        pytest.skip("bfloat16 GEMMs on the CPU's micro-kernel only")
+    monkeypatch.setenv("TORCH_CONVBP_HALF_GEMM", setting)
     torch.manual_seed(0)
     x = torch.randn(3, 6, 11, 9, dtype=dtype, device=device, requires_grad=True)
     w = torch.randn(8, 3, 3, 2, dtype=dtype, device=device, requires_grad=True)
