@@ -35,6 +35,8 @@ CASES = [
     ("dilated", (1, 16, 13, 12), 16, (3, 3), (1, 1), (2, 2), (2, 2), 1),
     ("padding past the reach", (2, 8, 5, 6), 8, (2, 3), (1, 1), (3, 3), (1, 1), 1),
     ("rows narrower than the kernel's reach", (2, 8, 9, 2), 8, (3, 5), (1, 1), (1, 2), (1, 1), 1),
+    # stride 2 along the width only: each tap's run of input pixels two pixels apart
+    ("strided along the width", (2, 16, 7, 12), 16, (3, 3), (1, 2), (1, 1), (1, 1), 1),
     ("groups", (2, 32, 8, 9), 80, (3, 3), (1, 1), (1, 1), (1, 1), 2),
     # at most 32 output channels per group: the direct grouped kernels come first
     ("narrow groups", (2, 12, 8, 9), 6, (3, 3), (1, 1), (1, 1), (1, 1), 3),
@@ -177,7 +179,7 @@ def test_the_input_grad_kernel_and_its_fake(microkernel):
 
 @pytest.mark.skipif(not has_bfloat16_microkernel(), reason="no bfloat16 arithmetic for the micro-kernel here")
 @pytest.mark.parametrize("layout", [CL, torch.contiguous_format], ids=["channels_last", "nchw"])
-@pytest.mark.parametrize("name, shape, cout, kernel, stride, padding, dilation, groups", CASES[:8], ids=[c[0] for c in CASES[:8]])
+@pytest.mark.parametrize("name, shape, cout, kernel, stride, padding, dilation, groups", CASES[:9], ids=[c[0] for c in CASES[:9]])
 def test_bfloat16_on_the_implicit_route(name, shape, cout, kernel, stride, padding, dilation, groups, layout, microkernel):
     """bfloat16: each tap's products on the micro-kernel in bfloat16, summed in float32 over the
     taps and rounded once: within bfloat16's rounding of the float64 result, the input gradient
