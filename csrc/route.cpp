@@ -43,6 +43,7 @@ constexpr int64_t kMinNchwDepthwisePlane = 256;
 // channels: 256@14's forward and input gradient 0.6x and 0.45x the columns route's time, 512@7's
 // 1.9x (NOTES section 54).
 constexpr int64_t kMinImplicitChannels = 16;
+constexpr int64_t kMinNchwBfloat16ImplicitChannels = 128;
 constexpr int64_t kMaxImplicitChannels = 128;
 constexpr int64_t kMinImplicitRow = 14;
 
@@ -184,8 +185,13 @@ RouteChoice choose_route(Operator op, const ConvShape& s, at::TensorList activat
   // rows wherever a tap reads padding, too short for the micro-kernel (NOTES section 26). NCHW
   // operands take the route through layout copies where the micro-kernel outruns MKL: their
   // forward and input gradient ran faster so, copies included, than the NCHW column route on
-  // every dense layer measured (NOTES section 40).
-  const bool implicit_layout = channels_last || cpu_prefers_gemm_microkernel();
+  // every dense layer measured (NOTES section 40). So do bfloat16 ones of 128 channels or more
+  // per group wherever the micro-kernel computes bfloat16 (an AMX Xeon): with fewer, the copies
+  // cost more than the route saved (NOTES section 58).
+  const bool wide_bfloat16 =
+      first.scalar_type() == at::kBFloat16 && transposed &&
+      transposed->in_channels / transposed->groups >= kMinNchwBfloat16ImplicitChannels;
+  const bool implicit_layout = channels_last || cpu_prefers_gemm_microkernel() || wide_bfloat16;
   if (implicit_layout && op != Operator::weight_grad && transposed &&
       takes_implicit(*transposed, first)) {
     return {Route::implicit_nhwc, Layout::nhwc,
@@ -194,9 +200,13 @@ RouteChoice choose_route(Operator op, const ConvShape& s, at::TensorList activat
                   "views of it (no column matrix)"
                 : "a GEMM per tap on views of the input (no column matrix)",
             !cpu_prefers_gemm_microkernel() && first.scalar_type() == at::kBFloat16
-                ? "channels_last bfloat16 operands on a CPU whose GEMM micro-kernel computes "
-                  "bfloat16; 16 or more channels per group, more than one tap, output rows of 14 "
-                  "pixels or more"
+                ? (channels_last
+                       ? "channels_last bfloat16 operands on a CPU whose GEMM micro-kernel "
+                         "computes bfloat16; 16 or more channels per group, more than one tap, "
+                         "output rows of 14 pixels or more"
+                       : "bfloat16 on a CPU whose GEMM micro-kernel computes bfloat16; 128 or "
+                         "more channels per group, more than one tap, output rows of 14 pixels "
+                         "or more: NHWC, through layout copies")
             : !cpu_prefers_gemm_microkernel()
                 ? "channels_last float32 operands on a CPU with the GEMM micro-kernel; 16 to 128 "
                   "channels per group, output rows of 14 pixels or more"

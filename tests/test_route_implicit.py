@@ -110,6 +110,9 @@ RULE = [
     ("bfloat16, rows of 7", (2, 64, 7, 7), 64, 3, torch.bfloat16, True, False, True),
     ("bfloat16, odd channels", (2, 33, 28, 28), 63, 3, torch.bfloat16, True, False, False),
     ("NCHW", (2, 64, 28, 28), 64, 3, torch.float32, False, False, True),
+    # bfloat16 fed NCHW through layout copies from 128 channels per group (NOTES section 58)
+    ("NCHW bfloat16, 128 channels", (1, 128, 14, 14), 128, 3, torch.bfloat16, False, True, True),
+    ("NCHW bfloat16, 64 channels", (2, 64, 28, 28), 64, 3, torch.bfloat16, False, False, True),
     ("NCHW, 8 channels", (2, 8, 28, 28), 32, 3, torch.float32, False, False, False),
 ]
 
@@ -205,6 +208,26 @@ def test_bfloat16_on_the_implicit_route(name, shape, cout, kernel, stride, paddi
         # one rounding of a float32 sum: within 2^-8 of the largest magnitude
         torch.testing.assert_close(ours.double(), ref, rtol=0, atol=2 ** -7 * ref.abs().max().item())
     assert y.is_contiguous(memory_format=layout) and dx.is_contiguous(memory_format=layout)
+
+
+@pytest.mark.skipif(not has_bfloat16_microkernel(), reason="no bfloat16 arithmetic for the micro-kernel here")
+def test_bfloat16_fed_nchw_through_layout_copies(monkeypatch):
+    """bfloat16 NCHW operands of 128 channels take the route in NHWC through layout copies: the
+    results come back NCHW, within bfloat16's rounding of the float64 result."""
+    monkeypatch.delenv("TORCH_CONVBP_GEMM", raising=False)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 128, 14, 15, generator=g).to(torch.bfloat16).requires_grad_()
+    w = (torch.randn(128, 128, 3, 3, generator=g) / 16).to(torch.bfloat16).requires_grad_()
+    routes = torch_convbp.explain(x, w, padding=1)
+    assert routes["forward"].route == routes["input_grad"].route == "implicit_nhwc"
+    y = torch_convbp.conv2d(x, w, padding=1)
+    dy = torch.randn(y.shape, generator=g).to(torch.bfloat16)
+    dx, dw = torch.autograd.grad(y, (x, w), dy)
+    x64, w64 = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    y64 = F.conv2d(x64, w64, padding=1)
+    for ours, ref in zip((y, dx, dw), (y64, *torch.autograd.grad(y64, (x64, w64), dy.double()))):
+        assert ours.dtype == torch.bfloat16 and ours.is_contiguous()
+        torch.testing.assert_close(ours.double(), ref, rtol=0, atol=2 ** -7 * ref.abs().max().item())
 
 
 @pytest.mark.skipif(not has_bfloat16_microkernel(), reason="no bfloat16 arithmetic for the micro-kernel here")
