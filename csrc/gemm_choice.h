@@ -14,7 +14,10 @@ enum class GemmResult { rounded_once, summed_again };
 // The dtype the GEMMs' operands are in for operands of `dtype` on `device`: the operands' own,
 // except for float16 and bfloat16 on the CPU: bfloat16 where the micro-kernel computes it
 // natively (its products summed in float32, each result rounded once), else float32 (the column
-// matrices and staging are then float32, and each result is rounded once).
+// matrices and staging are then float32, and each result is rounded once). For a result summed
+// again, the dtype of that result, the columns: float32 on the CPU, whatever the operands' dtype
+// (the strided input gradient multiplies bfloat16 operands into float32 columns where the
+// micro-kernel computes bfloat16: conv2d.cpp, input_grad_by_col2im).
 at::ScalarType gemm_dtype(at::ScalarType dtype, const at::Device& device,
                           GemmResult result = GemmResult::rounded_once);
 
