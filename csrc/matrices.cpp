@@ -17,6 +17,16 @@ std::optional<Tensor> view_if_possible(const Tensor& t, IntArrayRef shape) {
   return t.view(shape);
 }
 
+// A contiguous [Cout, rows, cols] tensor (viewed so) as a contiguous [Cout, cols, rows]: how a
+// weight changes between its NCHW order [Cout, C/G, taps] and its NHWC rows [Cout, taps, C/G]. By
+// the transposing copy kernel: ATen's copy of the permuted view, converting the dtype as it went,
+// took twice as long, up to a tenth of a deep layer's weight gradient (benchmarks/NOTES.md, 60).
+Tensor transposed_per_channel(const Tensor& t, int64_t rows, int64_t cols) {
+  Tensor result = at::empty({t.size(0), cols, rows}, t.options());
+  if (result.numel() > 0) call_transpose_copy(t.view({t.size(0), rows, cols}), result);
+  return result;
+}
+
 }  // namespace
 
 Tensor part_of(const Tensor& t, int64_t dim, int64_t start, int64_t length) {
@@ -62,9 +72,14 @@ Tensor column_kernel_operand(const Tensor& column_matrix, Layout layout) {
 }
 
 Tensor weight_matrices(const Tensor& weight, const ConvShape& s, Layout layout) {
-  // NHWC rows: [Cout, (kd,) kh, kw, C/G]
-  const Tensor rows =
-      layout == Layout::nchw ? weight.contiguous() : weight.movedim(1, -1).contiguous();
+  const int64_t channels = weight.size(1), taps = s.taps();
+  const Tensor nhwc_rows = weight.movedim(1, -1);  // [Cout, (kd,) kh, kw, C/G]
+  Tensor rows;
+  if (layout == Layout::nchw || nhwc_rows.is_contiguous() || taps == 1 || channels == 1) {
+    rows = layout == Layout::nchw ? weight.contiguous() : nhwc_rows.contiguous();
+  } else {
+    rows = transposed_per_channel(weight.contiguous(), channels, taps);
+  }
   return rows.view({s.groups, s.out_channels / s.groups, -1});
 }
 
@@ -81,14 +96,13 @@ Tensor contiguous_matrices(const Tensor& matrices) {
 
 Tensor weight_of_matrices(const Tensor& matrices, IntArrayRef weight_size, at::ScalarType dtype,
                           Layout layout) {
-  if (layout == Layout::nchw) {
-    return in_dtype(contiguous_matrices(matrices).view(weight_size), dtype);
-  }
+  const int64_t out_channels = weight_size[0], channels = weight_size[1];
+  // converted while contiguous: [G, Cout/G, K] as [Cout, K]
+  const Tensor rows = in_dtype(contiguous_matrices(matrices), dtype).view({out_channels, -1});
+  const int64_t taps = rows.numel() / std::max<int64_t>(out_channels * channels, 1);
+  if (layout == Layout::nchw || taps == 1 || channels == 1) return rows.view(weight_size);
   // [Cout, (kd,) kh, kw, C/G] rows back to [Cout, C/G, (kd,) kh, kw]
-  std::vector<int64_t> rows_size(weight_size.begin(), weight_size.end());
-  std::rotate(rows_size.begin() + 1, rows_size.begin() + 2, rows_size.end());
-  const Tensor weight = matrices.view(rows_size).movedim(-1, 1);
-  return at::empty(weight_size, matrices.options().dtype(dtype)).copy_(weight);
+  return transposed_per_channel(rows, taps, channels).view(weight_size);
 }
 
 }  // namespace torch_convbp

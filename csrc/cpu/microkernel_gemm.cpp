@@ -34,6 +34,7 @@
 #include "bfloat16_cpu.h"
 #include "cpu_kernels.h"
 #include "microkernel.h"
+#include "transpose_copy_cpu.h"
 
 namespace torch_convbp {
 namespace {
@@ -103,8 +104,9 @@ Matrix<T> dense(int64_t rows, int64_t cols, Tensor& storage) {
 }
 
 // to = from (the same sizes), converting the elements (float32 to bfloat16 rounds to nearest
-// even): row by row where both are row-major, else in blocks of 16 x 16 elements that stay in
-// L1, each block read along from's columns (a transposing copy where from is column-major).
+// even): row by row where both are row-major; by the transposing copy (transpose_copy_cpu.h)
+// where one is row-major and the other column-major, of one type; else in blocks of 16 x 16
+// elements that stay in L1, each block read along from's columns.
 template <class From, class To>
 void copy_matrix(const Matrix<From>& from, const Matrix<To>& to) {
   if (from.row_major() && to.row_major()) {
@@ -118,6 +120,16 @@ void copy_matrix(const Matrix<From>& from, const Matrix<To>& to) {
       for (int64_t j = 0; j < from.cols; ++j) target[j] = static_cast<To>(row[j]);
     }
     return;
+  }
+  if constexpr (std::is_same_v<From, To>) {
+    if (from.row_major() && to.transposed().row_major()) {
+      return transpose_matrix(from.data, from.ld(), to.data, to.transposed().ld(), from.rows,
+                              from.cols, sizeof(From));
+    }
+    if (from.transposed().row_major() && to.row_major()) {
+      return transpose_matrix(from.data, from.transposed().ld(), to.data, to.ld(), from.cols,
+                              from.rows, sizeof(From));
+    }
   }
   constexpr int64_t kBlock = 16;
   for (int64_t ib = 0; ib < from.rows; ib += kBlock) {

@@ -1,13 +1,22 @@
 // The transposing copy of a batch of matrices, target[b, j, i] = source[b, i, j]: how an operand
-// or a result changes between NCHW and channels_last (layout.h, to_memory_format). ATen's copy
+// or a result changes between NCHW and channels_last (layout.h, to_memory_format), and how the
+// GEMM driver lays out an operand it reads the other way (microkernel_gemm.cpp). ATen's copy
 // walks one of the two tensors with a long stride, and took 5-15x a copy's time on the video
 // layers' activations (benchmarks/NOTES.md, section 30). Here the matrices are cut into tiles of
-// 32 x 32 elements, which sit in L1 while a tile's target rows are written one after another.
-// A copy moves bits: the kernel sees elements only by their size.
+// 32 x 32 elements, which sit in L1 while they are transposed in squares of registers: 8 x 8
+// 16-bit elements, 4 x 4 of 32 bits, 2 x 2 of 64 (SSE2's unpacks, which every x86-64 CPU has),
+// the edges and 8-bit elements one at a time. Element by element, a 16-bit tile's strided reads
+// took 10% of a bfloat16 weight gradient (section 60). A copy moves bits: the kernel sees
+// elements only by their size.
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <cstdint>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "../checks.h"
 #include "transpose_copy_cpu.h"
@@ -19,6 +28,96 @@ using at::Tensor;
 
 constexpr int64_t kTile = 32;
 constexpr int64_t kTilesPerTask = 16;  // 16K elements: enough for a thread
+
+// The side of the square of Bits that Square<Bits>::transpose moves through registers: none (0)
+// without SSE2, or for bytes.
+template <class Bits>
+struct Square {
+  static constexpr int64_t side = 0;
+};
+
+#if defined(__SSE2__)
+inline __m128i load(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
+inline void store(void* p, __m128i v) { _mm_storeu_si128(static_cast<__m128i*>(p), v); }
+
+template <>
+struct Square<uint16_t> {
+  static constexpr int64_t side = 8;
+  // Rows r0..r7 of 8 elements: pairs of rows interleaved by elements, the pairs by pairs, the
+  // quads by quads; each step doubles the run of one column's elements.
+  static void transpose(const uint16_t* from, int64_t from_stride, uint16_t* to,
+                        int64_t to_stride) {
+    __m128i r[8], a[8], b[8];
+    for (int i = 0; i < 8; ++i) r[i] = load(from + i * from_stride);
+    for (int i = 0; i < 4; ++i) {
+      a[2 * i] = _mm_unpacklo_epi16(r[2 * i], r[2 * i + 1]);      // columns 0-3 of rows 2i, 2i+1
+      a[2 * i + 1] = _mm_unpackhi_epi16(r[2 * i], r[2 * i + 1]);  // columns 4-7
+    }
+    for (int h = 0; h < 2; ++h) {  // rows 0-3 (h = 0) and 4-7 (h = 1)
+      const __m128i* q = a + 4 * h;
+      b[4 * h + 0] = _mm_unpacklo_epi32(q[0], q[2]);  // columns 0, 1 of the four rows
+      b[4 * h + 1] = _mm_unpackhi_epi32(q[0], q[2]);  // columns 2, 3
+      b[4 * h + 2] = _mm_unpacklo_epi32(q[1], q[3]);  // columns 4, 5
+      b[4 * h + 3] = _mm_unpackhi_epi32(q[1], q[3]);  // columns 6, 7
+    }
+    for (int j = 0; j < 4; ++j) {  // column 2j, then 2j + 1, of all eight rows
+      store(to + (2 * j) * to_stride, _mm_unpacklo_epi64(b[j], b[4 + j]));
+      store(to + (2 * j + 1) * to_stride, _mm_unpackhi_epi64(b[j], b[4 + j]));
+    }
+  }
+};
+
+template <>
+struct Square<uint32_t> {
+  static constexpr int64_t side = 4;
+  static void transpose(const uint32_t* from, int64_t from_stride, uint32_t* to,
+                        int64_t to_stride) {
+    const __m128i r0 = load(from), r1 = load(from + from_stride), r2 = load(from + 2 * from_stride),
+                  r3 = load(from + 3 * from_stride);
+    const __m128i a0 = _mm_unpacklo_epi32(r0, r1), a1 = _mm_unpackhi_epi32(r0, r1);
+    const __m128i a2 = _mm_unpacklo_epi32(r2, r3), a3 = _mm_unpackhi_epi32(r2, r3);
+    store(to, _mm_unpacklo_epi64(a0, a2));
+    store(to + to_stride, _mm_unpackhi_epi64(a0, a2));
+    store(to + 2 * to_stride, _mm_unpacklo_epi64(a1, a3));
+    store(to + 3 * to_stride, _mm_unpackhi_epi64(a1, a3));
+  }
+};
+
+template <>
+struct Square<uint64_t> {
+  static constexpr int64_t side = 2;
+  static void transpose(const uint64_t* from, int64_t from_stride, uint64_t* to,
+                        int64_t to_stride) {
+    const __m128i r0 = load(from), r1 = load(from + from_stride);
+    store(to, _mm_unpacklo_epi64(r0, r1));
+    store(to + to_stride, _mm_unpackhi_epi64(r0, r1));
+  }
+};
+#endif
+
+// One tile (at most kTile x kTile): its whole squares through registers, the rest one by one.
+template <class Bits>
+void transpose_tile(const Bits* from, int64_t from_stride, Bits* to, int64_t to_stride,
+                    int64_t rows, int64_t cols) {
+  constexpr int64_t side = Square<Bits>::side;
+  int64_t square_rows = 0, square_cols = 0;
+  if constexpr (side > 0) {
+    square_rows = rows / side * side;
+    square_cols = cols / side * side;
+    for (int64_t j = 0; j < square_cols; j += side) {  // down a column of squares: target rows
+      for (int64_t i = 0; i < square_rows; i += side) {
+        Square<Bits>::transpose(from + i * from_stride + j, from_stride, to + j * to_stride + i,
+                                to_stride);
+      }
+    }
+  }
+  for (int64_t j = 0; j < cols; ++j) {  // a target row at a time: its writes are contiguous
+    Bits* target = to + j * to_stride;
+    for (int64_t i = j < square_cols ? square_rows : 0; i < rows; ++i) {
+      target[i] = from[i * from_stride + j];
+    }
+  }
+}
 
 // A [rows, cols] matrix of elements of type Bits, whose rows lie `stride` elements apart.
 template <class Bits>
@@ -37,11 +136,8 @@ void transpose_tiles(Matrices<const Bits> source, Matrices<Bits> target, int64_t
     for (int64_t t = first; t < last; ++t) {
       const int64_t b = t / tiles_per_matrix;
       const int64_t i0 = t % tiles_per_matrix / col_tiles * kTile, j0 = t % col_tiles * kTile;
-      const int64_t i1 = std::min(rows, i0 + kTile), j1 = std::min(cols, j0 + kTile);
-      for (int64_t j = j0; j < j1; ++j) {  // a target row at a time: its writes are contiguous
-        Bits* to = target.row(b, j);
-        for (int64_t i = i0; i < i1; ++i) to[i] = source.row(b, i)[j];
-      }
+      transpose_tile(source.row(b, i0) + j0, source.row_stride, target.row(b, j0) + i0,
+                     target.row_stride, std::min(kTile, rows - i0), std::min(kTile, cols - j0));
     }
   });
 }
@@ -65,6 +161,29 @@ void transpose_copy_cpu(const Tensor& source, const Tensor& target) {
     case 4: return transpose_as<uint32_t>(source, target);
     case 8: return transpose_as<uint64_t>(source, target);
     default: TORCH_CHECK(false, "unreachable: check_transpose_copy admits 1- to 8-byte elements");
+  }
+}
+
+void transpose_matrix(const void* source, int64_t source_stride, void* target,
+                      int64_t target_stride, int64_t rows, int64_t cols, int64_t element_size) {
+  const auto tiles = [&](auto bits) {
+    using Bits = decltype(bits);
+    const Bits* from = static_cast<const Bits*>(source);
+    Bits* to = static_cast<Bits*>(target);
+    for (int64_t i0 = 0; i0 < rows; i0 += kTile) {
+      for (int64_t j0 = 0; j0 < cols; j0 += kTile) {
+        transpose_tile(from + i0 * source_stride + j0, source_stride, to + j0 * target_stride + i0,
+                       target_stride, std::min(kTile, rows - i0), std::min(kTile, cols - j0));
+      }
+    }
+  };
+  switch (element_size) {
+    case 1: return tiles(uint8_t{});
+    case 2: return tiles(uint16_t{});
+    case 4: return tiles(uint32_t{});
+    case 8: return tiles(uint64_t{});
+    default:
+      TORCH_CHECK(false, "transpose_matrix: elements of 1, 2, 4 or 8 bytes, not ", element_size);
   }
 }
 
