@@ -43,7 +43,6 @@ constexpr int64_t kMinNchwDepthwisePlane = 256;
 // channels: 256@14's forward and input gradient 0.6x and 0.45x the columns route's time, 512@7's
 // 1.9x (NOTES section 54).
 constexpr int64_t kMinImplicitChannels = 16;
-constexpr int64_t kMinNchwBfloat16ImplicitChannels = 128;
 constexpr int64_t kMaxImplicitChannels = 128;
 constexpr int64_t kMinImplicitRow = 14;
 
@@ -185,13 +184,13 @@ RouteChoice choose_route(Operator op, const ConvShape& s, at::TensorList activat
   // rows wherever a tap reads padding, too short for the micro-kernel (NOTES section 26). NCHW
   // operands take the route through layout copies where the micro-kernel outruns MKL: their
   // forward and input gradient ran faster so, copies included, than the NCHW column route on
-  // every dense layer measured (NOTES section 40). So do bfloat16 ones of 128 channels or more
-  // per group wherever the micro-kernel computes bfloat16 (an AMX Xeon): with fewer, the copies
-  // cost more than the route saved (NOTES section 58).
-  const bool wide_bfloat16 =
-      first.scalar_type() == at::kBFloat16 && transposed &&
-      transposed->in_channels / transposed->groups >= kMinNchwBfloat16ImplicitChannels;
-  const bool implicit_layout = channels_last || cpu_prefers_gemm_microkernel() || wide_bfloat16;
+  // every dense layer measured (NOTES section 40). So do bfloat16 ones wherever the micro-kernel
+  // computes bfloat16 (an AMX Xeon), from the route's 16 channels per group: 0.65-0.87x the
+  // column route's forward and input gradient at 32 and 64 channels, even at 16. (Until the
+  // transposing copy moved squares of registers, the copies cost more than the route saved below
+  // 128 channels: NOTES sections 58, 60.)
+  const bool implicit_layout = channels_last || cpu_prefers_gemm_microkernel() ||
+                               first.scalar_type() == at::kBFloat16;
   if (implicit_layout && op != Operator::weight_grad && transposed &&
       takes_implicit(*transposed, first)) {
     return {Route::implicit_nhwc, Layout::nhwc,
@@ -204,7 +203,7 @@ RouteChoice choose_route(Operator op, const ConvShape& s, at::TensorList activat
                        ? "channels_last bfloat16 operands on a CPU whose GEMM micro-kernel "
                          "computes bfloat16; 16 or more channels per group, more than one tap, "
                          "output rows of 14 pixels or more"
-                       : "bfloat16 on a CPU whose GEMM micro-kernel computes bfloat16; 128 or "
+                       : "bfloat16 on a CPU whose GEMM micro-kernel computes bfloat16; 16 or "
                          "more channels per group, more than one tap, output rows of 14 pixels "
                          "or more: NHWC, through layout copies")
             : !cpu_prefers_gemm_microkernel()

@@ -110,9 +110,11 @@ RULE = [
     ("bfloat16, rows of 7", (2, 64, 7, 7), 64, 3, torch.bfloat16, True, False, True),
     ("bfloat16, odd channels", (2, 33, 28, 28), 63, 3, torch.bfloat16, True, False, False),
     ("NCHW", (2, 64, 28, 28), 64, 3, torch.float32, False, False, True),
-    # bfloat16 fed NCHW through layout copies from 128 channels per group (NOTES section 58)
+    # bfloat16 fed NCHW through layout copies as fed channels_last (NOTES sections 58, 60)
     ("NCHW bfloat16, 128 channels", (1, 128, 14, 14), 128, 3, torch.bfloat16, False, True, True),
-    ("NCHW bfloat16, 64 channels", (2, 64, 28, 28), 64, 3, torch.bfloat16, False, False, True),
+    ("NCHW bfloat16, 16 channels", (2, 16, 28, 28), 16, 3, torch.bfloat16, False, True, True),
+    ("NCHW bfloat16, rows of 7", (2, 64, 7, 7), 64, 3, torch.bfloat16, False, False, True),
+    ("NCHW bfloat16, 8 channels", (2, 8, 28, 28), 32, 3, torch.bfloat16, False, False, False),
     ("NCHW, 8 channels", (2, 8, 28, 28), 32, 3, torch.float32, False, False, False),
 ]
 
@@ -212,8 +214,8 @@ def test_bfloat16_on_the_implicit_route(name, shape, cout, kernel, stride, paddi
 
 @pytest.mark.skipif(not has_bfloat16_microkernel(), reason="no bfloat16 arithmetic for the micro-kernel here")
 def test_bfloat16_fed_nchw_through_layout_copies(monkeypatch):
-    """bfloat16 NCHW operands of 128 channels take the route in NHWC through layout copies: the
-    results come back NCHW, within bfloat16's rounding of the float64 result."""
+    """bfloat16 NCHW operands take the route in NHWC through layout copies: the results come back
+    NCHW, within bfloat16's rounding of the float64 result."""
     monkeypatch.delenv("TORCH_CONVBP_GEMM", raising=False)
     g = torch.Generator().manual_seed(0)
     x = torch.randn(2, 128, 14, 15, generator=g).to(torch.bfloat16).requires_grad_()
