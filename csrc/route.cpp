@@ -189,8 +189,8 @@ RouteChoice choose_route(Operator op, const ConvShape& s, at::TensorList activat
   // column route's forward and input gradient at 32 and 64 channels, even at 16. (Until the
   // transposing copy moved squares of registers, the copies cost more than the route saved below
   // 128 channels: NOTES sections 58, 60.)
-  const bool implicit_layout = channels_last || cpu_prefers_gemm_microkernel() ||
-                               first.scalar_type() == at::kBFloat16;
+  const bool implicit_layout =
+      channels_last || cpu_prefers_gemm_microkernel() || first.scalar_type() == at::kBFloat16;
   if (implicit_layout && op != Operator::weight_grad && transposed &&
       takes_implicit(*transposed, first)) {
     return {Route::implicit_nhwc, Layout::nhwc,
