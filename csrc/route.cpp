@@ -185,10 +185,10 @@ RouteChoice choose_route(Operator op, const ConvShape& s, at::TensorList activat
   // operands take the route through layout copies where the micro-kernel outruns MKL: their
   // forward and input gradient ran faster so, copies included, than the NCHW column route on
   // every dense layer measured (NOTES section 40). So do bfloat16 ones wherever the micro-kernel
-  // computes bfloat16 (an AMX Xeon), from the route's 16 channels per group: 0.65-0.87x the
-  // column route's forward and input gradient at 32 and 64 channels, even at 16. (Until the
-  // transposing copy moved squares of registers, the copies cost more than the route saved below
-  // 128 channels: NOTES sections 58, 60.)
+  // computes bfloat16 (an AMX Xeon), from the route's 16 channels per group: their forward and
+  // input gradient took 0.65-0.87x the column route's time at 32 and 64 channels, the same at 16.
+  // (Until the transposing copy moved squares of registers, the copies cost more than the route
+  // saved below 128 channels: NOTES sections 58, 60.)
   const bool implicit_layout =
       channels_last || cpu_prefers_gemm_microkernel() || first.scalar_type() == at::kBFloat16;
   if (implicit_layout && op != Operator::weight_grad && transposed &&
