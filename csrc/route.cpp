@@ -33,17 +33,18 @@ constexpr int64_t kMinNchwDepthwisePlane = 256;
 
 // The implicit route (GEMMs on shifted views of the input, no column matrix) pays where each
 // tap's GEMM has enough input channels to be a GEMM and each output row enough pixels, and the
-// channels are few enough that the column matrix would cost much beside the GEMM: 16 to 128
+// channels are few enough that the column matrix would cost much beside the GEMM: 16 to 256
 // input channels per group, output rows of 14 pixels or more (on an AVX-512 Xeon: NOTES section
-// 26). On a CPU where the micro-kernel outruns MKL (cpu_prefers_gemm_microkernel: an AVX-512
-// EPYC), it took every layer of 16 channels or more per group, 512@7 included, at oneDNN's
-// speed, where the columns route on the same micro-kernel took 1.1-1.3x; but not a strided
-// 1x1 layer, one tap, whose column matrix is a plain gather (NOTES section 36). In bfloat16 on
-// an AMX Xeon it took the layers of more than one tap and rows of 14 or more, however many
-// channels: 256@14's forward and input gradient 0.6x and 0.45x the columns route's time, 512@7's
-// 1.9x (NOTES section 54).
+// 26; 256 since its tiles took bands of rows and its B matrices a tap at a time, 0.83-0.95x the
+// column route's time at 256@14 and 256@28, 1.0-1.2x at 512@14: section 61). On a CPU where the
+// micro-kernel outruns MKL (cpu_prefers_gemm_microkernel: an AVX-512 EPYC), it took every layer of
+// 16 channels or more per group, 512@7 included, at oneDNN's speed, where the columns route on the
+// same micro-kernel took 1.1-1.3x; but not a strided 1x1 layer, one tap, whose column matrix is a
+// plain gather (NOTES section 36). In bfloat16 on an AMX Xeon it took the layers of more than one
+// tap and rows of 14 or more, however many channels: 256@14's forward and input gradient 0.6x and
+// 0.45x the columns route's time, 512@7's 1.9x (NOTES section 54).
 constexpr int64_t kMinImplicitChannels = 16;
-constexpr int64_t kMaxImplicitChannels = 128;
+constexpr int64_t kMaxImplicitChannels = 256;
 constexpr int64_t kMinImplicitRow = 14;
 
 // Whether the implicit route computes convolution `s` (a forward one: for the input gradient,
@@ -207,7 +208,7 @@ RouteChoice choose_route(Operator op, const ConvShape& s, at::TensorList activat
                          "more channels per group, more than one tap, output rows of 14 pixels "
                          "or more: NHWC, through layout copies")
             : !cpu_prefers_gemm_microkernel()
-                ? "channels_last float32 operands on a CPU with the GEMM micro-kernel; 16 to 128 "
+                ? "channels_last float32 operands on a CPU with the GEMM micro-kernel; 16 to 256 "
                   "channels per group, output rows of 14 pixels or more"
             : channels_last
                 ? "channels_last float32 or bfloat16 operands on a CPU where the GEMM "

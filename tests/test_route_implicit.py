@@ -1,7 +1,7 @@
 """Route implicit_nhwc: a float32 convolution of channels_last operands on a CPU with oneDNN's GEMM
 micro-kernel computes its forward, and its input gradient where that is a stride-1 convolution,
 as GEMMs on shifted views of the input, one per tap, with no column matrix
-(csrc/cpu/implicit_nhwc_cpu.cpp). By default it takes layers of 16 to 128 input channels per group
+(csrc/cpu/implicit_nhwc_cpu.cpp). By default it takes layers of 16 to 256 input channels per group
 whose output rows have 14 pixels or more; on a CPU where the micro-kernel outruns MKL, every layer of
 16 channels or more per group with more than one tap, NCHW operands too (through layout copies);
 TORCH_CONVBP_GEMM=microkernel makes it take every call it can compute, =mkl none
@@ -99,7 +99,8 @@ RULE = [
     ("64 channels, rows of 28", (2, 64, 28, 28), 64, 3, torch.float32, True, True, True),
     ("16 channels, rows of 14", (2, 16, 14, 14), 32, 3, torch.float32, True, True, True),
     ("rows of 7", (2, 64, 7, 7), 64, 3, torch.float32, True, False, True),
-    ("256 channels", (1, 256, 14, 14), 256, 3, torch.float32, True, False, True),
+    ("256 channels", (1, 256, 14, 14), 256, 3, torch.float32, True, True, True),
+    ("512 channels", (1, 512, 14, 14), 512, 3, torch.float32, True, False, True),
     ("8 channels", (2, 8, 28, 28), 32, 3, torch.float32, True, False, False),
     ("one tap", (2, 64, 28, 28), 64, 1, torch.float32, True, True, False),
     ("float64", (2, 64, 28, 28), 64, 3, torch.float64, True, False, False),
@@ -157,6 +158,35 @@ def test_the_kernel_and_its_fake(microkernel):
         ops.implicit_conv2d(x.contiguous(), w, *args, out)
     with pytest.raises(RuntimeError, match=r"expected output of size \[2, 8, 6, 7\]"):
         ops.implicit_conv2d(x, w, *args, out[:, :, :5])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("kernel", ["forward", "input_grad"])
+def test_an_image_gets_the_same_bits_in_any_batch(kernel, dtype, microkernel):
+    """A tile is a band of output rows that may run across images (csrc/cpu/implicit_nhwc_cpu.cpp),
+    and each output entry sums its taps in the same order in any band: an image's result is
+    bitwise the same alone, in a batch of 5, or of 64 (rows of 3 pixels, so a band spans several
+    images), a deep layer's weights included (256 output channels: one block)."""
+    if dtype == torch.bfloat16 and not has_bfloat16_microkernel():
+        pytest.skip("no bfloat16 arithmetic for the micro-kernel here")
+    g = torch.Generator().manual_seed(3)
+    for size, out_channels in (((64, 16, 5, 3), 32), ((5, 32, 6, 14), 256)):
+        x = torch.randn(size, generator=g).to(dtype).contiguous(memory_format=CL)
+        # the input gradient's kernel takes dY (here x) and the convolution's own weight [Cout, Cin]
+        weight_size = (out_channels, size[1]) if kernel == "forward" else (size[1], out_channels)
+        w = torch.randn(*weight_size, 3, 3, generator=g).to(dtype)
+        op = ops.implicit_conv2d if kernel == "forward" else ops.implicit_conv2d_input_grad
+
+        def run(batch):
+            out = torch.empty(batch.shape[0], out_channels, *size[2:], dtype=dtype)
+            out = out.contiguous(memory_format=CL)
+            op(batch, w, [1, 1], [1, 1], [1, 1], 1, out)
+            return out
+
+        whole = run(x)
+        for i in (0, 2, size[0] - 1):
+            assert torch.equal(run(x[i : i + 1]), whole[i : i + 1])
+        assert torch.equal(run(x[1:6]), whole[1:6])
 
 
 def test_the_input_grad_kernel_and_its_fake(microkernel):

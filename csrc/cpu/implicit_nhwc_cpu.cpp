@@ -13,9 +13,10 @@
 // matrix of the columns route costs a write and a read of kh*kw*C values per output pixel; here
 // each input pixel is read in place (benchmarks/NOTES.md, section 26).
 //
-// A task computes whole tiles (an output row of one image, one group, one block of output
-// channels), tap by tap in (ki, kj) order, so every output entry is summed in the same order
-// whichever thread runs its tile: the bits do not depend on the thread count.
+// A task computes whole tiles (a band of output rows, one group, one block of output channels),
+// tap by tap in (ki, kj) order, so every output entry is summed in the same order whichever thread
+// runs its tile, and whichever rows share the tile: the bits depend neither on the thread count
+// nor on the tiles.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
@@ -39,11 +40,12 @@ namespace {
 constexpr int64_t kMaxTileChannels = 256;
 
 // The weights of every tap of every group as the micro-kernel's B matrices [K, N] (K = the
-// computed convolution's input channels per group, N its output channels per group), in memory
-// that one transposing copy of the contiguous weight [Cout, Cin/G, kh, kw] writes; it took a fifth
-// of the 512@7 layer's time as a flip and two ATen copies (benchmarks/NOTES.md, section 40). In
-// float32 B is row-major with rows ldb apart; in bfloat16 it is in the VNNI layout the
-// micro-kernel reads ([K/2][N][2] per tap, its pairs of rows ldb * 2 elements apart).
+// computed convolution's input channels per group, N its output channels per group): one
+// transposing copy of the contiguous weight [Cout, Cin/G, kh, kw] (as a flip and two ATen copies
+// it took a fifth of the 512@7 layer's time, benchmarks/NOTES.md, section 40), then a copy tap by
+// tap (tap_matrices). In float32 B is row-major with rows ldb apart; in bfloat16 it is in the
+// VNNI layout the micro-kernel reads ([K/2][N][2] per tap, its pairs of rows ldb * 2 elements
+// apart).
 template <class T>
 struct TapMatrices {
   at::Tensor memory;
@@ -59,13 +61,15 @@ struct TapMatrices {
 };
 
 // `rows` [G, K, taps, N]: the transposed weight, row (g, k, tap) holding B_tap's row k of group g.
-// In float32 the tap matrices are those rows, read with a leading dimension of taps * N; in
-// bfloat16 each tap's rows k and k+1 are interleaved into a pair, [G, taps, K/2, N, 2].
+// Each tap's matrix is laid out contiguously, [G, taps, K, N]: read in place from `rows`, with
+// rows taps * N apart, a deep layer's B took one of L1's sets in every 2 or 4 (rows 9 or 18 KiB
+// apart) and the micro-kernel ran at 0.6x (benchmarks/NOTES.md, section 61). In bfloat16 each
+// tap's rows k and k+1 are interleaved into a pair as well, [G, taps, K/2, N, 2].
 template <class T>
 TapMatrices<T> tap_matrices(const Tensor& rows, bool reversed) {
   const int64_t groups = rows.size(0), k = rows.size(1), taps = rows.size(2), n = rows.size(3);
   if constexpr (std::is_same_v<T, float>) {
-    return {rows, k * taps * n, n, taps * n, taps, reversed};
+    return {rows.permute({0, 2, 1, 3}).contiguous(), taps * k * n, k * n, n, taps, reversed};
   } else {
     const Tensor pairs = at::empty({groups, taps, k / 2, n * 2}, rows.options());
     const auto* from = reinterpret_cast<const uint16_t*>(rows.const_data_ptr<T>());
@@ -106,36 +110,60 @@ TapMatrices<T> input_grad_tap_matrices(const Tensor& weight, const ConvShape& s)
   return tap_matrices<T>(t, /*reversed=*/true);
 }
 
-// One tile of convolution `s`: output row oh of image n, group g, output channels
-// [co, co + count) of the group. The taps' products are summed in float32: in the output row
-// itself (float32), or in `sums` [OW, count], rounded once into the row after the last tap.
+// A tile's output rows: consecutive rows of the output (of one image or of several), as many as
+// make at least kTilePixels output pixels, so that a tap's B matrix, loaded into L2 by the tile's
+// first row, serves the others from there. Taken row by row with every tap's B in turn, the
+// deep layers' weights (2.4 MB at 256@14) streamed from L3 for every row: the micro-kernel ran
+// at 0.7x its rate on one B in L2 (benchmarks/NOTES.md, section 61). Fewer rows where that
+// leaves under kMinTiles tiles (a deep layer at batch 1), so that a many-core CPU has them.
+constexpr int64_t kTilePixels = 128;
+constexpr int64_t kMinTiles = 16;
+
+// One tile of convolution `s`: output rows [first_row, first_row + rows) of [N * OH] (row r is
+// image r / OH, row r % OH), group g, output channels [co, co + count) of the group. Tap by tap
+// in (ki, kj) order, each tap over all the rows: every output entry sums its taps in that order,
+// whatever the tile's rows, so the rows per tile do not change the bits. The sums are float32:
+// in the output rows themselves (float32), or in `sums` [rows, OW, count], rounded once into the
+// rows after the last tap.
 template <class T>
-void tile(const T* x, const TapMatrices<T>& w, T* y, float* sums, const ConvShape& s, int64_t n,
-          int64_t oh, int64_t g, int64_t co, int64_t count) {
+void tile(const T* x, const TapMatrices<T>& w, T* y, float* sums, const ConvShape& s,
+          int64_t first_row, int64_t rows, int64_t g, int64_t co, int64_t count) {
   const int64_t group_in = s.in_channels / s.groups, group_out = s.out_channels / s.groups;
-  T* row = y + ((n * s.out_height + oh) * s.out_width) * s.out_channels + g * group_out + co;
   constexpr bool in_place = std::is_same_v<T, float>;
-  float* sum_row = in_place ? reinterpret_cast<float*>(row) : sums;
   const int64_t ldc = in_place ? s.out_channels : count;
-  for (int64_t ow = 0; ow < s.out_width; ++ow) std::fill_n(sum_row + ow * ldc, count, 0.f);
+  const auto out_row = [&](int64_t r) {
+    return y + (first_row + r) * s.out_width * s.out_channels + g * group_out + co;
+  };
+  const auto sum_row = [&](int64_t r) {
+    return in_place ? reinterpret_cast<float*>(out_row(r)) : sums + r * s.out_width * count;
+  };
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t ow = 0; ow < s.out_width; ++ow) std::fill_n(sum_row(r) + ow * ldc, count, 0.f);
+  }
   for (int64_t ki = 0; ki < s.kernel_h; ++ki) {
-    const int64_t ih = input_row(s, oh, ki);
-    if (ih < 0) continue;
-    const T* x_row = x + ((n * s.height + ih) * s.width) * s.in_channels + g * group_in;
     for (int64_t kj = 0; kj < s.kernel_w; ++kj) {
       const Tap tap = tap_columns(s, kj);
       const int64_t columns = tap.columns.end - tap.columns.begin;
       if (columns <= 0) continue;
       const int64_t iw = tap.columns.begin * s.stride_w + tap.offset;
-      // [columns, nb] += [columns, C/G] @ [C/G, nb]
-      micro_gemm(columns, count, group_in, x_row + iw * s.in_channels, s.stride_w * s.in_channels,
-                 w.of(g, ki * s.kernel_w + kj) + TapMatrices<T>::column(co), w.ldb,
-                 sum_row + tap.columns.begin * ldc, ldc, /*add=*/true);
+      const T* b = w.of(g, ki * s.kernel_w + kj) + TapMatrices<T>::column(co);
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t n = (first_row + r) / s.out_height, oh = (first_row + r) % s.out_height;
+        const int64_t ih = input_row(s, oh, ki);
+        if (ih < 0) continue;
+        const T* x_row = x + ((n * s.height + ih) * s.width) * s.in_channels + g * group_in;
+        // [columns, nb] += [columns, C/G] @ [C/G, nb]
+        micro_gemm(columns, count, group_in, x_row + iw * s.in_channels, s.stride_w * s.in_channels,
+                   b, w.ldb, sum_row(r) + tap.columns.begin * ldc, ldc,
+                   /*add=*/true);
+      }
     }
   }
   if constexpr (!in_place) {
-    for (int64_t ow = 0; ow < s.out_width; ++ow) {
-      round_to_bfloat16(sums + ow * count, count, row + ow * s.out_channels);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t ow = 0; ow < s.out_width; ++ow) {
+        round_to_bfloat16(sum_row(r) + ow * count, count, out_row(r) + ow * s.out_channels);
+      }
     }
   }
 }
@@ -147,16 +175,20 @@ void implicit_convolution(const Tensor& x, const TapMatrices<T>& w, const ConvSh
   const int64_t group_out = s.out_channels / s.groups;
   const int64_t per_tile = std::min(group_out, kMaxTileChannels);
   const int64_t blocks = (group_out + per_tile - 1) / per_tile;
-  const int64_t rows = s.batch * s.out_height, tiles = rows * s.groups * blocks;
+  const int64_t rows = s.batch * s.out_height, units = s.groups * blocks;
+  const int64_t tile_rows = std::max<int64_t>(
+      1, std::min((kTilePixels + s.out_width - 1) / s.out_width, rows * units / kMinTiles));
+  const int64_t row_tiles = (rows + tile_rows - 1) / tile_rows, tiles = row_tiles * units;
   const T* x_data = x.const_data_ptr<T>();
   T* y_data = y.mutable_data_ptr<T>();
-  // Tiles in the order (group, block, row): consecutive tasks share a block of weights.
+  // Tiles in the order (group, block, rows): consecutive tasks share a block of weights.
   at::parallel_for(0, tiles, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> sums(std::is_same_v<T, float> ? 0 : s.out_width * per_tile);
+    std::vector<float> sums(std::is_same_v<T, float> ? 0 : tile_rows * s.out_width * per_tile);
     for (int64_t t = begin; t < end; ++t) {
-      const int64_t row = t % rows, block = t / rows % blocks, g = t / rows / blocks;
-      const int64_t co = block * per_tile, count = std::min(per_tile, group_out - co);
-      tile(x_data, w, y_data, sums.data(), s, row / s.out_height, row % s.out_height, g, co, count);
+      const int64_t first_row = t % row_tiles * tile_rows, unit = t / row_tiles;
+      const int64_t g = unit / blocks, co = unit % blocks * per_tile;
+      tile(x_data, w, y_data, sums.data(), s, first_row, std::min(tile_rows, rows - first_row), g,
+           co, std::min(per_tile, group_out - co));
     }
     if constexpr (!std::is_same_v<T, float>) release_microkernel(/*vnni=*/true);
   });
