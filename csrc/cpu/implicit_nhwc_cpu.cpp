@@ -61,10 +61,10 @@ struct TapMatrices {
 };
 
 // `rows` [G, K, taps, N]: the transposed weight, row (g, k, tap) holding B_tap's row k of group g.
-// Each tap's matrix is laid out contiguously, [G, taps, K, N]: read in place from `rows`, with
-// rows taps * N apart, a deep layer's B took one of L1's sets in every 2 or 4 (rows 9 or 18 KiB
-// apart) and the micro-kernel ran at 0.6x (benchmarks/NOTES.md, section 61). In bfloat16 each
-// tap's rows k and k+1 are interleaved into a pair as well, [G, taps, K/2, N, 2].
+// Each tap's matrix is laid out in one piece, [G, taps, K, N]: read in place from `rows`, its rows
+// taps * N apart (9 or 18 KiB in a deep layer) fell on a quarter or a half of L1's sets, and the
+// micro-kernel ran at 0.6x (benchmarks/NOTES.md, section 61). In bfloat16 each tap's rows k and
+// k+1 are interleaved into a pair as well, [G, taps, K/2, N, 2].
 template <class T>
 TapMatrices<T> tap_matrices(const Tensor& rows, bool reversed) {
   const int64_t groups = rows.size(0), k = rows.size(1), taps = rows.size(2), n = rows.size(3);

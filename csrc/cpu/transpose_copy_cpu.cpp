@@ -142,31 +142,36 @@ void transpose_tiles(Matrices<const Bits> source, Matrices<Bits> target, int64_t
   });
 }
 
-template <class Bits>
-void transpose_as(const Tensor& source, const Tensor& target) {
-  const Matrices<const Bits> from{static_cast<const Bits*>(source.const_data_ptr()),
-                                  source.stride(0), source.stride(1)};
-  const Matrices<Bits> to{static_cast<Bits*>(target.mutable_data_ptr()), target.stride(0),
-                          target.stride(1)};
-  transpose_tiles(from, to, source.size(0), source.size(1), source.size(2));
+// body(Bits{}) with Bits the unsigned integer of `element_size` bytes (1, 2, 4 or 8).
+template <class Body>
+void with_bits(int64_t element_size, const char* op, Body&& body) {
+  switch (element_size) {
+    case 1: return body(uint8_t{});
+    case 2: return body(uint16_t{});
+    case 4: return body(uint32_t{});
+    case 8: return body(uint64_t{});
+    default: TORCH_CHECK(false, op, ": elements of 1, 2, 4 or 8 bytes, not ", element_size);
+  }
 }
 
 }  // namespace
 
 void transpose_copy_cpu(const Tensor& source, const Tensor& target) {
-  check_transpose_copy("torch_convbp.transpose_copy", source, target);
-  switch (source.element_size()) {
-    case 1: return transpose_as<uint8_t>(source, target);
-    case 2: return transpose_as<uint16_t>(source, target);
-    case 4: return transpose_as<uint32_t>(source, target);
-    case 8: return transpose_as<uint64_t>(source, target);
-    default: TORCH_CHECK(false, "unreachable: check_transpose_copy admits 1- to 8-byte elements");
-  }
+  constexpr const char* op = "torch_convbp.transpose_copy";
+  check_transpose_copy(op, source, target);
+  with_bits(source.element_size(), op, [&](auto bits) {
+    using Bits = decltype(bits);
+    const Matrices<const Bits> from{static_cast<const Bits*>(source.const_data_ptr()),
+                                    source.stride(0), source.stride(1)};
+    const Matrices<Bits> to{static_cast<Bits*>(target.mutable_data_ptr()), target.stride(0),
+                            target.stride(1)};
+    transpose_tiles(from, to, source.size(0), source.size(1), source.size(2));
+  });
 }
 
 void transpose_matrix(const void* source, int64_t source_stride, void* target,
                       int64_t target_stride, int64_t rows, int64_t cols, int64_t element_size) {
-  const auto tiles = [&](auto bits) {
+  with_bits(element_size, "transpose_matrix", [&](auto bits) {
     using Bits = decltype(bits);
     const Bits* from = static_cast<const Bits*>(source);
     Bits* to = static_cast<Bits*>(target);
@@ -176,15 +181,7 @@ void transpose_matrix(const void* source, int64_t source_stride, void* target,
                        target_stride, std::min(kTile, rows - i0), std::min(kTile, cols - j0));
       }
     }
-  };
-  switch (element_size) {
-    case 1: return tiles(uint8_t{});
-    case 2: return tiles(uint16_t{});
-    case 4: return tiles(uint32_t{});
-    case 8: return tiles(uint64_t{});
-    default:
-      TORCH_CHECK(false, "transpose_matrix: elements of 1, 2, 4 or 8 bytes, not ", element_size);
-  }
+  });
 }
 
 TORCH_LIBRARY_IMPL(torch_convbp, CPU, m) { m.impl("transpose_copy", &transpose_copy_cpu); }
