@@ -352,12 +352,15 @@ TORCH_CONVBP_WIDE_VECTOR_CLONES void sum_lanes(acc_t* lanes, int64_t count) {
 // - a multiple of 16 channels, a 64-byte cache line of float32: blocks of 8 read half of every
 //   line they fetched (benchmarks/NOTES.md, section 18);
 // - as long as possible: a task per thread, or a multiple of the thread count where the lanes
-//   [kSumLanes, taps, block] would pass 4 MiB of float32 (section 14: longer blocks measured
-//   faster than blocks whose lanes fit L2), in equal tasks for the threads (section 18).
+//   [kSumLanes, taps, block] would pass kMostLanes (1 MiB of float32), in equal tasks for the
+//   threads (section 18). Longer blocks measured faster than blocks of 16 channels on 56x56
+//   planes (section 14); lanes past 1 MiB, out of L2, cost the small planes and the 5x5 kernels
+//   15-30% (section 62).
 // Only the cut into tasks depends on the thread count, never an entry's order of summation.
+constexpr int64_t kMostLanes = int64_t{1} << 18;
 int64_t weight_grad_block(const ConvShape& s) {
   const int64_t taps = s.kernel_h * s.kernel_w, threads = at::get_num_threads();
-  const int64_t most = std::max<int64_t>(16, (int64_t{1} << 20) / (taps * kSumLanes) / 16 * 16);
+  const int64_t most = std::max<int64_t>(16, kMostLanes / (taps * kSumLanes) / 16 * 16);
   const auto block_for = [&](int64_t tasks) {
     return std::max<int64_t>(16, ((s.out_channels + tasks - 1) / tasks + 15) / 16 * 16);
   };
