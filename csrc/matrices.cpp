@@ -72,15 +72,12 @@ Tensor column_kernel_operand(const Tensor& column_matrix, Layout layout) {
 }
 
 Tensor weight_matrices(const Tensor& weight, const ConvShape& s, Layout layout) {
-  const int64_t channels = weight.size(1), taps = s.taps();
+  const std::vector<int64_t> matrices{s.groups, s.out_channels / s.groups, -1};
   const Tensor nhwc_rows = weight.movedim(1, -1);  // [Cout, (kd,) kh, kw, C/G]
-  Tensor rows;
-  if (layout == Layout::nchw || nhwc_rows.is_contiguous() || taps == 1 || channels == 1) {
-    rows = layout == Layout::nchw ? weight.contiguous() : nhwc_rows.contiguous();
-  } else {
-    rows = transposed_per_channel(weight.contiguous(), channels, taps);
+  if (layout == Layout::nchw || nhwc_rows.is_contiguous() || s.taps() == 1 || weight.size(1) == 1) {
+    return (layout == Layout::nchw ? weight : nhwc_rows).contiguous().view(matrices);
   }
-  return rows.view({s.groups, s.out_channels / s.groups, -1});
+  return transposed_per_channel(weight.contiguous(), weight.size(1), s.taps()).view(matrices);
 }
 
 // Matrices [G, M, N] in contiguous memory: themselves, or a copy, by the transposing copy kernel
