@@ -301,4 +301,24 @@ void check_transpose_copy(const char* op, const Tensor& source, const Tensor& ta
               "tensors");
 }
 
+void check_transpose_taps(const char* op, const Tensor& source, const Tensor& target) {
+  check_same_kind(op, {{"source", &source}, {"target", &target}});
+  TORCH_CHECK(source.element_size() <= 8, op, ": elements of ", source.element_size(),
+              " bytes are not supported (at most 8)");
+  TORCH_CHECK(source.dim() == 4 && source.is_contiguous(), op,
+              ": expected a contiguous 4-D source [G, A, B, taps], got size ", source.sizes(),
+              " and strides ", source.strides());
+  const std::vector<int64_t> transposed{source.size(0), source.size(2), source.size(1),
+                                        source.size(3)};
+  TORCH_CHECK(target.sizes() == IntArrayRef(transposed), op, ": expected a target of size ",
+              IntArrayRef(transposed), " (each group's A and B swapped), got ", target.sizes());
+  // As in the transposing copy: each target element written once, outside the source.
+  TORCH_CHECK(at::has_internal_overlap(target) != at::MemOverlap::Yes, op,
+              ": the target has elements that share memory (an expanded tensor?); expected each "
+              "to have its own");
+  TORCH_CHECK(!source.is_alias_of(target), op,
+              ": the source and the target share memory (views of one storage); expected separate "
+              "tensors");
+}
+
 }  // namespace torch_convbp

@@ -72,4 +72,9 @@ ConvShape check_grouped(const char* op, const Tensor& input, const Tensor& weigh
 // target's elements each in memory of their own, outside the source's storage.
 void check_transpose_copy(const char* op, const Tensor& source, const Tensor& target);
 
+// Checks the arguments of the weight's transposing copy: a contiguous source [G, A, B, taps] and
+// a target [G, B, A, taps] (any strides) of one dtype (of 1 to 8 bytes) and device, the target's
+// elements each in memory of their own, outside the source's storage.
+void check_transpose_taps(const char* op, const Tensor& source, const Tensor& target);
+
 }  // namespace torch_convbp

@@ -24,7 +24,6 @@
 #include <ATen/OpMathType.h>
 
 #include <algorithm>
-#include <numeric>
 #include <optional>
 #include <vector>
 
@@ -215,11 +214,12 @@ void input_grad_by_col2im(const Tensor& dy, const Tensor& weight, const ConvShap
 // The weight [Cout, Cin/G, (kd,) kh, kw] of the input gradient's convolution
 // (input_grad_convolution): [Cin, Cout/G, (kd,) kh, kw], each group's channels swapped and each
 // kernel rotated by 180°, written once in `layout`'s memory order so that weight_matrices takes
-// it without another copy. From a contiguous weight, one flip (which always copies) into that
-// order; from a channels_last one, tap by tap, each a transposed copy of one tap's
-// [Cout/G, Cin/G] matrices (the transposing copy kernel where the target's rows are contiguous),
-// since ATen's flip ran at a few percent of a copy's speed on a channels_last weight
-// (benchmarks/NOTES.md, 28 and 30).
+// it without another copy. From a contiguous weight, one pass of the weight's transposing copy
+// into that order (ATen's flip and copy were two passes, a fifth of 512@7's input gradient:
+// benchmarks/NOTES.md, section 63); from a channels_last one, tap by tap, each a transposed copy
+// of one tap's [Cout/G, Cin/G] matrices (the transposing copy kernel where the target's rows are
+// contiguous), since ATen's flip ran at a few percent of a copy's speed on a channels_last weight
+// (sections 28 and 30).
 Tensor flipped_transposed_weight(const Tensor& weight, const ConvShape& s, Layout layout) {
   const int64_t g = s.groups, in = s.in_channels / g, out = s.out_channels / g;
   const std::vector<int64_t> kernel(weight.sizes().begin() + 2, weight.sizes().end());
@@ -231,16 +231,16 @@ Tensor flipped_transposed_weight(const Tensor& weight, const ConvShape& s, Layou
   std::vector<int64_t> size{s.in_channels, out};
   size.insert(size.end(), kernel.begin(), kernel.end());
   Tensor flipped = empty_in_layout(size, weight, layout, Memory::scratch);
+  const auto format = weight.suggest_memory_format();
+  if (format != at::MemoryFormat::ChannelsLast && format != at::MemoryFormat::ChannelsLast3d) {
+    // [G, Cout/G, Cin/G, taps] into [G, Cin/G, Cout/G, taps] with the taps reversed
+    call_transpose_taps(weight.contiguous().view({g, out, in, s.taps()}),
+                        flipped.view({g, in, out, s.taps()}), /*reverse_taps=*/true);
+    return flipped;
+  }
   const Tensor source = weight.view(grouped(out, in));
   const Tensor target = flipped.view(grouped(in, out));
   const int64_t spatial = static_cast<int64_t>(kernel.size());
-  const auto format = weight.suggest_memory_format();
-  if (format != at::MemoryFormat::ChannelsLast && format != at::MemoryFormat::ChannelsLast3d) {
-    std::vector<int64_t> kernel_dims(spatial);
-    std::iota(kernel_dims.begin(), kernel_dims.end(), 3);
-    target.copy_(source.transpose(1, 2).flip(kernel_dims));
-    return flipped;
-  }
   for (int64_t tap = 0; tap < s.taps(); ++tap) {
     Tensor to = target, from = source;
     int64_t rest = tap;

@@ -102,4 +102,10 @@ void call_transpose_copy(const Tensor& source, const Tensor& target) {
   handle.call(source, target);
 }
 
+void call_transpose_taps(const Tensor& source, const Tensor& target, bool reverse_taps) {
+  static const auto handle =
+      kernel_handle<void(const Tensor&, const Tensor&, bool)>("torch_convbp::transpose_taps");
+  handle.call(source, target, reverse_taps);
+}
+
 }  // namespace torch_convbp

@@ -39,4 +39,8 @@ void call_implicit(ImplicitKernel kernel, const at::Tensor& a, const at::Tensor&
 // contiguous rows (layout.cpp: an activation between NCHW and channels_last).
 void call_transpose_copy(const at::Tensor& source, const at::Tensor& target);
 
+// target[g, b, a, t] = source[g, a, b, t] (reverse_taps: source[g, a, b, taps-1-t]), for a
+// contiguous source [G, A, B, taps] and a target [G, B, A, taps] of any memory order.
+void call_transpose_taps(const at::Tensor& source, const at::Tensor& target, bool reverse_taps);
+
 }  // namespace torch_convbp

@@ -54,6 +54,11 @@ TORCH_LIBRARY(torch_convbp, m) {
   // target[b, j, i] = source[b, i, j]: how an activation changes between NCHW ([C, pixels] per
   // image) and channels_last ([pixels, C]). Other devices than the CPU take ATen's copy (below).
   m.def("transpose_copy(Tensor source, Tensor(a!) target) -> ()");
+  // target[g, b, a, t] = source[g, a, b, t], or source[g, a, b, taps-1-t] with reverse_taps: a
+  // weight [G, A, B, taps] with each group's channels swapped (and each kernel rotated by 180
+  // degrees), into a target of any memory order (conv2d.cpp, flipped_transposed_weight). Other
+  // devices than the CPU take ATen's copy (below).
+  m.def("transpose_taps(Tensor source, Tensor(a!) target, bool reverse_taps) -> ()");
   // The depthwise special case (one input channel per group), computed directly: each writes
   // its last argument whole.
   m.def(
@@ -97,6 +102,11 @@ TORCH_LIBRARY_IMPL(torch_convbp, CompositeExplicitAutograd, m) {
   m.impl("transpose_copy", [](const Tensor& source, const Tensor& target) {
     check_transpose_copy("torch_convbp.transpose_copy", source, target);
     target.copy_(source.transpose(1, 2));
+  });
+  m.impl("transpose_taps", [](const Tensor& source, const Tensor& target, bool reverse_taps) {
+    check_transpose_taps("torch_convbp.transpose_taps", source, target);
+    const Tensor swapped = source.transpose(1, 2);
+    target.copy_(reverse_taps ? swapped.flip(3) : swapped);
   });
 }
 

@@ -117,3 +117,60 @@ def test_channels_last_operands_give_the_bits_of_contiguous_ones(call, dtype):
     for name, a, b in zip(("output", "grad_input", "grad_weight"), plain, relaid):
         assert torch.equal(a, b), name
     assert all(t.is_contiguous(memory_format=fmt) for t in relaid[:2])  # copied back to the operands' format
+
+
+# The weight's transposing copy, target[g, b, a, t] = source[g, a, b, t] (reverse_taps: the taps
+# reversed): the input gradient's weight (csrc/conv2d.cpp, flipped_transposed_weight) and the
+# implicit route's tap matrices. [G, A, B, taps]: a 3x3 and a 1x1 kernel, one channel, sizes
+# across the 32 x 32 tiles and the squares of registers.
+TAP_SIZES = [(1, 1, 1, 1), (2, 5, 7, 9), (1, 33, 40, 9), (3, 8, 1, 4), (1, 1, 70, 25), (2, 64, 48, 1)]
+
+
+def target_in_order(size, order, dtype, device):
+    """A [G, B, A, taps] target laid out in memory as [G] + `order` of (b, a, t)."""
+    g, a, b, t = size
+    logical = {"b": b, "a": a, "t": t}
+    memory = torch.full([g] + [logical[d] for d in order], float("nan"), device=device).to(dtype)
+    return memory.permute(0, *(1 + order.index(d) for d in "bat"))
+
+
+@pytest.mark.parametrize("reverse_taps", [False, True], ids=["taps-kept", "taps-reversed"])
+@pytest.mark.parametrize("order", ["bat", "bta", "tab", "tba", "abt"], ids=lambda o: "memory-" + o)
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.bfloat16, torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("size", TAP_SIZES, ids=str)
+def test_the_weights_transposing_copy_writes_every_element_to_its_place(size, dtype, order, reverse_taps, device):
+    source = filled(size, dtype, device)
+    target = target_in_order(size, order, dtype, device)
+    ops.transpose_taps(source, target, reverse_taps)
+    expected = source.transpose(1, 2)
+    assert torch.equal(target, expected.flip(3) if reverse_taps else expected)
+
+
+def test_the_weights_transposing_copy_opcheck(device):
+    source = torch.randn(2, 6, 5, 9, device=device)
+    for reverse_taps in (False, True):
+        opcheck(ops.transpose_taps.default, (source, torch.empty(2, 5, 6, 9, device=device), reverse_taps))
+
+
+@pytest.mark.parametrize(
+    "source, target, match",
+    [
+        (torch.randn(2, 4, 5, 3), torch.empty(2, 4, 5, 3), r"expected a target of size \[2, 5, 4, 3\]"),
+        (torch.randn(4, 5, 3), torch.empty(5, 4, 3), r"expected a contiguous 4-D source \[G, A, B, taps\]"),
+        (torch.randn(2, 5, 4, 3).transpose(1, 2), torch.empty(2, 5, 4, 3), "expected a contiguous 4-D source"),
+        (torch.randn(2, 4, 5, 3), torch.empty(2, 5, 4, 3, dtype=torch.float64), "must have the same dtype"),
+        (torch.randn(1, 2, 2, 1, dtype=torch.complex128), torch.empty(1, 2, 2, 1, dtype=torch.complex128), "elements of 16 bytes"),
+    ],
+    ids=["target-size", "rank", "source-strides", "dtype", "16-byte-elements"],
+)
+def test_the_weights_transposing_copy_and_its_fake_refuse_alike(source, target, match):
+    for device in ("cpu", "meta"):
+        with pytest.raises(RuntimeError, match=match):
+            ops.transpose_taps(source.to(device), target.to(device), True)
+
+
+def test_the_weights_transposing_copy_refuses_an_expanded_target_as_its_fake_does():
+    for device in ("cpu", "meta"):
+        target = torch.empty(2, 1, 4, 3, device=device).expand(2, 5, 4, 3)  # one row, seen five times
+        with pytest.raises(RuntimeError, match="the target has elements that share memory"):
+            ops.transpose_taps(torch.randn(2, 4, 5, 3, device=device), target, True)

@@ -340,6 +340,31 @@ def _grouped_weight_grad_fake(input, grad_output, stride, padding, dilation, gro
     _check_grouped("torch_convbp.grouped_weight_grad", input, grad_weight, grad_output, stride, padding, dilation, groups)
 
 
+@register_fake("torch_convbp::transpose_taps")
+def _transpose_taps_fake(source, target, reverse_taps):
+    """Mirrors check_transpose_taps (csrc/checks.cpp)."""
+    op = "torch_convbp.transpose_taps"
+    check_same_kind(op, source=source, target=target)
+    torch._check(
+        source.element_size() <= 8,
+        lambda: f"{op}: elements of {source.element_size()} bytes are not supported (at most 8)",
+    )
+    torch._check(
+        source.dim() == 4 and source.is_contiguous(),
+        lambda: f"{op}: expected a contiguous 4-D source [G, A, B, taps], got size {list(source.shape)} "
+        f"and strides {list(source.stride())}",
+    )
+    transposed = [source.shape[0], source.shape[2], source.shape[1], source.shape[3]]
+    torch._check(
+        list(target.shape) == transposed,
+        lambda: f"{op}: expected a target of size {transposed} (each group's A and B swapped), got {list(target.shape)}",
+    )
+    torch._check(
+        torch._debug_has_internal_overlap(target) != 1,  # 1: MemOverlap::Yes
+        lambda: f"{op}: the target has elements that share memory (an expanded tensor?); expected each to have its own",
+    )
+
+
 @register_fake("torch_convbp::transpose_copy")
 def _transpose_copy_fake(source, target):
     """Mirrors check_transpose_copy (csrc/checks.cpp)."""

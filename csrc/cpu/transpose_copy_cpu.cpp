@@ -119,6 +119,30 @@ void transpose_tile(const Bits* from, int64_t from_stride, Bits* to, int64_t to_
   }
 }
 
+// A whole matrix, tile by tile on the calling thread.
+template <class Bits>
+void transpose_by_tiles(const Bits* from, int64_t from_stride, Bits* to, int64_t to_stride,
+                        int64_t rows, int64_t cols) {
+  for (int64_t i0 = 0; i0 < rows; i0 += kTile) {
+    for (int64_t j0 = 0; j0 < cols; j0 += kTile) {
+      transpose_tile(from + i0 * from_stride + j0, from_stride, to + j0 * to_stride + i0, to_stride,
+                     std::min(kTile, rows - i0), std::min(kTile, cols - j0));
+    }
+  }
+}
+
+// to[t * to_stride] = from[t] for t < taps: a kernel's taps, reversed where to_stride is -1.
+template <class Bits>
+void copy_taps(const Bits* from, Bits* to, int64_t to_stride, int64_t taps) {
+  if (to_stride == 1) {
+    std::copy(from, from + taps, to);
+  } else if (to_stride == -1) {
+    std::reverse_copy(from, from + taps, to - (taps - 1));
+  } else {
+    for (int64_t t = 0; t < taps; ++t) to[t * to_stride] = from[t];
+  }
+}
+
 // A [rows, cols] matrix of elements of type Bits, whose rows lie `stride` elements apart.
 template <class Bits>
 struct Matrices {
@@ -173,17 +197,72 @@ void transpose_matrix(const void* source, int64_t source_stride, void* target,
                       int64_t target_stride, int64_t rows, int64_t cols, int64_t element_size) {
   with_bits(element_size, "transpose_matrix", [&](auto bits) {
     using Bits = decltype(bits);
-    const Bits* from = static_cast<const Bits*>(source);
-    Bits* to = static_cast<Bits*>(target);
-    for (int64_t i0 = 0; i0 < rows; i0 += kTile) {
-      for (int64_t j0 = 0; j0 < cols; j0 += kTile) {
-        transpose_tile(from + i0 * source_stride + j0, source_stride, to + j0 * target_stride + i0,
-                       target_stride, std::min(kTile, rows - i0), std::min(kTile, cols - j0));
-      }
-    }
+    transpose_by_tiles(static_cast<const Bits*>(source), source_stride, static_cast<Bits*>(target),
+                       target_stride, rows, cols);
   });
 }
 
-TORCH_LIBRARY_IMPL(torch_convbp, CPU, m) { m.impl("transpose_copy", &transpose_copy_cpu); }
+// target[g, b, a, t] = source[g, a, b, t'] with t' = t, or taps-1-t: the source's tap t' is
+// written to the target's tap t, whose stride is negated from the last tap for a reversal. One
+// pass, where ATen's flip and its copy of the transposed view were two, each of a few GB/s: a
+// fifth of the 512@7 layer's input gradient (benchmarks/NOTES.md, section 63). By the target's
+// contiguous dimension:
+// - B (the implicit route's input gradient, [taps, A, B]): each (g, a)'s contiguous [B, taps]
+//   transposed;
+// - A (a tap matrix [B, A] per tap, as the implicit route's forward reads it, or the NHWC
+//   weight [B, taps, A]): for kTile rows a of the source, each b's [kTile, taps] transposed, so
+//   that the rows are read along, B * taps apart;
+// - otherwise (taps last: the NCHW weight [B, A, taps]): for kTile columns b, each a's kTile
+//   runs of taps (one contiguous piece of the source) copied into the kTile target rows.
+void transpose_taps_cpu(const Tensor& source, const Tensor& target, bool reverse_taps) {
+  constexpr const char* op = "torch_convbp.transpose_taps";
+  check_transpose_taps(op, source, target);
+  const int64_t groups = source.size(0), a_size = source.size(1), b_size = source.size(2);
+  const int64_t taps = source.size(3);
+  if (target.numel() == 0) return;
+  const int64_t sg = target.stride(0), sb = target.stride(1), sa = target.stride(2);
+  const int64_t st = reverse_taps ? -target.stride(3) : target.stride(3);
+  const int64_t first_tap = reverse_taps ? (taps - 1) * target.stride(3) : 0;
+  const bool b_last = b_size > 1 && sb == 1, a_last = !b_last && a_size > 1 && sa == 1;
+  // a piece: one (g, a) where B is last, else kTile rows a (A last) or columns b (taps last)
+  const int64_t per_group = b_last ? a_size : ((a_last ? a_size : b_size) + kTile - 1) / kTile;
+  const int64_t piece_size = b_last ? b_size * taps : kTile * (a_last ? b_size : a_size) * taps;
+  const int64_t grain = std::max<int64_t>(1, kTilesPerTask * kTile * kTile / piece_size);
+  with_bits(source.element_size(), op, [&](auto bits) {
+    using Bits = decltype(bits);
+    const Bits* from = static_cast<const Bits*>(source.const_data_ptr());
+    Bits* to = static_cast<Bits*>(target.mutable_data_ptr()) + first_tap;
+    const auto source_at = [&](int64_t g, int64_t a, int64_t b) {
+      return from + ((g * a_size + a) * b_size + b) * taps;
+    };
+    at::parallel_for(0, groups * per_group, grain, [&](int64_t begin, int64_t end) {
+      for (int64_t piece = begin; piece < end; ++piece) {
+        const int64_t g = piece / per_group, first = piece % per_group;
+        Bits* group = to + g * sg;
+        if (b_last) {
+          transpose_by_tiles(source_at(g, first, 0), taps, group + first * sa, st, b_size, taps);
+        } else if (a_last) {
+          const int64_t a0 = first * kTile, rows = std::min(kTile, a_size - a0);
+          for (int64_t b = 0; b < b_size; ++b) {
+            transpose_tile(source_at(g, a0, b), b_size * taps, group + b * sb + a0, st, rows, taps);
+          }
+        } else {
+          const int64_t b0 = first * kTile, columns = std::min(kTile, b_size - b0);
+          for (int64_t a = 0; a < a_size; ++a) {
+            const Bits* runs = source_at(g, a, b0);
+            for (int64_t b = 0; b < columns; ++b) {
+              copy_taps(runs + b * taps, group + (b0 + b) * sb + a * sa, st, taps);
+            }
+          }
+        }
+      }
+    });
+  });
+}
+
+TORCH_LIBRARY_IMPL(torch_convbp, CPU, m) {
+  m.impl("transpose_copy", &transpose_copy_cpu);
+  m.impl("transpose_taps", &transpose_taps_cpu);
+}
 
 }  // namespace torch_convbp

@@ -12,6 +12,11 @@ namespace torch_convbp {
 // contiguous rows; checked as the operator checks it.
 void transpose_copy_cpu(const at::Tensor& source, const at::Tensor& target);
 
+// target[g, b, a, t] = source[g, a, b, t] (reverse_taps: source[g, a, b, taps-1-t]), for a
+// contiguous source [G, A, B, taps] and a target [G, B, A, taps] of any memory order; checked as
+// the operator checks it.
+void transpose_taps_cpu(const at::Tensor& source, const at::Tensor& target, bool reverse_taps);
+
 // target[j * target_stride + i] = source[i * source_stride + j] for i < rows and j < cols: one
 // matrix of `element_size`-byte elements (1, 2, 4 or 8), on the calling thread. A copy moves
 // bits: the elements are seen only by their size.
