@@ -40,74 +40,67 @@ namespace {
 constexpr int64_t kMaxTileChannels = 256;
 
 // The weights of every tap of every group as the micro-kernel's B matrices [K, N] (K = the
-// computed convolution's input channels per group, N its output channels per group): one
-// transposing copy of the contiguous weight [Cout, Cin/G, kh, kw] (as a flip and two ATen copies
-// it took a fifth of the 512@7 layer's time, benchmarks/NOTES.md, section 40), then a copy tap by
-// tap (tap_matrices). In float32 B is row-major with rows ldb apart; in bfloat16 it is in the
-// VNNI layout the micro-kernel reads ([K/2][N][2] per tap, its pairs of rows ldb * 2 elements
-// apart).
+// computed convolution's input channels per group, N its output channels per group), laid out
+// tap by tap, [G, taps, K, N], by one pass of the weight's transposing copy (transpose_taps_cpu):
+// read in place from the transposed weight [G, K, taps, N], a tap's rows taps * N apart (9 or 18
+// KiB in a deep layer) fell on a quarter or a half of L1's sets, and the micro-kernel ran at 0.6x
+// (benchmarks/NOTES.md, section 61); as ATen's flip and copies the weight took a fifth of the
+// 512@7 layer's time (section 40), as two passes 1.1 ms of it (section 63). In float32 B is
+// row-major, its rows ldb apart; in bfloat16 it is in the VNNI layout the micro-kernel reads
+// ([K/2][N][2] per tap, its rows k and k+1 interleaved into a pair).
 template <class T>
 struct TapMatrices {
   at::Tensor memory;
-  int64_t group_stride, tap_stride, ldb, taps;
-  bool reversed;  // the computed convolution's tap t is the weight's tap taps-1-t
+  int64_t group_stride, tap_stride, ldb;
 
   const T* of(int64_t g, int64_t tap) const {
-    const int64_t stored = reversed ? taps - 1 - tap : tap;
-    return memory.const_data_ptr<T>() + g * group_stride + stored * tap_stride;
+    return memory.const_data_ptr<T>() + g * group_stride + tap * tap_stride;
   }
   // Output channel `co` of a B matrix's columns: where its column starts.
   static int64_t column(int64_t co) { return std::is_same_v<T, float> ? co : 2 * co; }
 };
 
-// `rows` [G, K, taps, N]: the transposed weight, row (g, k, tap) holding B_tap's row k of group g.
-// Each tap's matrix is laid out in one piece, [G, taps, K, N]: read in place from `rows`, its rows
-// taps * N apart (9 or 18 KiB in a deep layer) fell on a quarter or a half of L1's sets, and the
-// micro-kernel ran at 0.6x (benchmarks/NOTES.md, section 61). In bfloat16 each tap's rows k and
-// k+1 are interleaved into a pair as well, [G, taps, K/2, N, 2].
+// `weight` [G, A, B, taps] as B matrices [G, taps, K, N]: K = B and N = A (the forward: B_tap =
+// W_g[:, :, tap]^T), or K = A and N = B with the taps reversed (the input gradient's
+// convolution: B_tap = W_g[:, :, taps-1-tap], each group's channels swapped, each kernel rotated
+// by 180 degrees).
 template <class T>
-TapMatrices<T> tap_matrices(const Tensor& rows, bool reversed) {
-  const int64_t groups = rows.size(0), k = rows.size(1), taps = rows.size(2), n = rows.size(3);
+TapMatrices<T> tap_matrices(const Tensor& weight, bool input_grad) {
+  const int64_t groups = weight.size(0), taps = weight.size(3);
+  const int64_t k = weight.size(input_grad ? 1 : 2), n = weight.size(input_grad ? 2 : 1);
+  const Tensor rows = at::empty({groups, taps, k, n}, weight.options());
+  // [G, B, A, taps] views of rows: A and N the same dimension in the forward, B and N in the
+  // input gradient
+  const Tensor target = input_grad ? rows.permute({0, 3, 2, 1}) : rows.permute({0, 2, 3, 1});
+  transpose_taps_cpu(weight, target, /*reverse_taps=*/input_grad);
   if constexpr (std::is_same_v<T, float>) {
-    return {rows.permute({0, 2, 1, 3}).contiguous(), taps * k * n, k * n, n, taps, reversed};
+    return {rows, taps * k * n, k * n, n};
   } else {
-    const Tensor pairs = at::empty({groups, taps, k / 2, n * 2}, rows.options());
+    const Tensor pairs = at::empty({groups, taps, k / 2, n * 2}, weight.options());
     const auto* from = reinterpret_cast<const uint16_t*>(rows.const_data_ptr<T>());
     auto* to = reinterpret_cast<uint16_t*>(pairs.mutable_data_ptr<T>());
     at::parallel_for(0, groups * taps * (k / 2), 64, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        const int64_t g = i / (taps * (k / 2)), tap = i / (k / 2) % taps, pair = i % (k / 2);
-        const auto row = [&](int64_t r) { return from + ((g * k + r) * taps + tap) * n; };
-        interleave_pair_of_rows(row(2 * pair), row(2 * pair + 1), n, to + i * n * 2);
+      for (int64_t i = begin; i < end; ++i) {  // pair i of rows 2i and 2i + 1 of [G * taps * K, N]
+        interleave_pair_of_rows(from + 2 * i * n, from + (2 * i + 1) * n, n, to + i * n * 2);
       }
     });
-    return {pairs, taps * k * n, k * n, n, taps, reversed};
+    return {pairs, taps * k * n, k * n, n};
   }
 }
 
-// For the forward convolution: B_tap [Cin/G, Cout/G] = W_g[:, :, tap]^T, from each group's
-// [Cout/G, Cin/G*kh*kw] transposed into [Cin/G*kh*kw, Cout/G], whose row (ci, tap) is B_tap's row
-// ci.
+// For the forward convolution, weight [Cout, Cin/G, kh, kw]: B_tap [Cin/G, Cout/G].
 template <class T>
 TapMatrices<T> forward_tap_matrices(const Tensor& weight, const ConvShape& s) {
   const int64_t group_in = s.in_channels / s.groups, group_out = s.out_channels / s.groups;
-  const Tensor t = at::empty({s.groups, group_in, s.taps(), group_out}, weight.options());
-  transpose_copy_cpu(weight.view({s.groups, group_out, group_in * s.taps()}),
-                     t.view({s.groups, group_in * s.taps(), group_out}));
-  return tap_matrices<T>(t, /*reversed=*/false);
+  return tap_matrices<T>(weight.view({s.groups, group_out, group_in, s.taps()}), false);
 }
 
-// For the input gradient's convolution (weight [Cin, Cout/G, kh, kw]: each group's channels
-// swapped, each kernel rotated by 180 degrees): B_tap [Cout/G, Cin/G] = W_g[:, :, taps-1-tap], from
-// each output channel's [Cin/G, kh*kw] transposed into [kh*kw, Cin/G]; `s` is the convolution's
-// own shape, whose output is the input gradient.
+// For the input gradient's convolution, from the weight [Cout, Cin/G, kh, kw] of the layer `s`
+// whose input gradient it computes: B_tap [Cout/G, Cin/G], the layer's tap taps-1-tap.
 template <class T>
 TapMatrices<T> input_grad_tap_matrices(const Tensor& weight, const ConvShape& s) {
   const int64_t group_in = s.in_channels / s.groups, group_out = s.out_channels / s.groups;
-  const Tensor t = at::empty({s.groups, group_out, s.taps(), group_in}, weight.options());
-  transpose_copy_cpu(weight.view({s.out_channels, group_in, s.taps()}),
-                     t.view({s.out_channels, s.taps(), group_in}));
-  return tap_matrices<T>(t, /*reversed=*/true);
+  return tap_matrices<T>(weight.view({s.groups, group_out, group_in, s.taps()}), true);
 }
 
 // A tile's output rows: consecutive rows of the output (of one image or of several), as many as
