@@ -278,6 +278,22 @@ ConvShape check_grouped(const char* op, const Tensor& input, const Tensor& weigh
   return s;
 }
 
+namespace {
+
+// A copy's target: each element written once, by one thread, so no two may share memory, and
+// not in the source's storage (a transposition in place would read what it already wrote;
+// whether two views with gaps overlap is not cheap to tell, so none is taken).
+void check_separate_target(const char* op, const Tensor& source, const Tensor& target) {
+  TORCH_CHECK(at::has_internal_overlap(target) != at::MemOverlap::Yes, op,
+              ": the target has elements that share memory (an expanded tensor?); expected each "
+              "to have its own");
+  TORCH_CHECK(!source.is_alias_of(target), op,
+              ": the source and the target share memory (views of one storage); expected separate "
+              "tensors");
+}
+
+}  // namespace
+
 void check_transpose_copy(const char* op, const Tensor& source, const Tensor& target) {
   check_same_kind(op, {{"source", &source}, {"target", &target}});
   TORCH_CHECK(source.element_size() <= 8, op, ": elements of ", source.element_size(),
@@ -290,15 +306,7 @@ void check_transpose_copy(const char* op, const Tensor& source, const Tensor& ta
     TORCH_CHECK(t->size(2) <= 1 || t->stride(2) == 1, op, ": expected the ", name,
                 "'s rows contiguous (unit last stride), got strides ", t->strides());
   }
-  // Each target element is written once, by one thread: no two may share memory, and the target
-  // may not be in the source's storage (a transposition in place would read what it already
-  // wrote; whether two views with gaps overlap is not cheap to tell, so none is taken).
-  TORCH_CHECK(at::has_internal_overlap(target) != at::MemOverlap::Yes, op,
-              ": the target has elements that share memory (an expanded tensor?); expected each "
-              "to have its own");
-  TORCH_CHECK(!source.is_alias_of(target), op,
-              ": the source and the target share memory (views of one storage); expected separate "
-              "tensors");
+  check_separate_target(op, source, target);
 }
 
 void check_transpose_taps(const char* op, const Tensor& source, const Tensor& target) {
@@ -312,13 +320,7 @@ void check_transpose_taps(const char* op, const Tensor& source, const Tensor& ta
                                         source.size(3)};
   TORCH_CHECK(target.sizes() == IntArrayRef(transposed), op, ": expected a target of size ",
               IntArrayRef(transposed), " (each group's A and B swapped), got ", target.sizes());
-  // As in the transposing copy: each target element written once, outside the source.
-  TORCH_CHECK(at::has_internal_overlap(target) != at::MemOverlap::Yes, op,
-              ": the target has elements that share memory (an expanded tensor?); expected each "
-              "to have its own");
-  TORCH_CHECK(!source.is_alias_of(target), op,
-              ": the source and the target share memory (views of one storage); expected separate "
-              "tensors");
+  check_separate_target(op, source, target);
 }
 
 }  // namespace torch_convbp
