@@ -95,7 +95,8 @@ struct Square<uint64_t> {
 };
 #endif
 
-// One tile (at most kTile x kTile): its whole squares through registers, the rest one by one.
+// One tile (at most kTile x kTile, or kTile rows of a kernel's taps for transpose_taps_cpu): its
+// whole squares through registers, the rest one by one.
 template <class Bits>
 void transpose_tile(const Bits* from, int64_t from_stride, Bits* to, int64_t to_stride,
                     int64_t rows, int64_t cols) {
