@@ -161,8 +161,9 @@ def test_host_time_command_times_both_and_counts_each_operators_launches(tmp_pat
     # micro-kernel driver (csrc/gemm_choice.cpp, gemm_engine)
     assert ops["conv2d"]["launches"] == ["torch_convbp::im2col", "addmm_", "add_"]
     assert ops["conv2d_weight_grad"]["launches"] == ["torch_convbp::im2col", "addmm_"]
-    # the stride-1 input gradient: the flipped weight (flip, then its copy), im2col of dY, a GEMM
-    assert ops["conv2d_input_grad"]["launches"] == ["flip", "copy_", "torch_convbp::im2col", "addmm_"]
+    # the stride-1 input gradient: the flipped weight (one pass of the weight's transposing copy),
+    # im2col of dY, a GEMM
+    assert ops["conv2d_input_grad"]["launches"] == ["torch_convbp::transpose_taps", "torch_convbp::im2col", "addmm_"]
     for counts in ops.values():
         assert counts["calls"] == counts["views"] + counts["allocations"] + counts["wrappers"] + counts["would_launch"]
     assert json.loads(out.read_text())["environment"]

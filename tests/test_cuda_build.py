@@ -15,7 +15,7 @@ DEVICE_KERNELS = ("im2col", "col2im", "im2col_nhwc", "col2im_nhwc", "depthwise_c
                   "depthwise_weight_grad", "grouped_conv2d", "grouped_weight_grad")
 CPU_ONLY_KERNELS = ("implicit_conv2d", "implicit_conv2d_input_grad")  # the CPU's GEMM micro-kernel: route implicit_nhwc
 # A CPU kernel, and ATen's copy for every other device.
-CPU_KERNEL_ELSE_ATEN = ("transpose_copy",)
+CPU_KERNEL_ELSE_ATEN = ("transpose_copy", "transpose_taps")
 
 
 def registered(name, key):
