@@ -283,6 +283,14 @@ namespace {
 // A copy's target: each element written once, by one thread, so no two may share memory, and
 // not in the source's storage (a transposition in place would read what it already wrote;
 // whether two views with gaps overlap is not cheap to tell, so none is taken).
+// What both copies ask of their elements: the same kind of tensor, and elements the copies move
+// whole (at most 8 bytes).
+void check_copy_elements(const char* op, const Tensor& source, const Tensor& target) {
+  check_same_kind(op, {{"source", &source}, {"target", &target}});
+  TORCH_CHECK(source.element_size() <= 8, op, ": elements of ", source.element_size(),
+              " bytes are not supported (at most 8)");
+}
+
 void check_separate_target(const char* op, const Tensor& source, const Tensor& target) {
   TORCH_CHECK(at::has_internal_overlap(target) != at::MemOverlap::Yes, op,
               ": the target has elements that share memory (an expanded tensor?); expected each "
@@ -295,9 +303,7 @@ void check_separate_target(const char* op, const Tensor& source, const Tensor& t
 }  // namespace
 
 void check_transpose_copy(const char* op, const Tensor& source, const Tensor& target) {
-  check_same_kind(op, {{"source", &source}, {"target", &target}});
-  TORCH_CHECK(source.element_size() <= 8, op, ": elements of ", source.element_size(),
-              " bytes are not supported (at most 8)");
+  check_copy_elements(op, source, target);
   TORCH_CHECK(source.dim() == 3, op, ": expected a 3-D source [B, R, C], got ", source.sizes());
   const std::vector<int64_t> transposed{source.size(0), source.size(2), source.size(1)};
   TORCH_CHECK(target.sizes() == IntArrayRef(transposed), op, ": expected a target of size ",
@@ -310,9 +316,7 @@ void check_transpose_copy(const char* op, const Tensor& source, const Tensor& ta
 }
 
 void check_transpose_taps(const char* op, const Tensor& source, const Tensor& target) {
-  check_same_kind(op, {{"source", &source}, {"target", &target}});
-  TORCH_CHECK(source.element_size() <= 8, op, ": elements of ", source.element_size(),
-              " bytes are not supported (at most 8)");
+  check_copy_elements(op, source, target);
   TORCH_CHECK(source.dim() == 4 && source.is_contiguous(), op,
               ": expected a contiguous 4-D source [G, A, B, taps], got size ", source.sizes(),
               " and strides ", source.strides());
