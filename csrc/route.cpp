@@ -126,6 +126,41 @@ bool weight_grad_by_images(const ConvShape& s, const at::Tensor& first) {
          products_bytes <= workspace_limit();
 }
 
+// Whether the implicit route takes operands of this layout for convolution `s` (a forward one),
+// given takes_implicit: channels_last ones always; NCHW ones through layout copies where the
+// route outruns the NCHW column route, copies included:
+// - on a CPU where the micro-kernel outruns MKL, every layer it takes (NOTES section 40);
+// - in bfloat16 where the micro-kernel computes it (an AMX Xeon), from the route's 16 channels per
+//   group: 0.65-0.87x the column route's time at 32 and 64 channels (sections 58, 60);
+// - in float32 (an AMX Xeon), stride 1 with more than one tap: 0.77-0.92x on the dense 3x3 and
+//   5x5 layers, where the strided and 1x1 ones took 1.02-1.10x (section 66).
+bool implicit_pays_layout(const ConvShape& s, const at::Tensor& first, bool channels_last) {
+  return channels_last || cpu_prefers_gemm_microkernel() ||
+         first.scalar_type() == at::kBFloat16 ||
+         (s.taps() > 1 && s.stride_h == 1 && s.stride_w == 1);
+}
+
+// explain()'s line for the implicit route's layout: which operands take it on this CPU, and
+// whether through layout copies.
+const char* implicit_why_layout(const at::Tensor& first, bool channels_last) {
+  const int rule = cpu_prefers_gemm_microkernel() ? 0 : first.scalar_type() == at::kBFloat16 ? 1 : 2;
+  static const char* const why[3][2] = {
+      {"float32 or bfloat16 on a CPU where the GEMM micro-kernel outruns MKL; 16 or more channels "
+       "per group, more than one tap: NHWC, through layout copies",
+       "channels_last float32 or bfloat16 operands on a CPU where the GEMM micro-kernel outruns "
+       "MKL; 16 or more channels per group, more than one tap"},
+      {"bfloat16 on a CPU whose GEMM micro-kernel computes bfloat16; 16 or more channels per "
+       "group, more than one tap, output rows of 14 pixels or more: NHWC, through layout copies",
+       "channels_last bfloat16 operands on a CPU whose GEMM micro-kernel computes bfloat16; 16 or "
+       "more channels per group, more than one tap, output rows of 14 pixels or more"},
+      {"float32 on a CPU with the GEMM micro-kernel; 16 to 256 channels per group, output rows of "
+       "14 pixels or more, stride 1 and more than one tap: NHWC, through layout copies",
+       "channels_last float32 operands on a CPU with the GEMM micro-kernel; 16 to 256 channels per "
+       "group, output rows of 14 pixels or more"},
+  };
+  return why[rule][channels_last ? 1 : 0];
+}
+
 }  // namespace
 
 RouteChoice choose_route(Operator op, const ConvShape& s, at::TensorList activations) {
@@ -182,39 +217,16 @@ RouteChoice choose_route(Operator op, const ConvShape& s, at::TensorList activat
   }
 
   // The weight gradient keeps the column matrix: as GEMMs per tap on views its runs are single
-  // rows wherever a tap reads padding, too short for the micro-kernel (NOTES section 26). NCHW
-  // operands take the route through layout copies where the micro-kernel outruns MKL: their
-  // forward and input gradient ran faster so, copies included, than the NCHW column route on
-  // every dense layer measured (NOTES section 40). So do bfloat16 ones wherever the micro-kernel
-  // computes bfloat16 (an AMX Xeon), from the route's 16 channels per group: their forward and
-  // input gradient took 0.65-0.87x the column route's time at 32 and 64 channels, the same at 16.
-  // (Until the transposing copy moved squares of registers, the copies cost more than the route
-  // saved below 128 channels: NOTES sections 58, 60.)
-  const bool implicit_layout =
-      channels_last || cpu_prefers_gemm_microkernel() || first.scalar_type() == at::kBFloat16;
-  if (implicit_layout && op != Operator::weight_grad && transposed &&
+  // rows wherever a tap reads padding, too short for the micro-kernel (NOTES section 26).
+  if (op != Operator::weight_grad && transposed &&
+      implicit_pays_layout(*transposed, first, channels_last) &&
       takes_implicit(*transposed, first)) {
     return {Route::implicit_nhwc, Layout::nhwc,
             op == Operator::input_grad
                 ? "stride 1: the forward convolution of the output gradient, a GEMM per tap on "
                   "views of it (no column matrix)"
                 : "a GEMM per tap on views of the input (no column matrix)",
-            !cpu_prefers_gemm_microkernel() && first.scalar_type() == at::kBFloat16
-                ? (channels_last
-                       ? "channels_last bfloat16 operands on a CPU whose GEMM micro-kernel "
-                         "computes bfloat16; 16 or more channels per group, more than one tap, "
-                         "output rows of 14 pixels or more"
-                       : "bfloat16 on a CPU whose GEMM micro-kernel computes bfloat16; 16 or "
-                         "more channels per group, more than one tap, output rows of 14 pixels "
-                         "or more: NHWC, through layout copies")
-            : !cpu_prefers_gemm_microkernel()
-                ? "channels_last float32 operands on a CPU with the GEMM micro-kernel; 16 to 256 "
-                  "channels per group, output rows of 14 pixels or more"
-            : channels_last
-                ? "channels_last float32 or bfloat16 operands on a CPU where the GEMM "
-                  "micro-kernel outruns MKL; 16 or more channels per group, more than one tap"
-                : "float32 or bfloat16 on a CPU where the GEMM micro-kernel outruns MKL; 16 or "
-                  "more channels per group, more than one tap: NHWC, through layout copies"};
+            implicit_why_layout(first, channels_last)};
   }
 
   const bool nhwc = channels_last && has_wide_groups(s);

@@ -2,8 +2,9 @@
 micro-kernel computes its forward, and its input gradient where that is a stride-1 convolution,
 as GEMMs on shifted views of the input, one per tap, with no column matrix
 (csrc/cpu/implicit_nhwc_cpu.cpp). By default it takes layers of 16 to 256 input channels per group
-whose output rows have 14 pixels or more; on a CPU where the micro-kernel outruns MKL, every layer of
-16 channels or more per group with more than one tap, NCHW operands too (through layout copies);
+whose output rows have 14 pixels or more, NCHW operands of stride 1 and more than one tap too
+(through layout copies); on a CPU where the micro-kernel outruns MKL, every layer of 16 channels or
+more per group with more than one tap, NCHW operands too;
 TORCH_CONVBP_GEMM=microkernel makes it take every call it can compute, =mkl none
 (csrc/route.cpp)."""
 import pytest
@@ -49,10 +50,11 @@ CASES = [
 def test_values_and_gradients_against_the_references(name, shape, cout, kernel, stride, padding, dilation, groups, layout, microkernel):
     """The forward and the input gradient on the implicit route (where the input gradient is a
     stride-1 convolution), the weight gradient on the columns route, all against F.conv2d and our
-    shift-and-add reference in float64; NCHW operands where the micro-kernel outruns MKL, whose
-    results come back NCHW."""
-    if layout == torch.contiguous_format and not microkernel_outruns_mkl():
-        pytest.skip("NCHW operands take the implicit route only where the micro-kernel outruns MKL")
+    shift-and-add reference in float64; NCHW operands where the route takes them (stride 1 and
+    more than one tap, or any where the micro-kernel outruns MKL), whose results come back NCHW."""
+    nchw_taken = stride == (1, 1) and kernel != (1, 1)
+    if layout == torch.contiguous_format and not (nchw_taken or microkernel_outruns_mkl()):
+        pytest.skip("NCHW operands of a strided layer take the implicit route only where the micro-kernel outruns MKL")
     g = torch.Generator().manual_seed(0)
     x = torch.randn(*shape, generator=g).contiguous(memory_format=layout).requires_grad_()
     w = torch.randn(cout, shape[1] // groups, *kernel, generator=g).requires_grad_()
@@ -110,7 +112,11 @@ RULE = [
     ("bfloat16, 256 channels", (1, 256, 14, 14), 256, 3, torch.bfloat16, True, True, True),
     ("bfloat16, rows of 7", (2, 64, 7, 7), 64, 3, torch.bfloat16, True, False, True),
     ("bfloat16, odd channels", (2, 33, 28, 28), 63, 3, torch.bfloat16, True, False, False),
-    ("NCHW", (2, 64, 28, 28), 64, 3, torch.float32, False, False, True),
+    # float32 fed NCHW through layout copies where stride 1 and more than one tap (NOTES section 66);
+    # the 1x1 case is strided
+    ("NCHW", (2, 64, 28, 28), 64, 3, torch.float32, False, True, True),
+    ("NCHW, rows of 7", (2, 64, 7, 7), 64, 3, torch.float32, False, False, True),
+    ("NCHW, one tap", (2, 64, 28, 28), 64, 1, torch.float32, False, False, False),
     # bfloat16 fed NCHW through layout copies as fed channels_last (NOTES sections 58, 60)
     ("NCHW bfloat16, 128 channels", (1, 128, 14, 14), 128, 3, torch.bfloat16, False, True, True),
     ("NCHW bfloat16, 16 channels", (2, 16, 28, 28), 16, 3, torch.bfloat16, False, True, True),
@@ -137,6 +143,18 @@ def test_the_rule_that_chooses_it(name, shape, cout, kernel, dtype, channels_las
     assert routes["weight_grad"].route != "implicit_nhwc"
     monkeypatch.setenv("TORCH_CONVBP_GEMM", "mkl")
     assert torch_convbp.explain(x, w, stride, padding)["forward"].route != "implicit_nhwc"
+
+
+def test_strided_float32_nchw_keeps_the_columns_where_mkl_is_as_fast(monkeypatch):
+    """Fed NCHW, a strided float32 layer's forward kept the column route where the micro-kernel
+    does not outrun MKL: through layout copies it took 1.06x the time (NOTES section 66). Fed
+    channels_last it takes the implicit route."""
+    monkeypatch.delenv("TORCH_CONVBP_GEMM", raising=False)
+    x = torch.empty(2, 64, 56, 56)
+    w = torch.empty(128, 64, 3, 3)
+    nchw = torch_convbp.explain(x, w, 2, 1)["forward"].route
+    assert (nchw == "implicit_nhwc") == microkernel_outruns_mkl()
+    assert torch_convbp.explain(x.contiguous(memory_format=CL), w, 2, 1)["forward"].route == "implicit_nhwc"
 
 
 def test_the_setting_is_checked(monkeypatch):
