@@ -280,9 +280,6 @@ ConvShape check_grouped(const char* op, const Tensor& input, const Tensor& weigh
 
 namespace {
 
-// A copy's target: each element written once, by one thread, so no two may share memory, and
-// not in the source's storage (a transposition in place would read what it already wrote;
-// whether two views with gaps overlap is not cheap to tell, so none is taken).
 // What both copies ask of their elements: the same kind of tensor, and elements the copies move
 // whole (at most 8 bytes).
 void check_copy_elements(const char* op, const Tensor& source, const Tensor& target) {
@@ -291,6 +288,9 @@ void check_copy_elements(const char* op, const Tensor& source, const Tensor& tar
               " bytes are not supported (at most 8)");
 }
 
+// A copy's target: each element written once, by one thread, so no two may share memory, and
+// not in the source's storage (a transposition in place would read what it already wrote;
+// whether two views with gaps overlap is not cheap to tell, so none is taken).
 void check_separate_target(const char* op, const Tensor& source, const Tensor& target) {
   TORCH_CHECK(at::has_internal_overlap(target) != at::MemOverlap::Yes, op,
               ": the target has elements that share memory (an expanded tensor?); expected each "
