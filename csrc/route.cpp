@@ -140,6 +140,18 @@ bool implicit_pays_layout(const ConvShape& s, const at::Tensor& first, bool chan
          (s.taps() > 1 && s.stride_h == 1 && s.stride_w == 1);
 }
 
+// Whether a bfloat16 weight gradient of NCHW operands computes in NHWC, through layout copies:
+// where the micro-kernel computes bfloat16 (an AMX Xeon), for 2-D layers of more than one tap,
+// groups of 16 or more channels and output planes under kMaxCopiedWeightGradPlane pixels. There
+// it took 0.58-0.92x the NCHW column route's time, copies included, the strided layers too; on
+// 56x56 output planes 1.0-1.17x, where the copies are largest (NOTES section 67).
+constexpr int64_t kMaxCopiedWeightGradPlane = 1024;
+bool bfloat16_weight_grad_pays_layout(const ConvShape& s, const at::Tensor& first) {
+  return first.scalar_type() == at::kBFloat16 && first.device().is_cpu() && s.is_planar() &&
+         gemm_dtype(first.scalar_type(), first.device()) == at::kBFloat16 && s.taps() > 1 &&
+         has_wide_groups(s) && s.out_height * s.out_width < kMaxCopiedWeightGradPlane;
+}
+
 // explain()'s line for the implicit route's layout: which operands take it on this CPU, and
 // whether through layout copies.
 const char* implicit_why_layout(const at::Tensor& first, bool channels_last) {
@@ -229,6 +241,13 @@ RouteChoice choose_route(Operator op, const ConvShape& s, at::TensorList activat
             implicit_why_layout(first, channels_last)};
   }
 
+  if (op == Operator::weight_grad && !channels_last &&
+      bfloat16_weight_grad_pays_layout(s, first)) {
+    return {Route::columns, Layout::nhwc, "im2col, then a GEMM",
+            "bfloat16 on a CPU whose GEMM micro-kernel computes bfloat16; groups of 16 or more "
+            "channels, more than one tap, output planes under 1024 pixels: NHWC, through layout "
+            "copies"};
+  }
   const bool nhwc = channels_last && has_wide_groups(s);
   const char* why_layout =
       nhwc ? "operands channels_last, groups of 16 or more channels"
