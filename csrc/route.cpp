@@ -135,27 +135,30 @@ bool weight_grad_by_images(const ConvShape& s, const at::Tensor& first) {
 // - in float32 (an AMX Xeon), stride 1 with more than one tap: 0.77-0.92x on the dense 3x3 and
 //   5x5 layers, where the strided and 1x1 ones took 1.02-1.10x (section 66).
 bool implicit_pays_layout(const ConvShape& s, const at::Tensor& first, bool channels_last) {
-  return channels_last || cpu_prefers_gemm_microkernel() ||
-         first.scalar_type() == at::kBFloat16 ||
+  return channels_last || cpu_prefers_gemm_microkernel() || first.scalar_type() == at::kBFloat16 ||
          (s.taps() > 1 && s.stride_h == 1 && s.stride_w == 1);
 }
 
 // Whether a bfloat16 weight gradient of NCHW operands computes in NHWC, through layout copies:
 // where the micro-kernel computes bfloat16 (an AMX Xeon), for 2-D layers of more than one tap,
-// groups of 16 or more channels and output planes under kMaxCopiedWeightGradPlane pixels. There
-// it took 0.58-0.92x the NCHW column route's time, copies included, the strided layers too; on
-// 56x56 output planes 1.0-1.17x, where the copies are largest (NOTES section 67).
+// 16 or more input and output channels per group, and output planes under
+// kMaxCopiedWeightGradPlane pixels. There it took 0.58-0.92x the NCHW column route's time, copies
+// included, the strided layers too; on 56x56 output planes 1.0-1.17x, where the copies are
+// largest (NOTES section 67).
 constexpr int64_t kMaxCopiedWeightGradPlane = 1024;
 bool bfloat16_weight_grad_pays_layout(const ConvShape& s, const at::Tensor& first) {
   return first.scalar_type() == at::kBFloat16 && first.device().is_cpu() && s.is_planar() &&
          gemm_dtype(first.scalar_type(), first.device()) == at::kBFloat16 && s.taps() > 1 &&
-         has_wide_groups(s) && s.out_height * s.out_width < kMaxCopiedWeightGradPlane;
+         s.in_channels / s.groups >= kMinNhwcGroupChannels && has_wide_groups(s) &&
+         s.out_height * s.out_width < kMaxCopiedWeightGradPlane;
 }
 
 // explain()'s line for the implicit route's layout: which operands take it on this CPU, and
 // whether through layout copies.
 const char* implicit_why_layout(const at::Tensor& first, bool channels_last) {
-  const int rule = cpu_prefers_gemm_microkernel() ? 0 : first.scalar_type() == at::kBFloat16 ? 1 : 2;
+  const int rule = cpu_prefers_gemm_microkernel()         ? 0
+                   : first.scalar_type() == at::kBFloat16 ? 1
+                                                          : 2;
   static const char* const why[3][2] = {
       {"float32 or bfloat16 on a CPU where the GEMM micro-kernel outruns MKL; 16 or more channels "
        "per group, more than one tap: NHWC, through layout copies",
@@ -241,12 +244,11 @@ RouteChoice choose_route(Operator op, const ConvShape& s, at::TensorList activat
             implicit_why_layout(first, channels_last)};
   }
 
-  if (op == Operator::weight_grad && !channels_last &&
-      bfloat16_weight_grad_pays_layout(s, first)) {
+  if (op == Operator::weight_grad && !channels_last && bfloat16_weight_grad_pays_layout(s, first)) {
     return {Route::columns, Layout::nhwc, "im2col, then a GEMM",
-            "bfloat16 on a CPU whose GEMM micro-kernel computes bfloat16; groups of 16 or more "
-            "channels, more than one tap, output planes under 1024 pixels: NHWC, through layout "
-            "copies"};
+            "bfloat16 on a CPU whose GEMM micro-kernel computes bfloat16; 16 or more input and "
+            "output channels per group, more than one tap, output planes under 1024 pixels: NHWC, "
+            "through layout copies"};
   }
   const bool nhwc = channels_last && has_wide_groups(s);
   const char* why_layout =

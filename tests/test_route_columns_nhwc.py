@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 import torch_convbp
-from route_cases import CL, assert_formats, assert_matches_the_references, dense_operands
+from route_cases import CL, assert_formats, assert_matches_the_references, dense_operands, has_bfloat16_microkernel
 
 # (name, input [N, C, H, W], out channels, kernel, stride, padding, dilation, groups): layers the
 # NHWC column matrix serves (16 or more output channels per group; with several groups, 16 or
@@ -92,3 +92,33 @@ def test_dense_layers_in_nhwc_in_low_precision(dtype, device):
         assert a.dtype == dtype
         torch.testing.assert_close(a.double(), r, rtol=tol, atol=tol * 10)
     assert y.is_contiguous(memory_format=CL) and ours[1].is_contiguous(memory_format=CL)
+
+
+# (name, input [N, C, H, W], out channels, kernel, stride, whether a bfloat16 weight gradient fed
+# NCHW computes in NHWC where the micro-kernel computes bfloat16: more than one tap, groups of 16
+# or more channels, output planes under 1024 pixels; NOTES section 67)
+BFLOAT16_WEIGHT_GRAD = [
+    ("3x3, 14x14", (2, 32, 14, 14), 32, 3, 1, True),
+    ("3x3 strided, 28x28 out of 56x56", (1, 16, 56, 56), 32, 3, 2, True),
+    ("3x3, 32x32: 1024 pixels", (1, 16, 32, 32), 16, 3, 1, False),
+    ("8 input channels", (2, 8, 14, 14), 32, 3, 1, False),
+    ("strided 1x1", (2, 32, 14, 14), 32, 1, 2, False),
+]
+
+
+@pytest.mark.parametrize("name, shape, cout, kernel, stride, in_nhwc", BFLOAT16_WEIGHT_GRAD,
+                         ids=[c[0] for c in BFLOAT16_WEIGHT_GRAD])
+def test_bfloat16_weight_grad_fed_nchw_takes_nhwc_on_small_planes(name, shape, cout, kernel, stride, in_nhwc):
+    """Its value against float64 either way, and its result NCHW like its operands."""
+    in_nhwc = in_nhwc and has_bfloat16_microkernel()
+    x64, w64 = dense_operands(shape, cout, (kernel, kernel), 1)
+    x64, padding = x64.contiguous(), kernel // 2
+    dy64 = torch.randn(F.conv2d(x64, w64, None, stride, padding).shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    x, dy = x64.to(torch.bfloat16), dy64.to(torch.bfloat16)
+    route = torch_convbp.explain(x, w64.to(torch.bfloat16), stride, padding, grad_output=dy)["weight_grad"]
+    assert route.route == "columns" and (route.layout == "nhwc") == in_nhwc
+    ours = torch.ops.torch_convbp.conv2d_weight_grad(x, dy, list(w64.shape), [stride] * 2, [padding] * 2, [1, 1], 1)
+    x_ref = x.double().requires_grad_()
+    F.conv2d(x_ref, w64.requires_grad_(), None, stride, padding).backward(dy.double())
+    assert ours.dtype == torch.bfloat16 and ours.is_contiguous()
+    torch.testing.assert_close(ours.double(), w64.grad, rtol=2e-2, atol=2e-2 * w64.grad.abs().max().item())
