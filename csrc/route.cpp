@@ -139,18 +139,30 @@ bool implicit_pays_layout(const ConvShape& s, const at::Tensor& first, bool chan
          (s.taps() > 1 && s.stride_h == 1 && s.stride_w == 1);
 }
 
-// Whether a bfloat16 weight gradient of NCHW operands computes in NHWC, through layout copies:
-// where the micro-kernel computes bfloat16 (an AMX Xeon), for 2-D layers of more than one tap,
-// 16 or more input and output channels per group, and output planes under
-// kMaxCopiedWeightGradPlane pixels. There it took 0.58-0.92x the NCHW column route's time, copies
-// included, the strided layers too; on 56x56 output planes 1.0-1.17x, where the copies are
-// largest (NOTES section 67).
+// Whether a bfloat16 call of NCHW operands on the column route computes in NHWC, through layout
+// copies: where the micro-kernel computes bfloat16 (an AMX Xeon), for 2-D layers of more than one
+// tap and 16 or more output channels per group, and
+// - the weight gradient: 16 or more input channels per group and output planes under
+//   kMaxCopiedWeightGradPlane pixels. It took 0.58-0.92x the NCHW column route's time, copies
+//   included, the strided layers too; on 56x56 output planes 1.0-1.17x, where the copies are
+//   largest (NOTES section 67);
+// - the input gradient through col2im (a strided layer's): 32 or more input channels per group.
+//   It took 0.68-0.82x; with 16 input channels 1.13x, and a strided 1x1 layer 1.12-1.26x (section
+//   68).
 constexpr int64_t kMaxCopiedWeightGradPlane = 1024;
-bool bfloat16_weight_grad_pays_layout(const ConvShape& s, const at::Tensor& first) {
-  return first.scalar_type() == at::kBFloat16 && first.device().is_cpu() && s.is_planar() &&
-         gemm_dtype(first.scalar_type(), first.device()) == at::kBFloat16 && s.taps() > 1 &&
-         s.in_channels / s.groups >= kMinNhwcGroupChannels && has_wide_groups(s) &&
-         s.out_height * s.out_width < kMaxCopiedWeightGradPlane;
+constexpr int64_t kMinCopiedCol2imChannels = 32;
+bool bfloat16_columns_pay_layout(Operator op, const ConvShape& s, const at::Tensor& first) {
+  if (first.scalar_type() != at::kBFloat16 || !first.device().is_cpu() || !s.is_planar() ||
+      gemm_dtype(first.scalar_type(), first.device()) != at::kBFloat16 || s.taps() == 1 ||
+      !has_wide_groups(s)) {
+    return false;
+  }
+  const int64_t group_in = s.in_channels / s.groups;
+  if (op == Operator::weight_grad) {
+    return group_in >= kMinNhwcGroupChannels &&
+           s.out_height * s.out_width < kMaxCopiedWeightGradPlane;
+  }
+  return op == Operator::input_grad && group_in >= kMinCopiedCol2imChannels;
 }
 
 // explain()'s line for the implicit route's layout: which operands take it on this CPU, and
@@ -244,7 +256,7 @@ RouteChoice choose_route(Operator op, const ConvShape& s, at::TensorList activat
             implicit_why_layout(first, channels_last)};
   }
 
-  if (op == Operator::weight_grad && !channels_last && bfloat16_weight_grad_pays_layout(s, first)) {
+  if (op == Operator::weight_grad && !channels_last && bfloat16_columns_pay_layout(op, s, first)) {
     return {Route::columns, Layout::nhwc, "im2col, then a GEMM",
             "bfloat16 on a CPU whose GEMM micro-kernel computes bfloat16; 16 or more input and "
             "output channels per group, more than one tap, output planes under 1024 pixels: NHWC, "
@@ -265,6 +277,11 @@ RouteChoice choose_route(Operator op, const ConvShape& s, at::TensorList activat
             why_layout};
   }
   const char* col2im = "stride above 1, or padding past the kernel's reach: a GEMM, then col2im";
+  if (!channels_last && bfloat16_columns_pay_layout(op, s, first)) {
+    return {Route::columns, Layout::nhwc, col2im,
+            "bfloat16 on a CPU whose GEMM micro-kernel computes bfloat16; 32 or more input and 16 "
+            "or more output channels per group, more than one tap: NHWC, through layout copies"};
+  }
   if (nhwc && !has_wide_input_groups(s)) {
     return {Route::columns, Layout::nchw, col2im,
             "fewer than 16 input channels per group, which col2im would gather in runs that "

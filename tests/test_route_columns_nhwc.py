@@ -122,3 +122,32 @@ def test_bfloat16_weight_grad_fed_nchw_takes_nhwc_on_small_planes(name, shape, c
     F.conv2d(x_ref, w64.requires_grad_(), None, stride, padding).backward(dy.double())
     assert ours.dtype == torch.bfloat16 and ours.is_contiguous()
     torch.testing.assert_close(ours.double(), w64.grad, rtol=2e-2, atol=2e-2 * w64.grad.abs().max().item())
+
+
+# (name, input [N, C, H, W], out channels, kernel, stride, whether a bfloat16 strided input
+# gradient fed NCHW computes in NHWC where the micro-kernel computes bfloat16: more than one tap,
+# 32 or more input and 16 or more output channels per group; NOTES section 68)
+BFLOAT16_COL2IM = [
+    ("3x3/2, 32 channels", (2, 32, 14, 14), 16, 3, 2, True),
+    ("5x5/2", (1, 48, 12, 12), 32, 5, 2, True),
+    ("3x3/2, 16 input channels", (2, 16, 14, 14), 32, 3, 2, False),
+    ("strided 1x1", (2, 32, 14, 14), 32, 1, 2, False),
+]
+
+
+@pytest.mark.parametrize("name, shape, cout, kernel, stride, in_nhwc", BFLOAT16_COL2IM,
+                         ids=[c[0] for c in BFLOAT16_COL2IM])
+def test_bfloat16_strided_input_grad_fed_nchw_takes_nhwc(name, shape, cout, kernel, stride, in_nhwc):
+    """Its value against float64 either way, and its result NCHW like its operands."""
+    in_nhwc = in_nhwc and has_bfloat16_microkernel()
+    x64, w64 = dense_operands(shape, cout, (kernel, kernel), 1)
+    x64, padding = x64.contiguous(), kernel // 2
+    dy64 = torch.randn(F.conv2d(x64, w64, None, stride, padding).shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    w, dy = w64.to(torch.bfloat16), dy64.to(torch.bfloat16)
+    route = torch_convbp.explain(x64.to(torch.bfloat16), w, stride, padding, grad_output=dy)["input_grad"]
+    assert route.route == "columns" and (route.layout == "nhwc") == in_nhwc
+    ours = torch.ops.torch_convbp.conv2d_input_grad(dy, w, list(shape), [stride] * 2, [padding] * 2, [1, 1], 1)
+    x_ref = x64.clone().requires_grad_()
+    F.conv2d(x_ref, w.double(), None, stride, padding).backward(dy.double())
+    assert ours.dtype == torch.bfloat16 and ours.is_contiguous()
+    torch.testing.assert_close(ours.double(), x_ref.grad, rtol=2e-2, atol=2e-2 * x_ref.grad.abs().max().item())
