@@ -94,60 +94,43 @@ def test_dense_layers_in_nhwc_in_low_precision(dtype, device):
     assert y.is_contiguous(memory_format=CL) and ours[1].is_contiguous(memory_format=CL)
 
 
-# (name, input [N, C, H, W], out channels, kernel, stride, whether a bfloat16 weight gradient fed
-# NCHW computes in NHWC where the micro-kernel computes bfloat16: more than one tap, groups of 16
-# or more channels, output planes under 1024 pixels; NOTES section 67)
-BFLOAT16_WEIGHT_GRAD = [
-    ("3x3, 14x14", (2, 32, 14, 14), 32, 3, 1, True),
-    ("3x3 strided, 28x28 out of 56x56", (1, 16, 56, 56), 32, 3, 2, True),
-    ("3x3, 32x32: 1024 pixels", (1, 16, 32, 32), 16, 3, 1, False),
-    ("8 input channels", (2, 8, 14, 14), 32, 3, 1, False),
-    ("strided 1x1", (2, 32, 14, 14), 32, 1, 2, False),
+
+# (name, operator, input [N, C, H, W], out channels, kernel, stride, whether it computes in NHWC
+# fed NCHW in bfloat16 where the micro-kernel computes bfloat16; more than one tap and 16 or more
+# output channels per group, and for the weight gradient 16 or more input channels per group and
+# output planes under 1024 pixels (NOTES section 67), for a strided input gradient 32 or more
+# input channels per group (section 68))
+BFLOAT16_FED_NCHW = [
+    ("3x3, 14x14", "weight_grad", (2, 32, 14, 14), 32, 3, 1, True),
+    ("3x3 strided, 28x28 out of 56x56", "weight_grad", (1, 16, 56, 56), 32, 3, 2, True),
+    ("3x3, 32x32: 1024 pixels", "weight_grad", (1, 16, 32, 32), 16, 3, 1, False),
+    ("8 input channels", "weight_grad", (2, 8, 14, 14), 32, 3, 1, False),
+    ("strided 1x1", "weight_grad", (2, 32, 14, 14), 32, 1, 2, False),
+    ("3x3/2, 32 channels", "input_grad", (2, 32, 14, 14), 16, 3, 2, True),
+    ("5x5/2", "input_grad", (1, 48, 12, 12), 32, 5, 2, True),
+    ("3x3/2, 16 input channels", "input_grad", (2, 16, 14, 14), 32, 3, 2, False),
+    ("strided 1x1", "input_grad", (2, 32, 14, 14), 32, 1, 2, False),
 ]
 
 
-@pytest.mark.parametrize("name, shape, cout, kernel, stride, in_nhwc", BFLOAT16_WEIGHT_GRAD,
-                         ids=[c[0] for c in BFLOAT16_WEIGHT_GRAD])
-def test_bfloat16_weight_grad_fed_nchw_takes_nhwc_on_small_planes(name, shape, cout, kernel, stride, in_nhwc):
-    """Its value against float64 either way, and its result NCHW like its operands."""
+@pytest.mark.parametrize("name, operator, shape, cout, kernel, stride, in_nhwc", BFLOAT16_FED_NCHW,
+                         ids=[f"{c[1]}: {c[0]}" for c in BFLOAT16_FED_NCHW])
+def test_bfloat16_column_route_fed_nchw_takes_nhwc_where_it_pays(name, operator, shape, cout, kernel, stride, in_nhwc):
+    """The route's layout by the rule, the value against float64 either way, and the result NCHW
+    like the operands."""
     in_nhwc = in_nhwc and has_bfloat16_microkernel()
     x64, w64 = dense_operands(shape, cout, (kernel, kernel), 1)
     x64, padding = x64.contiguous(), kernel // 2
     dy64 = torch.randn(F.conv2d(x64, w64, None, stride, padding).shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
-    x, dy = x64.to(torch.bfloat16), dy64.to(torch.bfloat16)
-    route = torch_convbp.explain(x, w64.to(torch.bfloat16), stride, padding, grad_output=dy)["weight_grad"]
+    x, w, dy = x64.to(torch.bfloat16), w64.to(torch.bfloat16), dy64.to(torch.bfloat16)
+    route = torch_convbp.explain(x, w, stride, padding, grad_output=dy)[operator]
     assert route.route == "columns" and (route.layout == "nhwc") == in_nhwc
-    ours = torch.ops.torch_convbp.conv2d_weight_grad(x, dy, list(w64.shape), [stride] * 2, [padding] * 2, [1, 1], 1)
-    x_ref = x.double().requires_grad_()
-    F.conv2d(x_ref, w64.requires_grad_(), None, stride, padding).backward(dy.double())
+    args = ([stride] * 2, [padding] * 2, [1, 1], 1)
+    x_ref, w_ref = x.double().requires_grad_(), w.double().requires_grad_()
+    F.conv2d(x_ref, w_ref, None, stride, padding).backward(dy.double())
+    if operator == "weight_grad":
+        ours, ref = torch.ops.torch_convbp.conv2d_weight_grad(x, dy, list(w.shape), *args), w_ref.grad
+    else:
+        ours, ref = torch.ops.torch_convbp.conv2d_input_grad(dy, w, list(x.shape), *args), x_ref.grad
     assert ours.dtype == torch.bfloat16 and ours.is_contiguous()
-    torch.testing.assert_close(ours.double(), w64.grad, rtol=2e-2, atol=2e-2 * w64.grad.abs().max().item())
-
-
-# (name, input [N, C, H, W], out channels, kernel, stride, whether a bfloat16 strided input
-# gradient fed NCHW computes in NHWC where the micro-kernel computes bfloat16: more than one tap,
-# 32 or more input and 16 or more output channels per group; NOTES section 68)
-BFLOAT16_COL2IM = [
-    ("3x3/2, 32 channels", (2, 32, 14, 14), 16, 3, 2, True),
-    ("5x5/2", (1, 48, 12, 12), 32, 5, 2, True),
-    ("3x3/2, 16 input channels", (2, 16, 14, 14), 32, 3, 2, False),
-    ("strided 1x1", (2, 32, 14, 14), 32, 1, 2, False),
-]
-
-
-@pytest.mark.parametrize("name, shape, cout, kernel, stride, in_nhwc", BFLOAT16_COL2IM,
-                         ids=[c[0] for c in BFLOAT16_COL2IM])
-def test_bfloat16_strided_input_grad_fed_nchw_takes_nhwc(name, shape, cout, kernel, stride, in_nhwc):
-    """Its value against float64 either way, and its result NCHW like its operands."""
-    in_nhwc = in_nhwc and has_bfloat16_microkernel()
-    x64, w64 = dense_operands(shape, cout, (kernel, kernel), 1)
-    x64, padding = x64.contiguous(), kernel // 2
-    dy64 = torch.randn(F.conv2d(x64, w64, None, stride, padding).shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
-    w, dy = w64.to(torch.bfloat16), dy64.to(torch.bfloat16)
-    route = torch_convbp.explain(x64.to(torch.bfloat16), w, stride, padding, grad_output=dy)["input_grad"]
-    assert route.route == "columns" and (route.layout == "nhwc") == in_nhwc
-    ours = torch.ops.torch_convbp.conv2d_input_grad(dy, w, list(shape), [stride] * 2, [padding] * 2, [1, 1], 1)
-    x_ref = x64.clone().requires_grad_()
-    F.conv2d(x_ref, w.double(), None, stride, padding).backward(dy.double())
-    assert ours.dtype == torch.bfloat16 and ours.is_contiguous()
-    torch.testing.assert_close(ours.double(), x_ref.grad, rtol=2e-2, atol=2e-2 * x_ref.grad.abs().max().item())
+    torch.testing.assert_close(ours.double(), ref, rtol=2e-2, atol=2e-2 * ref.abs().max().item())
