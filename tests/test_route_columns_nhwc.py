@@ -6,6 +6,7 @@ forward convolution (transposed_columns), the strided one through col2im_nhwc.""
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.library import opcheck
 
 import torch_convbp
 from route_cases import CL, assert_formats, assert_matches_the_references, dense_operands, has_bfloat16_microkernel
@@ -129,8 +130,10 @@ def test_bfloat16_column_route_fed_nchw_takes_nhwc_where_it_pays(name, operator,
     x_ref, w_ref = x.double().requires_grad_(), w.double().requires_grad_()
     F.conv2d(x_ref, w_ref, None, stride, padding).backward(dy.double())
     if operator == "weight_grad":
-        ours, ref = torch.ops.torch_convbp.conv2d_weight_grad(x, dy, list(w.shape), *args), w_ref.grad
+        op, op_args, ref = torch.ops.torch_convbp.conv2d_weight_grad, (x, dy, list(w.shape), *args), w_ref.grad
     else:
-        ours, ref = torch.ops.torch_convbp.conv2d_input_grad(dy, w, list(x.shape), *args), x_ref.grad
+        op, op_args, ref = torch.ops.torch_convbp.conv2d_input_grad, (dy, w, list(x.shape), *args), x_ref.grad
+    ours = op(*op_args)
     assert ours.dtype == torch.bfloat16 and ours.is_contiguous()
+    opcheck(op.default, op_args)  # the fake kernel gives the same format
     torch.testing.assert_close(ours.double(), ref, rtol=2e-2, atol=2e-2 * ref.abs().max().item())
