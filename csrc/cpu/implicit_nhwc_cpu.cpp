@@ -46,9 +46,9 @@ constexpr int64_t kMaxTileChannels = 256;
 // KiB in a deep layer) fell on a quarter or a half of L1's sets, and the micro-kernel ran at 0.6x
 // (benchmarks/NOTES.md, section 61); as ATen's flip and copies the weight took a fifth of the
 // 512@7 layer's time (section 40), and a transposing copy then a per-tap copy was one pass more
-// than needed (section 63). In float32 B is
-// row-major, its rows ldb apart; in bfloat16 it is in the VNNI layout the micro-kernel reads
-// ([K/2][N][2] per tap, its rows k and k+1 interleaved into a pair).
+// than needed (section 63). In float32 B is row-major, its rows ldb apart; in bfloat16 it is in
+// the VNNI layout the micro-kernel reads ([K/2][N][2] per tap, its rows k and k+1 interleaved
+// into a pair).
 template <class T>
 struct TapMatrices {
   at::Tensor memory;
