@@ -365,10 +365,14 @@ Tensor convolution_weight_grad(const char* op, int64_t dims, const Tensor& input
     }
     case Route::pointwise_nhwc:
       return pointwise_nhwc_weight_grad(rows_view(x), rows_view(dy), weight_size, s);
+    case Route::implicit_nhwc: {
+      Tensor grad_weight = at::empty(weight_size, x.options());
+      call_implicit(ImplicitKernel::weight_grad, x, dy, s, grad_weight);
+      return grad_weight;
+    }
     case Route::columns: return weight_grad_by_chunks(x, dy, weight_size, s, route.layout);
     case Route::pointwise_by_images: return weight_grad_pointwise_by_images(x, dy, weight_size, s);
-    case Route::transposed_columns:
-    case Route::implicit_nhwc: not_this_operators_route(op, route);
+    case Route::transposed_columns: not_this_operators_route(op, route);
   }
   return Tensor();  // not reached
 }

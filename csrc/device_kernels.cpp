@@ -91,7 +91,11 @@ void call_implicit(ImplicitKernel kernel, const Tensor& a, const Tensor& weight,
   static const auto forward = kernel_handle<GroupedSignature>("torch_convbp::implicit_conv2d");
   static const auto input_grad =
       kernel_handle<GroupedSignature>("torch_convbp::implicit_conv2d_input_grad");
-  (kernel == ImplicitKernel::forward ? forward : input_grad)
+  static const auto weight_grad =
+      kernel_handle<GroupedSignature>("torch_convbp::implicit_conv2d_weight_grad");
+  (kernel == ImplicitKernel::forward      ? forward
+   : kernel == ImplicitKernel::input_grad ? input_grad
+                                          : weight_grad)
       .call(a, weight, {s.stride_h, s.stride_w}, {s.pad_h, s.pad_w}, {s.dilation_h, s.dilation_w},
             s.groups, result);
 }

@@ -29,9 +29,10 @@ enum class GroupedKernel { forward, weight_grad };
 void call_grouped(GroupedKernel kernel, const at::Tensor& a, const at::Tensor& b,
                   const ConvShape& s, const at::Tensor& result);
 
-// The implicit-GEMM kernels (CPU, float32, NHWC activations), weight [Cout, Cin/G, kh, kw]
-// contiguous: output = conv(input, weight); grad_input from (grad_output, weight), stride 1.
-enum class ImplicitKernel { forward, input_grad };
+// The implicit-GEMM kernels (CPU, NHWC activations), weight [Cout, Cin/G, kh, kw] contiguous:
+// output = conv(input, weight); grad_input from (grad_output, weight), stride 1; grad_weight
+// (contiguous) from (input, grad_output), stride 1, float32.
+enum class ImplicitKernel { forward, input_grad, weight_grad };
 void call_implicit(ImplicitKernel kernel, const at::Tensor& a, const at::Tensor& weight,
                    const ConvShape& s, const at::Tensor& result);
 

@@ -80,13 +80,17 @@ TORCH_LIBRARY(torch_convbp, m) {
       "int[2] dilation, int groups, Tensor(a!) grad_weight) -> ()");
   // A float32 convolution of channels_last activations as GEMMs on shifted views of the input
   // (an implicit GEMM, no column matrix), on the CPU's GEMM micro-kernel: it writes `output`;
-  // and the input gradient of a stride-1 one, the same kind of convolution of grad_output.
+  // the input gradient of a stride-1 one, the same kind of convolution of grad_output; and the
+  // weight gradient of a stride-1 one, GEMMs on shifted views of padded copies (float32).
   m.def(
       "implicit_conv2d(Tensor input, Tensor weight, int[2] stride, int[2] padding, "
       "int[2] dilation, int groups, Tensor(a!) output) -> ()");
   m.def(
       "implicit_conv2d_input_grad(Tensor grad_output, Tensor weight, int[2] stride, "
       "int[2] padding, int[2] dilation, int groups, Tensor(a!) grad_input) -> ()");
+  m.def(
+      "implicit_conv2d_weight_grad(Tensor input, Tensor grad_output, int[2] stride, "
+      "int[2] padding, int[2] dilation, int groups, Tensor(a!) grad_weight) -> ()");
 }
 
 // The orchestration is the same on every device: it reaches the device through im2col/col2im.

@@ -165,6 +165,38 @@ bool bfloat16_columns_pay_layout(Operator op, const ConvShape& s, const at::Tens
   return op == Operator::input_grad && group_in >= kMinCopiedCol2imChannels;
 }
 
+// Whether the implicit route computes the weight gradient of convolution `s`: GEMMs per tap on
+// shifted views of padded copies of the input and the output gradient, no column matrix
+// (cpu/implicit_weight_grad_cpu.cpp). For channels_last operands of stride 1, more than one tap,
+// 16 or more channels per group and output rows of 14 pixels or more, on the CPU:
+// - bfloat16 where the micro-kernel computes it (an AMX Xeon): 0.50-0.96x the column route's
+//   time, deep and dilated layers too, where im2col and the VNNI packing of the column matrix
+//   took about half of it (NOTES sections 53, 69);
+// - float32 on a CPU with the micro-kernel, up to kMaxImplicitWeightGradChannels channels per
+//   group, no fewer input than output channels, undilated: 0.89-0.96x; 32>64@56 took 1.10x and
+//   the dilated 64@28 1.05x, where the copies weigh more beside the GEMMs, and 256@14 no gain
+//   (section 69).
+constexpr int64_t kMaxImplicitWeightGradChannels = 128;
+bool takes_implicit_weight_grad(const ConvShape& s, const at::Tensor& first, bool channels_last) {
+  const auto dtype = first.scalar_type();
+  const bool bfloat16 =
+      dtype == at::kBFloat16 && gemm_dtype(dtype, first.device()) == at::kBFloat16;
+  if (!s.is_planar() || !first.device().is_cpu() || (dtype != at::kFloat && !bfloat16) ||
+      s.stride_h != 1 || s.stride_w != 1 || s.taps() == 1 || !channels_last) {
+    return false;
+  }
+  const GemmSetting setting = gemm_setting();
+  if (setting == GemmSetting::mkl || !cpu_has_gemm_microkernel()) return false;
+  if (setting == GemmSetting::microkernel) return true;
+  const int64_t group_in = s.in_channels / s.groups, group_out = s.out_channels / s.groups;
+  if (group_in < kMinImplicitChannels || group_out < kMinNhwcGroupChannels ||
+      s.out_width < kMinImplicitRow) {
+    return false;
+  }
+  return bfloat16 || (group_in <= kMaxImplicitWeightGradChannels && group_in >= group_out &&
+                      s.dilation_h == 1 && s.dilation_w == 1);
+}
+
 // explain()'s line for the implicit route's layout: which operands take it on this CPU, and
 // whether through layout copies.
 const char* implicit_why_layout(const at::Tensor& first, bool channels_last) {
@@ -243,8 +275,17 @@ RouteChoice choose_route(Operator op, const ConvShape& s, at::TensorList activat
             why_operand_layout};
   }
 
-  // The weight gradient keeps the column matrix: as GEMMs per tap on views its runs are single
-  // rows wherever a tap reads padding, too short for the micro-kernel (NOTES section 26).
+  if (op == Operator::weight_grad && takes_implicit_weight_grad(s, first, channels_last)) {
+    return {Route::implicit_nhwc, Layout::nhwc,
+            "stride 1: a GEMM per tap on shifted views of padded copies of the input and the "
+            "output gradient (no column matrix)",
+            first.scalar_type() == at::kBFloat16
+                ? "channels_last bfloat16 operands on a CPU whose GEMM micro-kernel computes "
+                  "bfloat16; 16 or more channels per group, output rows of 14 pixels or more"
+                : "channels_last float32 operands on a CPU with the GEMM micro-kernel; 16 to 128 "
+                  "input channels per group and no more output channels, undilated, output rows "
+                  "of 14 pixels or more"};
+  }
   if (op != Operator::weight_grad && transposed &&
       implicit_pays_layout(*transposed, first, channels_last) &&
       takes_implicit(*transposed, first)) {

@@ -15,7 +15,9 @@
 //                        dW [Cout, C] = dY^T [Cout, P] @ X [P, C], on the tensors' own memory
 //   implicit_nhwc        an output row Y_g [OW, Cout/G] += X_tap [OW, C/G] @ W_tap [C/G, Cout/G]
 //                        for each tap, X_tap a strided view of the input row (no column matrix);
-//                        the input grad of stride 1 likewise, as a forward convolution of dY
+//                        the input grad of stride 1 likewise, as a forward convolution of dY;
+//                        the weight grad of stride 1 dW_tap^T [C/G, Cout/G] += Xt [C/G, e]
+//                        @ dY_ext [e, Cout/G] on padded copies, e the pixels of a padded row width
 //   depthwise, grouped   no GEMM: direct kernels (cpu/, cuda/)
 #pragma once
 
@@ -32,7 +34,7 @@ enum class Route {
   transposed_columns,   // the input grad of stride 1 as a forward convolution: im2col of dY -> GEMM
   pointwise_by_images,  // 1x1, one group, NCHW: one batched GEMM over the images, no im2col
   pointwise_nhwc,       // 1x1, one group, channels_last: one GEMM on the pixel matrices, no copy
-  implicit_nhwc,        // float32 on the CPU, in NHWC: a GEMM per tap on views, no columns
+  implicit_nhwc,        // float32, bfloat16 on the CPU, in NHWC: GEMMs per tap on views, no columns
   depthwise,            // one input channel per group: the depthwise kernels
   grouped,              // narrow groups, channels_last: the direct grouped kernels
 };

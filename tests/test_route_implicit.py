@@ -49,7 +49,8 @@ CASES = [
 @pytest.mark.parametrize("name, shape, cout, kernel, stride, padding, dilation, groups", CASES, ids=[c[0] for c in CASES])
 def test_values_and_gradients_against_the_references(name, shape, cout, kernel, stride, padding, dilation, groups, layout, microkernel):
     """The forward and the input gradient on the implicit route (where the input gradient is a
-    stride-1 convolution), the weight gradient on the columns route, all against F.conv2d and our
+    stride-1 convolution), the weight gradient too where the stride is 1 and the operands
+    channels_last (the columns route elsewhere), all against F.conv2d and our
     shift-and-add reference in float64; NCHW operands where the route takes them (stride 1 and
     more than one tap, or any where the micro-kernel outruns MKL), whose results come back NCHW."""
     nchw_taken = stride == (1, 1) and kernel != (1, 1)
@@ -140,7 +141,7 @@ def test_the_rule_that_chooses_it(name, shape, cout, kernel, dtype, channels_las
     routes = torch_convbp.explain(x, w, stride, padding)
     assert (routes["forward"].route == "implicit_nhwc") == takes
     assert (routes["input_grad"].route == "implicit_nhwc") == (takes and stride == 1)
-    assert routes["weight_grad"].route != "implicit_nhwc"
+    # the weight gradient's rule is its own (tests/test_route_implicit_weight_grad.py)
     monkeypatch.setenv("TORCH_CONVBP_GEMM", "mkl")
     assert torch_convbp.explain(x, w, stride, padding)["forward"].route != "implicit_nhwc"
 

@@ -335,6 +335,18 @@ def _implicit_conv2d_input_grad_fake(grad_output, weight, stride, padding, dilat
     )
 
 
+@register_fake("torch_convbp::implicit_conv2d_weight_grad")
+def _implicit_conv2d_weight_grad_fake(input, grad_output, stride, padding, dilation, groups, grad_weight):
+    """Mirrors implicit_conv2d_weight_grad_cpu (csrc/cpu/implicit_weight_grad_cpu.cpp)."""
+    op = "torch_convbp.implicit_conv2d_weight_grad"
+    _check_grouped(op, input, grad_weight, grad_output, stride, padding, dilation, groups)
+    torch._check(
+        input.dtype in (torch.float32, torch.bfloat16),
+        lambda: f"{op}: computes float32 and bfloat16 only, got {input.dtype}",
+    )
+    torch._check(list(stride) == [1, 1], lambda: f"{op}: computes stride 1 only, got stride {list(stride)}")
+
+
 @register_fake("torch_convbp::grouped_weight_grad")
 def _grouped_weight_grad_fake(input, grad_output, stride, padding, dilation, groups, grad_weight):
     _check_grouped("torch_convbp.grouped_weight_grad", input, grad_weight, grad_output, stride, padding, dilation, groups)

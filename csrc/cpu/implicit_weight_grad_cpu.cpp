@@ -1,0 +1,318 @@
+// Route implicit_nhwc, the weight gradient (route.h): dW of a stride-1 convolution of
+// channels_last operands as GEMMs on shifted views of two padded copies, with no column matrix,
+// on oneDNN's micro-kernel (at::native::cpublas::brgemm), in float32, or in bfloat16 where the
+// CPU has bfloat16 arithmetic.
+//
+// Pad the input with zeros into [Hp, Wp] planes and give the output gradient the same row width:
+// output pixel (oh, ow) becomes the extended pixel e = oh*Wp + ow, and the columns ow >= OW hold
+// zeros. Tap (ki, kj) then reads input pixel e + ki*dh*Wp + kj*dw of the padded plane for every
+// e, one fixed offset, so for one group
+//   dW_tap^T [C/G, Cout/G] += Xt [C/G, e0:e1 shifted by the tap's offset] @ dY_ext [e0:e1, Cout/G]
+// is one micro-kernel call per block of extended pixels: A = the transposed padded input, its
+// channel rows lda apart, read from the tap's offset on; B = the extended output gradient, rows
+// of Cout (in bfloat16, pairs of pixels interleaved: the VNNI layout). A GEMM of K = 256 pixels
+// per call, where the column route's dW = dY @ im2col(x)^T writes and reads kh*kw*C values per
+// output pixel, and per output row the calls had K = OW (benchmarks/NOTES.md, sections 64, 69).
+//
+// The zero columns of dY_ext meet input values that the convolution never pairs with them (the
+// next row's first pixels, the right edge's): 0 * x, exact for finite x. A chunk whose input
+// holds an infinity or a NaN takes plain loops over exactly the convolution's pairs instead, so
+// that non-finite values propagate as F.conv2d's do.
+//
+// The sums: each dW entry is a float32 sum over the images in order, the pixel blocks of each in
+// order, in the micro-kernel's order within a block. A task owns whole (group, channel block,
+// output channel block, tap) tiles of dW, and a thread walks the pixel blocks once for all its
+// tiles, so the bits depend neither on the thread count nor on which thread runs a tile.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "../checks.h"
+#include "../cpu_features.h"
+#include "../plan.h"
+#include "../scratch.h"
+#include "bfloat16_cpu.h"
+#include "microkernel.h"
+#include "transpose_copy_cpu.h"
+
+namespace torch_convbp {
+namespace {
+
+using at::IntArrayRef;
+using at::Tensor;
+
+// Extended pixels per micro-kernel call (its K): 128 to 1024 ran within a few percent of each
+// other at 64@56, 128@28 and 5x5 64@28 (benchmarks/NOTES.md, section 69).
+constexpr int64_t kPixelBlock = 256;
+
+// The padded copies of a chunk of images take at most this many bytes (or one image): written,
+// then read by the GEMMs while still in L2. The whole batch's copies at once took 1.07x the time
+// at 64@56 (section 69).
+constexpr int64_t kChunkBytes = int64_t{2} << 20;
+
+// The channels of a tile of dW, along each side: 32 up to 64 channels per group, else 64. At
+// 64@56 one 64 x 64 tile per tap left 9 tiles to 2 threads (5 and 4) and 1.1x the time of 32 x 32
+// tiles; at 128@28 64 x 64 ran 0.97x 32 x 32 (section 69).
+int64_t channel_block(int64_t channels) { return channels <= 64 ? std::min<int64_t>(channels, 32) : 64; }
+
+// The padded planes of convolution `s` (stride 1): input rows and columns, the extended output
+// pixels per image (in bfloat16 an even count, for the VNNI layout's pairs: the last one past the
+// plane, a zero), and the A matrices' row length (a plane and a tail past its end, all zeros, that
+// the last extended pixels' taps reach).
+struct Padded {
+  int64_t height, width, pixels, row_length;
+  Padded(const ConvShape& s, bool pairs)
+      : height(s.height + 2 * s.pad_h),
+        width(s.width + 2 * s.pad_w),
+        pixels(pairs ? (s.out_height * width + 1) / 2 * 2 : s.out_height * width),
+        row_length(height * width + (s.kernel_w - 1) * s.dilation_w + 1) {}
+  int64_t offset(const ConvShape& s, int64_t tap) const {
+    return tap / s.kernel_w * s.dilation_h * width + tap % s.kernel_w * s.dilation_w;
+  }
+};
+
+// Whether every value of these n is finite: an infinity's or a NaN's exponent bits are all ones.
+// As the largest exponent field, a reduction the compiler vectorizes (a test per value took longer
+// than the transposing copy beside it).
+template <class T>
+bool all_finite(const T* x, int64_t n) {
+  using Bits = std::conditional_t<sizeof(T) == 4, uint32_t, uint16_t>;
+  constexpr Bits kExponent = sizeof(T) == 4 ? 0x7f800000u : 0x7f80u;
+  const auto* bits = reinterpret_cast<const Bits*>(x);
+  Bits largest = 0;
+  for (int64_t i = 0; i < n; ++i) largest = std::max<Bits>(largest, bits[i] & kExponent);
+  return largest != kExponent;
+}
+
+// Images [first, first + count) of x (NHWC) transposed and padded: xt [count, C, row_length], each
+// channel's padded plane then the zero tail. Returns whether every input value was finite.
+template <class T>
+bool transpose_padded_input(const T* x, const ConvShape& s, const Padded& p, int64_t first,
+                            int64_t count, T* xt) {
+  const int64_t c = s.in_channels, lda = p.row_length;
+  std::atomic<bool> finite{true};
+  at::parallel_for(0, count * p.height, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {  // padded row r % Hp of image r / Hp
+      const int64_t n = r / p.height, hp = r % p.height, h = hp - s.pad_h;
+      T* plane = xt + n * c * lda;
+      const bool real = h >= 0 && h < s.height;
+      for (int64_t ch = 0; ch < c; ++ch) {
+        T* row = plane + ch * lda + hp * p.width;
+        if (!real) {
+          std::fill_n(row, p.width, T(0));
+        } else {
+          std::fill_n(row, s.pad_w, T(0));
+          std::fill_n(row + s.pad_w + s.width, s.pad_w, T(0));
+        }
+        if (hp == p.height - 1) std::fill_n(row + p.width, lda - p.height * p.width, T(0));
+      }
+      if (!real) continue;
+      const T* source = x + ((first + n) * s.height + h) * s.width * c;
+      if (!all_finite(source, s.width * c)) finite = false;
+      // [W, C] into the C rows' columns [pad_w, pad_w + W)
+      transpose_matrix(source, c, plane + hp * p.width + s.pad_w, lda, s.width, c, sizeof(T));
+    }
+  });
+  return finite;
+}
+
+// Images [first, first + count) of dY (NHWC) extended, [count, pixels, Cout]: output row oh's OW
+// pixels, then Wp - OW pixels of zeros. In float32 row-major; in bfloat16 in the VNNI layout,
+// [count, pixels / 2, Cout, 2], extended pixels 2q and 2q + 1 interleaved into pair q.
+template <class T>
+void extended_output_grad(const T* dy, const ConvShape& s, const Padded& p, int64_t first,
+                          int64_t count, T* dy_ext) {
+  const int64_t co = s.out_channels;
+  if constexpr (std::is_same_v<T, float>) {
+    at::parallel_for(0, count * s.out_height, 16, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {  // output row r % OH of image r / OH
+        float* row = dy_ext + r * p.width * co;
+        std::memcpy(row, dy + (first * s.out_height + r) * s.out_width * co,
+                    s.out_width * co * sizeof(float));
+        std::fill_n(row + s.out_width * co, (p.width - s.out_width) * co, 0.f);
+      }
+    });
+  } else {
+    const std::vector<uint16_t> zeros(co, 0);
+    const auto pixel = [&](int64_t n, int64_t e) {  // extended pixel e of image n: dY's, or zeros
+      const int64_t oh = e / p.width, ow = e % p.width;
+      if (oh >= s.out_height || ow >= s.out_width) return zeros.data();
+      return reinterpret_cast<const uint16_t*>(dy) +
+             (((first + n) * s.out_height + oh) * s.out_width + ow) * co;
+    };
+    const int64_t pairs = p.pixels / 2;
+    at::parallel_for(0, count * pairs, 64, [&](int64_t begin, int64_t end) {
+      for (int64_t q = begin; q < end; ++q) {  // pair q % pairs of image q / pairs
+        const int64_t n = q / pairs, e = q % pairs * 2;
+        interleave_pair_of_rows(pixel(n, e), pixel(n, e + 1), co,
+                                reinterpret_cast<uint16_t*>(dy_ext) + q * 2 * co);
+      }
+    });
+  }
+}
+
+// The tiles of dW: task t is tap t % taps of (group, channel block, output channel block)
+// t / taps, in that order.
+struct Tiles {
+  int64_t group_in, group_out, in_block, out_block, in_blocks, out_blocks, taps;
+  explicit Tiles(const ConvShape& s)
+      : group_in(s.in_channels / s.groups),
+        group_out(s.out_channels / s.groups),
+        in_block(channel_block(group_in)),
+        out_block(channel_block(group_out)),
+        in_blocks((group_in + in_block - 1) / in_block),
+        out_blocks((group_out + out_block - 1) / out_block),
+        taps(s.taps()) {}
+  int64_t count(int64_t groups) const { return groups * in_blocks * out_blocks * taps; }
+};
+
+// The tasks [begin, end) (Tiles) over images [0, count) of the chunk: for each image and each
+// block of its extended pixels, every task's call. `sums` [C, taps, Cout/G]: dW_tap^T of every
+// group, rows of (channel, tap), added into.
+template <class T>
+void accumulate_tasks(const T* xt, const T* dy_ext, const ConvShape& s, const Padded& p,
+                      const Tiles& t, int64_t count, int64_t begin, int64_t end, float* sums) {
+  const int64_t cout = s.out_channels, ldc = t.taps * t.group_out;
+  for (int64_t n = 0; n < count; ++n) {
+    for (int64_t e = 0; e < p.pixels; e += kPixelBlock) {
+      const int64_t pixels = std::min(kPixelBlock, p.pixels - e);
+      for (int64_t task = begin; task < end; ++task) {
+        const int64_t tap = task % t.taps, tile = task / t.taps;
+        const int64_t ob = tile % t.out_blocks, ib = tile / t.out_blocks % t.in_blocks;
+        const int64_t g = tile / (t.out_blocks * t.in_blocks);
+        const int64_t c = g * t.group_in + ib * t.in_block, o = g * t.group_out + ob * t.out_block;
+        const int64_t rows = std::min(t.in_block, t.group_in - ib * t.in_block);
+        const int64_t cols = std::min(t.out_block, (g + 1) * t.group_out - o);
+        const T* a = xt + (n * s.in_channels + c) * p.row_length + e + p.offset(s, tap);
+        // row e of the float32 [pixels, Cout], or pair e / 2 of the VNNI [pixels / 2, Cout, 2]
+        const T* b = dy_ext + (n * p.pixels + e) * cout + (std::is_same_v<T, float> ? o : 2 * o);
+        float* c_tile = sums + (c * t.taps + tap) * t.group_out + (o - g * t.group_out);
+        // [rows, cols] += [rows, pixels] @ [pixels, cols]
+        micro_gemm(rows, cols, pixels, a, p.row_length, b, cout, c_tile, ldc, /*add=*/true);
+      }
+    }
+  }
+  if constexpr (!std::is_same_v<T, float>) release_microkernel(/*vnni=*/true);
+}
+
+// For a chunk whose input holds an infinity or a NaN: the convolution's pairs and no others, in
+// plain loops, added into `sums` as accumulate_tasks does. A task owns a channel's rows of sums.
+template <class T>
+void accumulate_exact_pairs(const T* x, const T* dy, const ConvShape& s, const Tiles& t,
+                            int64_t first, int64_t count, float* sums) {
+  at::parallel_for(0, s.in_channels, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t c = begin; c < end; ++c) {
+      const int64_t g = c / t.group_in;
+      for (int64_t n = first; n < first + count; ++n) {
+        for (int64_t oh = 0; oh < s.out_height; ++oh) {
+          for (int64_t ow = 0; ow < s.out_width; ++ow) {
+            const T* d = dy + ((n * s.out_height + oh) * s.out_width + ow) * s.out_channels +
+                         g * t.group_out;
+            for (int64_t tap = 0; tap < t.taps; ++tap) {
+              const int64_t ih = oh - s.pad_h + tap / s.kernel_w * s.dilation_h;
+              const int64_t iw = ow - s.pad_w + tap % s.kernel_w * s.dilation_w;
+              const bool inside = ih >= 0 && ih < s.height && iw >= 0 && iw < s.width;
+              // padding is a zero the convolution pairs too (0 * a NaN of dY is NaN)
+              const float v =
+                  inside ? static_cast<float>(x[((n * s.height + ih) * s.width + iw) * s.in_channels + c])
+                         : 0.f;
+              float* row = sums + (c * t.taps + tap) * t.group_out;
+              for (int64_t o = 0; o < t.group_out; ++o) row[o] += v * static_cast<float>(d[o]);
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
+// The weight gradient of convolution `s` into grad_weight [Cout, C/G, kh, kw] (contiguous).
+template <class T>
+void implicit_weight_grad(const Tensor& input, const Tensor& grad_output, const ConvShape& s,
+                          const Tensor& grad_weight) {
+  const Padded p(s, /*pairs=*/!std::is_same_v<T, float>);
+  const Tiles t(s);
+  const auto f32 = input.options().dtype(at::kFloat);
+  // dW_tap^T of every group: [C, taps, Cout/G], each group's rows [C/G * taps, Cout/G]
+  const Tensor sums = empty_scratch({s.in_channels * t.taps, t.group_out}, f32).zero_();
+  // The padded copies of a chunk of images: as many as fit kChunkBytes and the workspace limit,
+  // one at least. The sums run on over the chunks in the same order, so the chunks do not change
+  // the bits.
+  const int64_t image_bytes =
+      (s.in_channels * p.row_length + p.pixels * s.out_channels) * int64_t{sizeof(T)};
+  const int64_t images = std::clamp<int64_t>(
+      std::min(workspace_limit(), kChunkBytes) / std::max<int64_t>(image_bytes, 1), 1, s.batch);
+  const Tensor xt = empty_scratch({images * s.in_channels * p.row_length}, input.options());
+  const Tensor dy_ext = empty_scratch({images * p.pixels * s.out_channels}, input.options());
+  const CountedScratch counted_xt(xt), counted_dy(dy_ext), counted_sums(sums);
+  const T* x = input.const_data_ptr<T>();
+  const T* dy = grad_output.const_data_ptr<T>();
+  float* sum_data = sums.mutable_data_ptr<float>();
+  for (int64_t first = 0; first < s.batch; first += images) {
+    const int64_t count = std::min(images, s.batch - first);
+    if (!transpose_padded_input(x, s, p, first, count, xt.mutable_data_ptr<T>())) {
+      accumulate_exact_pairs(x, dy, s, t, first, count, sum_data);
+      continue;
+    }
+    extended_output_grad(dy, s, p, first, count, dy_ext.mutable_data_ptr<T>());
+    at::parallel_for(0, t.count(s.groups), 1, [&](int64_t begin, int64_t end) {
+      accumulate_tasks(xt.const_data_ptr<T>(), dy_ext.const_data_ptr<T>(), s, p, t, count, begin,
+                       end, sum_data);
+    });
+  }
+  // [C/G * taps, Cout/G] of group g into its rows of dW [Cout, C/G * taps], rounded once at the end
+  const int64_t per_group = t.group_in * t.taps;
+  const Tensor rows = std::is_same_v<T, float> ? grad_weight : empty_scratch(grad_weight.sizes(), f32);
+  float* w = rows.mutable_data_ptr<float>();
+  at::parallel_for(0, s.groups, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t g = begin; g < end; ++g) {
+      transpose_matrix(sum_data + g * per_group * t.group_out, t.group_out,
+                       w + g * t.group_out * per_group, per_group, per_group, t.group_out,
+                       sizeof(float));
+    }
+  });
+  if constexpr (!std::is_same_v<T, float>) {
+    round_to_bfloat16(w, rows.numel(), grad_weight.mutable_data_ptr<T>());
+  }
+}
+
+void implicit_conv2d_weight_grad_cpu(const Tensor& input, const Tensor& grad_output,
+                                     IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
+                                     int64_t groups, const Tensor& grad_weight) {
+  constexpr const char* op = "torch_convbp.implicit_conv2d_weight_grad";
+  const ConvShape s = check_grouped(op, input, grad_weight, grad_output, stride, padding, dilation,
+                                    groups);
+  const auto dtype = input.scalar_type();
+  TORCH_CHECK(dtype == at::kFloat || dtype == at::kBFloat16, op,
+              ": computes float32 and bfloat16 only, got ", dtype);
+  TORCH_CHECK(s.stride_h == 1 && s.stride_w == 1, op, ": computes stride 1 only, got stride ",
+              stride);
+  TORCH_CHECK(dtype == at::kFloat ? cpu_has_gemm_microkernel() : cpu_has_bfloat16_microkernel(),
+              op, ": needs the GEMM micro-kernel (cpublas::brgemm) in ", dtype,
+              ", which this CPU or torch lacks");
+  if (grad_weight.numel() == 0) return;
+  if (s.batch == 0) {
+    grad_weight.zero_();
+    return;
+  }
+  if (dtype == at::kFloat) {
+    implicit_weight_grad<float>(input, grad_output, s, grad_weight);
+  } else {
+    implicit_weight_grad<at::BFloat16>(input, grad_output, s, grad_weight);
+  }
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(torch_convbp, CPU, m) {
+  m.impl("implicit_conv2d_weight_grad", &implicit_conv2d_weight_grad_cpu);
+}
+
+}  // namespace torch_convbp

@@ -1,0 +1,176 @@
+"""Route implicit_nhwc, the weight gradient: dW of a stride-1 convolution of channels_last operands
+as GEMMs per tap on shifted views of padded copies of the input and the output gradient, with no
+column matrix (csrc/cpu/implicit_weight_grad_cpu.cpp), in float32 and, where the CPU has bfloat16
+arithmetic, in bfloat16. By default it takes bfloat16 layers of 16 or more channels per group whose
+output rows have 14 pixels or more, and float32 ones of 16 to 128 input channels per group, no more
+output channels, undilated; TORCH_CONVBP_GEMM=microkernel makes it take every stride-1 call of
+channels_last operands, =mkl none (csrc/route.cpp)."""
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.library import opcheck
+
+import torch_convbp
+from cases import shift_and_add_conv2d
+from route_cases import CL, has_bfloat16_microkernel, has_microkernel
+
+ops = torch.ops.torch_convbp
+
+pytestmark = pytest.mark.skipif(not has_microkernel(), reason="no GEMM micro-kernel here (x86 with AVX2, oneDNN on)")
+
+DTYPES = [
+    torch.float32,
+    pytest.param(torch.bfloat16, marks=pytest.mark.skipif(not has_bfloat16_microkernel(), reason="no bfloat16 arithmetic for the micro-kernel here")),
+]
+
+
+@pytest.fixture
+def microkernel(monkeypatch):
+    monkeypatch.setenv("TORCH_CONVBP_GEMM", "microkernel")
+
+
+# (name, input [N, C, H, W], out channels, kernel, padding, dilation, groups)
+CASES = [
+    ("3x3 padded", (2, 16, 9, 11), 24, (3, 3), (1, 1), (1, 1), 1),
+    ("5x5", (1, 8, 12, 10), 16, (5, 5), (2, 2), (1, 1), 1),
+    ("asymmetric everything", (2, 12, 11, 13), 20, (3, 2), (1, 0), (1, 2), 1),
+    ("unpadded", (3, 8, 7, 9), 8, (3, 3), (0, 0), (1, 1), 1),
+    ("dilated", (1, 16, 13, 12), 16, (3, 3), (2, 2), (2, 2), 1),
+    ("padding past the reach", (2, 8, 5, 6), 8, (2, 3), (3, 3), (1, 1), 1),
+    ("rows narrower than the kernel's reach", (2, 8, 9, 2), 8, (3, 5), (1, 2), (1, 1), 1),
+    # an odd number of extended pixels per image: bfloat16's last pair completed with a zero
+    ("odd extended pixels", (2, 6, 5, 7), 10, (3, 3), (1, 1), (1, 1), 1),
+    ("groups", (2, 32, 8, 9), 80, (3, 3), (1, 1), (1, 1), 2),
+    # channel blocks of 64 and a last, partial block (csrc/cpu/implicit_weight_grad_cpu.cpp)
+    ("partial channel blocks", (1, 72, 5, 6), 100, (3, 3), (1, 1), (1, 1), 1),
+    ("batch of one, one pixel wide", (1, 8, 7, 1), 8, (3, 1), (1, 0), (1, 1), 1),
+]
+
+
+def operands(shape, cout, kernel, groups, dtype, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(*shape, generator=g).to(dtype).contiguous(memory_format=CL)
+    w = torch.randn(cout, shape[1] // groups, *kernel, generator=g).to(dtype)
+    return x, w, g
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("name, shape, cout, kernel, padding, dilation, groups", CASES, ids=[c[0] for c in CASES])
+def test_values_against_the_references(name, shape, cout, kernel, padding, dilation, groups, dtype, microkernel):
+    """The weight gradient on the implicit route against F.conv2d's and our shift-and-add
+    reference's in float64, as a contiguous tensor of the operands' dtype."""
+    x, w, g = operands(shape, cout, kernel, groups, dtype)
+    args = ((1, 1), padding, dilation, groups)
+    assert torch_convbp.explain(x, w, *args)["weight_grad"].route == "implicit_nhwc"
+    y = torch_convbp.conv2d(x, w.requires_grad_(), None, *args)
+    dy = torch.randn(y.shape, generator=g).to(dtype).contiguous(memory_format=CL)
+    (ours,) = torch.autograd.grad(y, w, dy)
+    x64, w64 = x.double(), w.detach().double().requires_grad_()
+    (ref,) = torch.autograd.grad(F.conv2d(x64, w64, None, *args), w64, dy.double())
+    pads = (padding[0], padding[0], padding[1], padding[1])
+    (own,) = torch.autograd.grad(shift_and_add_conv2d(x64, w64, None, (1, 1), pads, dilation, groups), w64, dy.double())
+    torch.testing.assert_close(ref, own, rtol=1e-10, atol=1e-10)
+    assert ours.dtype == dtype and ours.is_contiguous()
+    # bfloat16: exact products summed in float32, rounded once
+    tol = 1e-4 if dtype == torch.float32 else 1e-2 * ref.abs().max().item()
+    torch.testing.assert_close(ours.double(), ref, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("where", ["right edge", "left edge", "interior", "padding row"])
+def test_non_finite_inputs_propagate_like_f_conv2d(where, dtype, microkernel):
+    """The padded copies pair the extended output gradient's zero columns with input values that
+    the convolution never pairs (0 * inf is NaN): a chunk whose input holds an infinity or a NaN
+    takes the convolution's own pairs instead, so each tap's gradient is inf, NaN or finite where
+    F.conv2d's is. Also a NaN of the output gradient, which the padding's zeros pair with."""
+    x, w, g = operands((2, 16, 6, 7), 16, (3, 3), 1, dtype)
+    dy = torch.randn(2, 16, 6, 7, generator=g).to(dtype).contiguous(memory_format=CL)
+    if where == "right edge":
+        x[1, 3, 2, -1] = float("inf")
+    elif where == "left edge":
+        x[0, 5, 4, 0] = float("-inf")
+    elif where == "interior":
+        x[1, 0, 3, 3] = float("nan")
+    else:
+        dy[0, 2, 0, 4] = float("nan")
+    args = ([1, 1], [1, 1], [1, 1], 1)
+    ours = ops.conv2d_weight_grad(x, dy, list(w.shape), *args)
+    ref = torch.ops.aten.convolution_backward(dy.double(), x.double(), w.double(), None, *args[:3], False, [0, 0], 1, [False, True, False])[1]
+    assert torch.equal(ours.isnan(), ref.isnan())
+    assert torch.equal(ours.isposinf(), ref.isposinf()) and torch.equal(ours.isneginf(), ref.isneginf())
+    assert ours.isfinite().any() and not ours.isfinite().all()
+    finite = ref.isfinite()
+    tol = 1e-4 if dtype == torch.float32 else 1e-2 * ref[finite].abs().max().item()
+    torch.testing.assert_close(ours.double()[finite], ref[finite], rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_chunks_and_threads_do_not_change_the_bits(dtype, microkernel):
+    """The sums run on over chunks of images in one order, and each task owns whole tiles of dW: the
+    same bits under a workspace limit of one image per chunk, and on 1, 2 or 3 threads."""
+    x, w, g = operands((5, 48, 11, 13), 80, (3, 3), 1, dtype)
+    dy = torch.randn(5, 80, 11, 13, generator=g).to(dtype).contiguous(memory_format=CL)
+    args = (list(w.shape), [1, 1], [1, 1], [1, 1], 1)
+    whole = ops.conv2d_weight_grad(x, dy, *args)
+    with torch_convbp.workspace_limit(20_000):
+        assert torch.equal(ops.conv2d_weight_grad(x, dy, *args), whole)
+    before = torch.get_num_threads()
+    try:
+        for count in (1, 3):
+            torch.set_num_threads(count)
+            assert torch.equal(ops.conv2d_weight_grad(x, dy, *args), whole)
+    finally:
+        torch.set_num_threads(before)
+
+
+# (name, input [N, C, H, W], out channels, kernel, stride, dilation, dtype, channels_last, takes)
+RULE = [
+    ("64 channels, rows of 56", (2, 64, 56, 56), 64, 3, 1, 1, torch.float32, True, True),
+    ("5x5", (2, 64, 28, 28), 64, 5, 1, 1, torch.float32, True, True),
+    ("16 channels", (1, 16, 112, 112), 16, 3, 1, 1, torch.float32, True, True),
+    ("more output than input channels", (2, 32, 56, 56), 64, 3, 1, 1, torch.float32, True, False),
+    ("256 channels", (1, 256, 14, 14), 256, 3, 1, 1, torch.float32, True, False),
+    ("dilated", (2, 64, 28, 28), 64, 3, 1, 2, torch.float32, True, False),
+    ("rows of 7", (2, 64, 7, 7), 64, 3, 1, 1, torch.float32, True, False),
+    ("strided", (2, 64, 56, 56), 64, 3, 2, 1, torch.float32, True, False),
+    ("NCHW", (2, 64, 56, 56), 64, 3, 1, 1, torch.float32, False, False),
+    ("float64", (2, 64, 28, 28), 64, 3, 1, 1, torch.float64, True, False),
+    # bfloat16 where its GEMMs run in bfloat16 on the micro-kernel: however many channels, dilated too
+    ("bfloat16, 512 channels", (1, 512, 14, 14), 512, 3, 1, 1, torch.bfloat16, True, True),
+    ("bfloat16, dilated", (1, 256, 28, 28), 256, 3, 1, 2, torch.bfloat16, True, True),
+    ("bfloat16, more output channels", (2, 32, 56, 56), 64, 3, 1, 1, torch.bfloat16, True, True),
+    ("bfloat16, rows of 7", (2, 64, 7, 7), 64, 3, 1, 1, torch.bfloat16, True, False),
+    ("bfloat16, 8 channels", (2, 8, 28, 28), 32, 3, 1, 1, torch.bfloat16, True, False),
+]
+
+
+@pytest.mark.parametrize("name, shape, cout, kernel, stride, dilation, dtype, channels_last, takes", RULE, ids=[r[0] for r in RULE])
+def test_the_rule_that_chooses_it(name, shape, cout, kernel, stride, dilation, dtype, channels_last, takes, monkeypatch):
+    monkeypatch.delenv("TORCH_CONVBP_GEMM", raising=False)
+    takes = takes and (dtype != torch.bfloat16 or has_bfloat16_microkernel())
+    x = torch.empty(shape, dtype=dtype).contiguous(memory_format=CL if channels_last else torch.contiguous_format)
+    w = torch.empty(cout, shape[1], kernel, kernel, dtype=dtype)
+    args = (stride, dilation * (kernel // 2), dilation)
+    assert (torch_convbp.explain(x, w, *args)["weight_grad"].route == "implicit_nhwc") == takes
+    monkeypatch.setenv("TORCH_CONVBP_GEMM", "mkl")
+    assert torch_convbp.explain(x, w, *args)["weight_grad"].route != "implicit_nhwc"
+
+
+def test_the_kernel_and_its_fake(microkernel):
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(2, 32, 7, 9, generator=g).contiguous(memory_format=CL)
+    dy = torch.randn(2, 48, 5, 8, generator=g).contiguous(memory_format=CL)
+    args = ([1, 1], [1, 0], [2, 1], 2)
+    dw = torch.empty(48, 16, 3, 2)
+    ops.implicit_conv2d_weight_grad(x, dy, *args, dw)
+    expected = torch.nn.grad.conv2d_weight(x.double(), dw.shape, dy.double(), *args)
+    torch.testing.assert_close(dw.double(), expected, rtol=1e-4, atol=1e-4)
+    opcheck(ops.implicit_conv2d_weight_grad.default, (x, dy, *args, dw))
+    with pytest.raises(RuntimeError, match="computes stride 1 only, got stride"):
+        ops.implicit_conv2d_weight_grad(x, torch.empty(2, 48, 3, 8).contiguous(memory_format=CL), [2, 1], [1, 0], [2, 1], 2, dw)
+    with pytest.raises(RuntimeError, match="computes float32 and bfloat16 only, got Double"):
+        ops.implicit_conv2d_weight_grad(x.double(), dy.double(), *args, dw.double())
+    with pytest.raises(RuntimeError, match="both channels_last"):
+        ops.implicit_conv2d_weight_grad(x.contiguous(), dy, *args, dw)
+    with pytest.raises(RuntimeError, match=r"expected output of size"):
+        ops.implicit_conv2d_weight_grad(x, dy[:, :, :3], *args, dw)
