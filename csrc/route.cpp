@@ -140,7 +140,7 @@ bool implicit_pays_layout(const ConvShape& s, const at::Tensor& first, bool chan
 }
 
 // Whether a bfloat16 call of NCHW operands on the column route computes in NHWC, through layout
-// copies: where the micro-kernel computes bfloat16 (an AMX Xeon), for 2-D layers of more than one
+// copies (a stride-1 weight gradient with rows of 14 or more takes the implicit route first): where the micro-kernel computes bfloat16 (an AMX Xeon), for 2-D layers of more than one
 // tap and 16 or more output channels per group, and
 // - the weight gradient: 16 or more input channels per group and output planes under
 //   kMaxCopiedWeightGradPlane pixels. It took 0.58-0.92x the NCHW column route's time, copies
@@ -171,7 +171,8 @@ bool bfloat16_columns_pay_layout(Operator op, const ConvShape& s, const at::Tens
 // 16 or more channels per group and output rows of 14 pixels or more, on the CPU:
 // - bfloat16 where the micro-kernel computes it (an AMX Xeon): 0.50-0.96x the column route's
 //   time, deep and dilated layers too, where im2col and the VNNI packing of the column matrix
-//   took about half of it (NOTES sections 53, 69);
+//   took about half of it (NOTES sections 53, 69); fed NCHW, through layout copies (the caller
+//   passes channels_last), 0.59-0.93x the NCHW or NHWC column route's, copies included;
 // - float32 on a CPU with the micro-kernel, up to kMaxImplicitWeightGradChannels channels per
 //   group, no fewer input than output channels, undilated: 0.89-0.96x; 32>64@56 took 1.10x and
 //   the dilated 64@28 1.05x, where the copies weigh more beside the GEMMs, and 256@14 no gain
@@ -275,16 +276,22 @@ RouteChoice choose_route(Operator op, const ConvShape& s, at::TensorList activat
             why_operand_layout};
   }
 
-  if (op == Operator::weight_grad && takes_implicit_weight_grad(s, first, channels_last)) {
+  // bfloat16 fed NCHW too, through layout copies (takes_implicit_weight_grad)
+  const bool bfloat16 = first.scalar_type() == at::kBFloat16;
+  if (op == Operator::weight_grad &&
+      takes_implicit_weight_grad(s, first, channels_last || bfloat16)) {
     return {Route::implicit_nhwc, Layout::nhwc,
             "stride 1: a GEMM per tap on shifted views of padded copies of the input and the "
             "output gradient (no column matrix)",
-            first.scalar_type() == at::kBFloat16
+            !bfloat16 ? "channels_last float32 operands on a CPU with the GEMM micro-kernel; 16 to "
+                        "128 input channels per group and no more output channels, undilated, "
+                        "output rows of 14 pixels or more"
+            : channels_last
                 ? "channels_last bfloat16 operands on a CPU whose GEMM micro-kernel computes "
                   "bfloat16; 16 or more channels per group, output rows of 14 pixels or more"
-                : "channels_last float32 operands on a CPU with the GEMM micro-kernel; 16 to 128 "
-                  "input channels per group and no more output channels, undilated, output rows "
-                  "of 14 pixels or more"};
+                : "bfloat16 on a CPU whose GEMM micro-kernel computes bfloat16; 16 or more "
+                  "channels per group, output rows of 14 pixels or more: NHWC, through layout "
+                  "copies"};
   }
   if (op != Operator::weight_grad && transposed &&
       implicit_pays_layout(*transposed, first, channels_last) &&

@@ -100,11 +100,12 @@ def test_dense_layers_in_nhwc_in_low_precision(dtype, device):
 # fed NCHW in bfloat16 where the micro-kernel computes bfloat16; more than one tap and 16 or more
 # output channels per group, and for the weight gradient 16 or more input channels per group and
 # output planes under 1024 pixels (NOTES section 67), for a strided input gradient 32 or more
-# input channels per group (section 68))
+# input channels per group (section 68)). Stride-1 weight gradients with rows of 14 or more take
+# the implicit route instead (tests/test_route_implicit_weight_grad.py).
 BFLOAT16_FED_NCHW = [
-    ("3x3, 14x14", "weight_grad", (2, 32, 14, 14), 32, 3, 1, True),
+    ("3x3, 7x7", "weight_grad", (2, 32, 7, 7), 32, 3, 1, True),
     ("3x3 strided, 28x28 out of 56x56", "weight_grad", (1, 16, 56, 56), 32, 3, 2, True),
-    ("3x3, 32x32: 1024 pixels", "weight_grad", (1, 16, 32, 32), 16, 3, 1, False),
+    ("3x3 strided, 32x32: 1024 pixels", "weight_grad", (1, 16, 64, 64), 16, 3, 2, False),
     ("8 input channels", "weight_grad", (2, 8, 14, 14), 32, 3, 1, False),
     ("strided 1x1", "weight_grad", (2, 32, 14, 14), 32, 1, 2, False),
     ("3x3/2, 32 channels", "input_grad", (2, 32, 14, 14), 16, 3, 2, True),

@@ -2,7 +2,7 @@
 as GEMMs per tap on shifted views of padded copies of the input and the output gradient, with no
 column matrix (csrc/cpu/implicit_weight_grad_cpu.cpp), in float32 and, where the CPU has bfloat16
 arithmetic, in bfloat16. By default it takes bfloat16 layers of 16 or more channels per group whose
-output rows have 14 pixels or more, and float32 ones of 16 to 128 input channels per group, no more
+output rows have 14 pixels or more, fed NCHW too (through layout copies), and float32 ones of 16 to 128 input channels per group, no more
 output channels, undilated; TORCH_CONVBP_GEMM=microkernel makes it take every stride-1 call of
 channels_last operands, =mkl none (csrc/route.cpp)."""
 import pytest
@@ -104,6 +104,22 @@ def test_non_finite_inputs_propagate_like_f_conv2d(where, dtype, microkernel):
     torch.testing.assert_close(ours.double()[finite], ref[finite], rtol=tol, atol=tol)
 
 
+@pytest.mark.skipif(not has_bfloat16_microkernel(), reason="no bfloat16 arithmetic for the micro-kernel here")
+def test_bfloat16_fed_nchw_through_layout_copies(monkeypatch):
+    """bfloat16 operands fed NCHW take the route through layout copies; the weight gradient is
+    the same as fed channels_last, bit for bit, and a contiguous tensor."""
+    monkeypatch.delenv("TORCH_CONVBP_GEMM", raising=False)
+    x, w, g = operands((2, 32, 16, 15), 48, (3, 3), 1, torch.bfloat16)
+    dy = torch.randn(2, 48, 16, 15, generator=g).to(torch.bfloat16)
+    args = (list(w.shape), [1, 1], [1, 1], [1, 1], 1)
+    assert torch_convbp.explain(x.contiguous(), w, 1, 1)["weight_grad"].route == "implicit_nhwc"
+    nchw = ops.conv2d_weight_grad(x.contiguous(), dy, *args)
+    assert nchw.is_contiguous()
+    assert torch.equal(nchw, ops.conv2d_weight_grad(x, dy.contiguous(memory_format=CL), *args))
+    ref = torch.nn.grad.conv2d_weight(x.double(), w.shape, dy.double(), 1, 1)
+    torch.testing.assert_close(nchw.double(), ref, rtol=0, atol=1e-2 * ref.abs().max().item())
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_chunks_and_threads_do_not_change_the_bits(dtype, microkernel):
     """The sums run on over chunks of images in one order, and each task owns whole tiles of dW: the
@@ -141,6 +157,9 @@ RULE = [
     ("bfloat16, more output channels", (2, 32, 56, 56), 64, 3, 1, 1, torch.bfloat16, True, True),
     ("bfloat16, rows of 7", (2, 64, 7, 7), 64, 3, 1, 1, torch.bfloat16, True, False),
     ("bfloat16, 8 channels", (2, 8, 28, 28), 32, 3, 1, 1, torch.bfloat16, True, False),
+    # bfloat16 fed NCHW through layout copies, the result NCHW (NOTES section 69)
+    ("NCHW bfloat16", (2, 64, 56, 56), 64, 3, 1, 1, torch.bfloat16, False, True),
+    ("NCHW bfloat16, strided", (2, 64, 56, 56), 128, 3, 2, 1, torch.bfloat16, False, False),
 ]
 
 
