@@ -140,8 +140,9 @@ bool implicit_pays_layout(const ConvShape& s, const at::Tensor& first, bool chan
 }
 
 // Whether a bfloat16 call of NCHW operands on the column route computes in NHWC, through layout
-// copies (a stride-1 weight gradient with rows of 14 or more takes the implicit route first): where the micro-kernel computes bfloat16 (an AMX Xeon), for 2-D layers of more than one
-// tap and 16 or more output channels per group, and
+// copies (a stride-1 weight gradient with rows of 14 or more takes the implicit route first): where
+// the micro-kernel computes bfloat16 (an AMX Xeon), for 2-D layers of more than one tap and 16 or
+// more output channels per group, and
 // - the weight gradient: 16 or more input channels per group and output planes under
 //   kMaxCopiedWeightGradPlane pixels. It took 0.58-0.92x the NCHW column route's time, copies
 //   included, the strided layers too; on 56x56 output planes 1.0-1.17x, where the copies are

@@ -18,10 +18,8 @@ ops = torch.ops.torch_convbp
 
 pytestmark = pytest.mark.skipif(not has_microkernel(), reason="no GEMM micro-kernel here (x86 with AVX2, oneDNN on)")
 
-DTYPES = [
-    torch.float32,
-    pytest.param(torch.bfloat16, marks=pytest.mark.skipif(not has_bfloat16_microkernel(), reason="no bfloat16 arithmetic for the micro-kernel here")),
-]
+NO_BFLOAT16 = pytest.mark.skipif(not has_bfloat16_microkernel(), reason="no bfloat16 arithmetic for the micro-kernel here")
+DTYPES = [torch.float32, pytest.param(torch.bfloat16, marks=NO_BFLOAT16)]
 
 
 @pytest.fixture
@@ -95,7 +93,7 @@ def test_non_finite_inputs_propagate_like_f_conv2d(where, dtype, microkernel):
         dy[0, 2, 0, 4] = float("nan")
     args = ([1, 1], [1, 1], [1, 1], 1)
     ours = ops.conv2d_weight_grad(x, dy, list(w.shape), *args)
-    ref = torch.ops.aten.convolution_backward(dy.double(), x.double(), w.double(), None, *args[:3], False, [0, 0], 1, [False, True, False])[1]
+    ref = torch.nn.grad.conv2d_weight(x.double(), w.shape, dy.double(), 1, 1)
     assert torch.equal(ours.isnan(), ref.isnan())
     assert torch.equal(ours.isposinf(), ref.isposinf()) and torch.equal(ours.isneginf(), ref.isneginf())
     assert ours.isfinite().any() and not ours.isfinite().all()
@@ -104,7 +102,7 @@ def test_non_finite_inputs_propagate_like_f_conv2d(where, dtype, microkernel):
     torch.testing.assert_close(ours.double()[finite], ref[finite], rtol=tol, atol=tol)
 
 
-@pytest.mark.skipif(not has_bfloat16_microkernel(), reason="no bfloat16 arithmetic for the micro-kernel here")
+@NO_BFLOAT16
 def test_bfloat16_fed_nchw_through_layout_copies(monkeypatch):
     """bfloat16 operands fed NCHW take the route through layout copies; the weight gradient is
     the same as fed channels_last, bit for bit, and a contiguous tensor."""

@@ -60,7 +60,9 @@ constexpr int64_t kChunkBytes = int64_t{2} << 20;
 // The channels of a tile of dW, along each side: 32 up to 64 channels per group, else 64. At
 // 64@56 one 64 x 64 tile per tap left 9 tiles to 2 threads (5 and 4) and 1.1x the time of 32 x 32
 // tiles; at 128@28 64 x 64 ran 0.97x 32 x 32 (section 69).
-int64_t channel_block(int64_t channels) { return channels <= 64 ? std::min<int64_t>(channels, 32) : 64; }
+int64_t channel_block(int64_t channels) {
+  return channels <= 64 ? std::min<int64_t>(channels, 32) : 64;
+}
 
 // The padded planes of convolution `s` (stride 1): input rows and columns, the extended output
 // pixels per image (in bfloat16 an even count, for the VNNI layout's pairs: the last one past the
@@ -220,9 +222,10 @@ void accumulate_exact_pairs(const T* x, const T* dy, const ConvShape& s, const T
               const int64_t iw = ow - s.pad_w + tap % s.kernel_w * s.dilation_w;
               const bool inside = ih >= 0 && ih < s.height && iw >= 0 && iw < s.width;
               // padding is a zero the convolution pairs too (0 * a NaN of dY is NaN)
-              const float v =
-                  inside ? static_cast<float>(x[((n * s.height + ih) * s.width + iw) * s.in_channels + c])
-                         : 0.f;
+              const float v = inside
+                                  ? static_cast<float>(
+                                        x[((n * s.height + ih) * s.width + iw) * s.in_channels + c])
+                                  : 0.f;
               float* row = sums + (c * t.taps + tap) * t.group_out;
               for (int64_t o = 0; o < t.group_out; ++o) row[o] += v * static_cast<float>(d[o]);
             }
@@ -269,7 +272,8 @@ void implicit_weight_grad(const Tensor& input, const Tensor& grad_output, const 
   }
   // [C/G * taps, Cout/G] of group g into its rows of dW [Cout, C/G * taps], rounded once at the end
   const int64_t per_group = t.group_in * t.taps;
-  const Tensor rows = std::is_same_v<T, float> ? grad_weight : empty_scratch(grad_weight.sizes(), f32);
+  const Tensor rows =
+      std::is_same_v<T, float> ? grad_weight : empty_scratch(grad_weight.sizes(), f32);
   float* w = rows.mutable_data_ptr<float>();
   at::parallel_for(0, s.groups, 1, [&](int64_t begin, int64_t end) {
     for (int64_t g = begin; g < end; ++g) {
@@ -287,15 +291,15 @@ void implicit_conv2d_weight_grad_cpu(const Tensor& input, const Tensor& grad_out
                                      IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
                                      int64_t groups, const Tensor& grad_weight) {
   constexpr const char* op = "torch_convbp.implicit_conv2d_weight_grad";
-  const ConvShape s = check_grouped(op, input, grad_weight, grad_output, stride, padding, dilation,
-                                    groups);
+  const ConvShape s =
+      check_grouped(op, input, grad_weight, grad_output, stride, padding, dilation, groups);
   const auto dtype = input.scalar_type();
   TORCH_CHECK(dtype == at::kFloat || dtype == at::kBFloat16, op,
               ": computes float32 and bfloat16 only, got ", dtype);
   TORCH_CHECK(s.stride_h == 1 && s.stride_w == 1, op, ": computes stride 1 only, got stride ",
               stride);
-  TORCH_CHECK(dtype == at::kFloat ? cpu_has_gemm_microkernel() : cpu_has_bfloat16_microkernel(),
-              op, ": needs the GEMM micro-kernel (cpublas::brgemm) in ", dtype,
+  TORCH_CHECK(dtype == at::kFloat ? cpu_has_gemm_microkernel() : cpu_has_bfloat16_microkernel(), op,
+              ": needs the GEMM micro-kernel (cpublas::brgemm) in ", dtype,
               ", which this CPU or torch lacks");
   if (grad_weight.numel() == 0) return;
   if (s.batch == 0) {
