@@ -289,3 +289,34 @@ def test_the_bfloat16_kernels_refuse_odd_channels(microkernel):
     with pytest.raises(RuntimeError, match="even number of input channels per group only.*got 9"):
         ops.implicit_conv2d(x, w, [1, 1], [1, 1], [1, 1], 1, out)
     assert torch_convbp.explain(x, w, padding=1)["forward"].route != "implicit_nhwc"
+
+
+@pytest.mark.skipif(not has_bfloat16_microkernel(), reason="no bfloat16 arithmetic for the micro-kernel here")
+@pytest.mark.parametrize("kernel", ["forward", "input_grad"])
+def test_bfloat16_padded_rows_in_chunks_and_blocks(kernel, microkernel):
+    """bfloat16 of stride 1 and one group, undilated along the width, up to 256 input channels:
+    the input copied into zero-padded planes in chunks of 2 MiB, blocks of pixels across rows,
+    and a kernel row's taps in one call (csrc/cpu/implicit_nhwc_cpu.cpp). Here 6 images of 64x61
+    padded pixels and 64 channels (about 0.5 MB each: 2 chunks), a 5x3 kernel: within bfloat16's
+    rounding of float64, and each image's result bitwise the same alone."""
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(6, 64, 60, 59, generator=g).to(torch.bfloat16).contiguous(memory_format=CL)
+    # the input gradient's kernel takes dY (here x) and the convolution's own weight [Cout, Cin]
+    w = (torch.randn(48, 64, 5, 3, generator=g) / 8).to(torch.bfloat16)
+    if kernel == "input_grad":
+        w = w.transpose(0, 1).contiguous()
+    padding = [2, 1]
+    op = ops.implicit_conv2d if kernel == "forward" else ops.implicit_conv2d_input_grad
+
+    def run(batch):
+        out = torch.empty(batch.shape[0], 48, 60, 59, dtype=torch.bfloat16).contiguous(memory_format=CL)
+        op(batch, w, [1, 1], padding, [1, 1], 1, out)
+        return out
+
+    whole = run(x)
+    if kernel == "forward":
+        ref = F.conv2d(x.double(), w.double(), None, 1, padding)
+    else:
+        ref = torch.nn.grad.conv2d_input((6, 48, 60, 59), w.double(), x.double(), 1, padding)
+    torch.testing.assert_close(whole.double(), ref, rtol=0, atol=2 ** -7 * ref.abs().max().item())
+    assert torch.equal(run(x[4:5]), whole[4:5])

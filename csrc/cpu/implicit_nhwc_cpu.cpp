@@ -188,6 +188,102 @@ void implicit_convolution(const Tensor& x, const TapMatrices<T>& w, const ConvSh
   });
 }
 
+// bfloat16 of stride 1 and one group: the input copied once into zero-padded [Hp, Wp] planes,
+// so that output pixel (oh, ow) is the extended pixel e = oh*Wp + ow and tap (ki, kj) reads
+// padded pixel e + ki*dh*Wp + kj*dw for every e. A micro-kernel call then covers a block of up
+// to kPaddedTilePixels extended pixels across rows (the columns ow >= OW computed and dropped),
+// and, undilated along the width, a kernel row's kw taps in one call: their runs of C channels
+// are one run of kw*C (A's rows overlap, lda = C), and their B matrices lie one after another.
+// On AMX a call of K = C channels spent about half its time loading and storing its C tiles
+// (rows of 56 pixels, K = 64: about 600 GFLOP/s a core, section 57); with K = 3C and M = 256 the
+// dense 3x3 forwards ran 0.6-0.7x the row route's time (benchmarks/NOTES.md, section 70). Each
+// output entry sums its kernel rows (or taps) in order, each call's K in the micro-kernel's
+// order, whatever the block: the bits depend neither on the blocks nor on the threads.
+constexpr int64_t kPaddedTilePixels = 256;
+// Taps merged up to this many input channels (K = kw*C): 512@7 ran 1.4x slower merged.
+constexpr int64_t kMaxMergedChannels = 256;
+// The padded copies of a chunk of images take at most this many bytes (or one image).
+constexpr int64_t kPaddedChunkBytes = int64_t{2} << 20;
+
+bool takes_padded_rows(const ConvShape& s) {
+  return s.stride_h == 1 && s.stride_w == 1 && s.dilation_w == 1 && s.groups == 1 &&
+         s.in_channels <= kMaxMergedChannels;
+}
+
+void padded_convolution(const Tensor& x, const TapMatrices<at::BFloat16>& w, const ConvShape& s,
+                        const Tensor& y) {
+  using T = at::BFloat16;
+  const int64_t c = s.in_channels, hp = s.height + 2 * s.pad_h, wp = s.width + 2 * s.pad_w;
+  // a plane and the zero pixels past it that the last extended pixels' runs reach
+  const int64_t plane = hp * wp + (s.kernel_w - 1) * s.dilation_w + 1;
+  const int64_t pixels = s.out_height * wp;  // extended output pixels per image
+  const int64_t per_tile = std::min(s.out_channels, kMaxTileChannels);
+  const int64_t out_blocks = (s.out_channels + per_tile - 1) / per_tile;
+  // blocks of extended pixels per image: at most kPaddedTilePixels each, more where the batch
+  // would leave under kMinTiles tiles (a deep layer at batch 1), at least 16 pixels each
+  const int64_t blocks = std::clamp<int64_t>(
+      (kMinTiles + s.batch * out_blocks - 1) / (s.batch * out_blocks),
+      (pixels + kPaddedTilePixels - 1) / kPaddedTilePixels, std::max<int64_t>((pixels + 15) / 16, 1));
+  const int64_t block = (pixels + blocks - 1) / blocks;
+  const int64_t images = std::clamp<int64_t>(
+      kPaddedChunkBytes / (plane * c * int64_t{sizeof(T)}), 1, s.batch);
+  const Tensor padded = at::empty({images * plane * c}, x.options());
+  const T* x_data = x.const_data_ptr<T>();
+  T* y_data = y.mutable_data_ptr<T>();
+  T* pad = padded.mutable_data_ptr<T>();
+  for (int64_t first = 0; first < s.batch; first += images) {
+    const int64_t count = std::min(images, s.batch - first);
+    at::parallel_for(0, count * hp, 16, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {  // padded row r % Hp of image r / Hp
+        const int64_t n = r / hp, h = r % hp - s.pad_h;
+        T* row = pad + (n * plane + r % hp * wp) * c;
+        if (h < 0 || h >= s.height) {
+          std::fill_n(row, wp * c, T(0));
+        } else {
+          std::fill_n(row, s.pad_w * c, T(0));
+          std::copy_n(x_data + ((first + n) * s.height + h) * s.width * c, s.width * c,
+                      row + s.pad_w * c);
+          std::fill_n(row + (s.pad_w + s.width) * c, s.pad_w * c, T(0));
+        }
+        if (r % hp == hp - 1) std::fill_n(row + wp * c, (plane - hp * wp) * c, T(0));
+      }
+    });
+    at::parallel_for(0, count * blocks * out_blocks, 1, [&](int64_t begin, int64_t end) {
+      std::vector<float> sums(block * per_tile);
+      for (int64_t t = begin; t < end; ++t) {
+        const int64_t co = t % out_blocks * per_tile, e0 = t / out_blocks % blocks * block;
+        const int64_t n = t / (out_blocks * blocks);
+        const int64_t m = std::min(block, pixels - e0), nb = std::min(per_tile, s.out_channels - co);
+        if (m <= 0) continue;
+        const T* image = pad + n * plane * c;
+        for (int64_t ki = 0; ki < s.kernel_h; ++ki) {
+          // [m, nb] (+)= [m, kw*C] @ [kw*C, nb]: kernel row ki's taps, A's rows overlapping
+          micro_gemm(m, nb, s.kernel_w * c, image + (e0 + ki * s.dilation_h * wp) * c, c,
+                     w.of(0, ki * s.kernel_w) + TapMatrices<T>::column(co), w.ldb, sums.data(),
+                     nb, /*add=*/ki > 0);
+        }
+        for (int64_t i = 0; i < m; ++i) {  // the extended pixels that are output pixels
+          const int64_t oh = (e0 + i) / wp, ow = (e0 + i) % wp;
+          if (ow >= s.out_width) continue;
+          round_to_bfloat16(sums.data() + i * nb, nb,
+                            y_data + (((first + n) * s.out_height + oh) * s.out_width + ow) *
+                                             s.out_channels + co);
+        }
+      }
+      release_microkernel(/*vnni=*/true);
+    });
+  }
+}
+
+// Convolution `s` of x into y (both NHWC): on padded rows where that applies, else by tiles.
+template <class T>
+void convolution(const Tensor& x, const TapMatrices<T>& w, const ConvShape& s, const Tensor& y) {
+  if constexpr (std::is_same_v<T, at::BFloat16>) {
+    if (takes_padded_rows(s)) return padded_convolution(x, w, s, y);
+  }
+  implicit_convolution(x, w, s, y);
+}
+
 // float32; bfloat16 where the CPU has bfloat16 arithmetic, with an even number of input channels
 // per group in the computed convolution (the VNNI layout's pairs).
 void check_dtype(const char* op, const Tensor& t, int64_t group_in) {
@@ -211,9 +307,9 @@ void implicit_conv2d_cpu(const Tensor& input, const Tensor& weight, IntArrayRef 
   check_dtype(op, input, s.in_channels / s.groups);
   if (output.numel() == 0) return;
   if (input.scalar_type() == at::kFloat) {
-    implicit_convolution(input, forward_tap_matrices<float>(weight, s), s, output);
+    convolution(input, forward_tap_matrices<float>(weight, s), s, output);
   } else {
-    implicit_convolution(input, forward_tap_matrices<at::BFloat16>(weight, s), s, output);
+    convolution(input, forward_tap_matrices<at::BFloat16>(weight, s), s, output);
   }
 }
 
@@ -237,10 +333,10 @@ void implicit_conv2d_input_grad_cpu(const Tensor& grad_output, const Tensor& wei
     return;
   }
   if (grad_output.scalar_type() == at::kFloat) {
-    implicit_convolution(grad_output, input_grad_tap_matrices<float>(weight, s), *transposed,
+    convolution(grad_output, input_grad_tap_matrices<float>(weight, s), *transposed,
                          grad_input);
   } else {
-    implicit_convolution(grad_output, input_grad_tap_matrices<at::BFloat16>(weight, s), *transposed,
+    convolution(grad_output, input_grad_tap_matrices<at::BFloat16>(weight, s), *transposed,
                          grad_input);
   }
 }
