@@ -28,6 +28,7 @@
 
 #include "../checks.h"
 #include "../cpu_features.h"
+#include "../scratch.h"
 #include "bfloat16_cpu.h"
 #include "cpu_kernels.h"
 #include "microkernel.h"
@@ -227,7 +228,7 @@ void padded_convolution(const Tensor& x, const TapMatrices<at::BFloat16>& w, con
   const int64_t block = (pixels + blocks - 1) / blocks;
   const int64_t images = std::clamp<int64_t>(
       kPaddedChunkBytes / (plane * c * int64_t{sizeof(T)}), 1, s.batch);
-  const Tensor padded = at::empty({images * plane * c}, x.options());
+  const Tensor padded = empty_scratch({images * plane * c}, x.options());
   const T* x_data = x.const_data_ptr<T>();
   T* y_data = y.mutable_data_ptr<T>();
   T* pad = padded.mutable_data_ptr<T>();
