@@ -1,7 +1,8 @@
-// Route implicit_nhwc (route.h): a float32 convolution of channels_last operands as GEMMs on
-// shifted views of the input, with no column matrix (an implicit GEMM), on oneDNN's micro-kernel
-// (at::native::cpublas::brgemm). Two operators: the forward convolution, and the input gradient of
-// a stride-1 one, which is itself such a convolution (input_grad_convolution, shape.h) of dY.
+// Route implicit_nhwc (route.h): a float32 or bfloat16 convolution of channels_last operands as
+// GEMMs on shifted views of the input, with no column matrix (an implicit GEMM), on oneDNN's
+// micro-kernel (at::native::cpublas::brgemm). Two operators: the forward convolution, and the
+// input gradient of a stride-1 one, which is itself such a convolution (input_grad_convolution,
+// shape.h) of dY. (The weight gradient: implicit_weight_grad_cpu.cpp.)
 //
 // For one group, the output row (n, oh) of channels [co, co + nb) is
 //   Y[n, oh, :, co..] = sum over the taps (ki, kj) in order of  X_tap [OW', C/G] @ W_tap [C/G, nb]
@@ -16,7 +17,8 @@
 // A task computes whole tiles (a band of output rows, one group, one block of output channels),
 // tap by tap in (ki, kj) order, so every output entry is summed in the same order whichever thread
 // runs its tile, and whichever rows share the tile: the bits depend neither on the thread count
-// nor on the tiles.
+// nor on the tiles. bfloat16 of stride 1 and one group takes padded rows instead (below): kernel
+// rows of kw taps in one call, blocks of pixels across rows.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
@@ -28,6 +30,7 @@
 
 #include "../checks.h"
 #include "../cpu_features.h"
+#include "../plan.h"
 #include "../scratch.h"
 #include "bfloat16_cpu.h"
 #include "cpu_kernels.h"
@@ -189,21 +192,24 @@ void implicit_convolution(const Tensor& x, const TapMatrices<T>& w, const ConvSh
   });
 }
 
-// bfloat16 of stride 1 and one group: the input copied once into zero-padded [Hp, Wp] planes,
-// so that output pixel (oh, ow) is the extended pixel e = oh*Wp + ow and tap (ki, kj) reads
-// padded pixel e + ki*dh*Wp + kj*dw for every e. A micro-kernel call then covers a block of up
-// to kPaddedTilePixels extended pixels across rows (the columns ow >= OW computed and dropped),
-// and, undilated along the width, a kernel row's kw taps in one call: their runs of C channels
-// are one run of kw*C (A's rows overlap, lda = C), and their B matrices lie one after another.
-// On AMX a call of K = C channels spent about half its time loading and storing its C tiles
-// (rows of 56 pixels, K = 64: about 600 GFLOP/s a core, section 57); with K = 3C and M = 256 the
-// dense 3x3 forwards ran 0.6-0.7x the row route's time (benchmarks/NOTES.md, section 70). Each
-// output entry sums its kernel rows (or taps) in order, each call's K in the micro-kernel's
-// order, whatever the block: the bits depend neither on the blocks nor on the threads.
+// bfloat16 of stride 1 and one group, undilated along the width (padded rows): the input copied
+// once into zero-padded [Hp, Wp] planes, so that output pixel (oh, ow) is the extended pixel
+// e = oh*Wp + ow and tap (ki, kj) reads padded pixel e + ki*dh*Wp + kj for every e. One
+// micro-kernel call then covers a block of up to kPaddedTilePixels extended pixels across rows
+// (the columns ow >= OW computed and dropped) and a whole kernel row: its kw taps' runs of C
+// channels are one run of kw*C (A's rows overlap, lda = C), and their B matrices lie one after
+// another (TapMatrices). On AMX a call of one row and one tap, K = C = 64, spent about half its
+// time loading and storing its C tiles (about 600 GFLOP/s a core, section 57); with K = 3C and
+// M = 256 the dense 3x3 forwards took 0.53-0.81x the time, the input gradients 0.45-0.79x
+// (benchmarks/NOTES.md, section 70). Each output entry sums its kernel rows in order, each call's
+// K in the micro-kernel's order, whatever the block: the bits depend neither on the blocks nor on
+// the threads.
 constexpr int64_t kPaddedTilePixels = 256;
-// Taps merged up to this many input channels (K = kw*C): 512@7 ran 1.4x slower merged.
+// Kernel rows in one call up to this many input channels (K = kw*C): 512@7 took 1.4x with K =
+// 1536, and a dilated layer's taps one by one on the padded copy 1.5x the row tiles (section 70).
 constexpr int64_t kMaxMergedChannels = 256;
-// The padded copies of a chunk of images take at most this many bytes (or one image).
+// The padded copies of a chunk of images take at most this many bytes and the workspace limit
+// (or one image).
 constexpr int64_t kPaddedChunkBytes = int64_t{2} << 20;
 
 bool takes_padded_rows(const ConvShape& s) {
@@ -222,13 +228,16 @@ void padded_convolution(const Tensor& x, const TapMatrices<at::BFloat16>& w, con
   const int64_t out_blocks = (s.out_channels + per_tile - 1) / per_tile;
   // blocks of extended pixels per image: at most kPaddedTilePixels each, more where the batch
   // would leave under kMinTiles tiles (a deep layer at batch 1), at least 16 pixels each
-  const int64_t blocks = std::clamp<int64_t>(
-      (kMinTiles + s.batch * out_blocks - 1) / (s.batch * out_blocks),
-      (pixels + kPaddedTilePixels - 1) / kPaddedTilePixels, std::max<int64_t>((pixels + 15) / 16, 1));
+  const int64_t blocks =
+      std::clamp<int64_t>((kMinTiles + s.batch * out_blocks - 1) / (s.batch * out_blocks),
+                          (pixels + kPaddedTilePixels - 1) / kPaddedTilePixels,
+                          std::max<int64_t>((pixels + 15) / 16, 1));
   const int64_t block = (pixels + blocks - 1) / blocks;
   const int64_t images = std::clamp<int64_t>(
-      kPaddedChunkBytes / (plane * c * int64_t{sizeof(T)}), 1, s.batch);
+      std::min(workspace_limit(), kPaddedChunkBytes) / (plane * c * int64_t{sizeof(T)}), 1,
+      s.batch);
   const Tensor padded = empty_scratch({images * plane * c}, x.options());
+  const CountedScratch counted(padded);
   const T* x_data = x.const_data_ptr<T>();
   T* y_data = y.mutable_data_ptr<T>();
   T* pad = padded.mutable_data_ptr<T>();
@@ -254,21 +263,23 @@ void padded_convolution(const Tensor& x, const TapMatrices<at::BFloat16>& w, con
       for (int64_t t = begin; t < end; ++t) {
         const int64_t co = t % out_blocks * per_tile, e0 = t / out_blocks % blocks * block;
         const int64_t n = t / (out_blocks * blocks);
-        const int64_t m = std::min(block, pixels - e0), nb = std::min(per_tile, s.out_channels - co);
+        const int64_t m = std::min(block, pixels - e0),
+                      nb = std::min(per_tile, s.out_channels - co);
         if (m <= 0) continue;
         const T* image = pad + n * plane * c;
         for (int64_t ki = 0; ki < s.kernel_h; ++ki) {
           // [m, nb] (+)= [m, kw*C] @ [kw*C, nb]: kernel row ki's taps, A's rows overlapping
           micro_gemm(m, nb, s.kernel_w * c, image + (e0 + ki * s.dilation_h * wp) * c, c,
-                     w.of(0, ki * s.kernel_w) + TapMatrices<T>::column(co), w.ldb, sums.data(),
-                     nb, /*add=*/ki > 0);
+                     w.of(0, ki * s.kernel_w) + TapMatrices<T>::column(co), w.ldb, sums.data(), nb,
+                     /*add=*/ki > 0);
         }
         for (int64_t i = 0; i < m; ++i) {  // the extended pixels that are output pixels
           const int64_t oh = (e0 + i) / wp, ow = (e0 + i) % wp;
           if (ow >= s.out_width) continue;
-          round_to_bfloat16(sums.data() + i * nb, nb,
-                            y_data + (((first + n) * s.out_height + oh) * s.out_width + ow) *
-                                             s.out_channels + co);
+          round_to_bfloat16(
+              sums.data() + i * nb, nb,
+              y_data + (((first + n) * s.out_height + oh) * s.out_width + ow) * s.out_channels +
+                  co);
         }
       }
       release_microkernel(/*vnni=*/true);
@@ -334,11 +345,10 @@ void implicit_conv2d_input_grad_cpu(const Tensor& grad_output, const Tensor& wei
     return;
   }
   if (grad_output.scalar_type() == at::kFloat) {
-    convolution(grad_output, input_grad_tap_matrices<float>(weight, s), *transposed,
-                         grad_input);
+    convolution(grad_output, input_grad_tap_matrices<float>(weight, s), *transposed, grad_input);
   } else {
     convolution(grad_output, input_grad_tap_matrices<at::BFloat16>(weight, s), *transposed,
-                         grad_input);
+                grad_input);
   }
 }
 
