@@ -320,3 +320,10 @@ def test_bfloat16_padded_rows_in_chunks_and_blocks(kernel, microkernel):
         ref = torch.nn.grad.conv2d_input((6, 48, 60, 59), w.double(), x.double(), 1, padding)
     torch.testing.assert_close(whole.double(), ref, rtol=0, atol=2 ** -7 * ref.abs().max().item())
     assert torch.equal(run(x[4:5]), whole[4:5])
+    before = torch.get_num_threads()
+    try:
+        for count in (1, 3, 16):  # a batch of one image still has 16 tiles (blocks of pixels)
+            torch.set_num_threads(count)
+            assert torch.equal(run(x[4:5]), whole[4:5])
+    finally:
+        torch.set_num_threads(before)
