@@ -172,7 +172,7 @@ bool bfloat16_columns_pay_layout(Operator op, const ConvShape& s, const at::Tens
 // 16 or more channels per group and output rows of 14 pixels or more, on the CPU:
 // - bfloat16 where the micro-kernel computes it (an AMX Xeon): 0.50-0.96x the column route's
 //   time, deep and dilated layers too, where im2col and the VNNI packing of the column matrix
-//   took about half of it (NOTES sections 53, 69); fed NCHW, through layout copies (the caller
+//   took about half of it (NOTES sections 56, 69); fed NCHW, through layout copies (the caller
 //   passes channels_last), 0.59-0.93x the NCHW or NHWC column route's, copies included;
 // - float32 on a CPU with the micro-kernel, up to kMaxImplicitWeightGradChannels channels per
 //   group, no fewer input than output channels, undilated: 0.89-0.96x; 32>64@56 took 1.10x and
