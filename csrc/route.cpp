@@ -4,6 +4,7 @@
 
 #include <ATen/ATen.h>
 
+#include <optional>
 #include <string_view>
 
 #include "cpu_features.h"
@@ -47,21 +48,33 @@ constexpr int64_t kMinImplicitChannels = 16;
 constexpr int64_t kMaxImplicitChannels = 256;
 constexpr int64_t kMinImplicitRow = 14;
 
-// Whether the implicit route computes convolution `s` (a forward one: for the input gradient,
-// its transposed convolution) of these operands on the CPU, in NHWC: float32, or bfloat16 where
-// its GEMMs run in bfloat16 on the micro-kernel, with input channels per group in pairs (the
-// micro-kernel's VNNI layout).
-bool takes_implicit(const ConvShape& s, const at::Tensor& first) {
+// Whether the implicit route's kernels compute 2-D operands like `first` on the CPU: float32, or
+// bfloat16 wherever the micro-kernel computes it (an EPYC's AVX512_BF16, a Xeon's AMX).
+bool implicit_operands(const ConvShape& s, const at::Tensor& first) {
   const auto dtype = first.scalar_type();
-  const GemmSetting setting = gemm_setting();  // TORCH_CONVBP_GEMM (gemm_choice.h)
-  // bfloat16 wherever the micro-kernel computes it (an EPYC's AVX512_BF16, a Xeon's AMX)
-  const bool bfloat16 = dtype == at::kBFloat16 && s.in_channels / s.groups % 2 == 0 &&
-                        gemm_dtype(dtype, first.device()) == dtype;
-  if (!s.is_planar() || !first.device().is_cpu() || (dtype != at::kFloat && !bfloat16)) {
-    return false;
-  }
+  return s.is_planar() && first.device().is_cpu() &&
+         (dtype == at::kFloat ||
+          (dtype == at::kBFloat16 && gemm_dtype(dtype, first.device()) == dtype));
+}
+
+// What TORCH_CONVBP_GEMM (gemm_choice.h) says of an implicit-route call: never (mkl, or no
+// micro-kernel here), wherever the kernels compute it (microkernel), or nothing (auto: the rules).
+std::optional<bool> implicit_setting() {
+  const GemmSetting setting = gemm_setting();
   if (setting == GemmSetting::mkl || !cpu_has_gemm_microkernel()) return false;
   if (setting == GemmSetting::microkernel) return true;
+  return std::nullopt;
+}
+
+// Whether the implicit route computes convolution `s` (a forward one: for the input gradient,
+// its transposed convolution) of these operands on the CPU, in NHWC (implicit_operands), bfloat16
+// with input channels per group in pairs (the micro-kernel's VNNI layout).
+bool takes_implicit(const ConvShape& s, const at::Tensor& first) {
+  const bool bfloat16 = first.scalar_type() == at::kBFloat16;
+  if (!implicit_operands(s, first) || (bfloat16 && s.in_channels / s.groups % 2 != 0)) {
+    return false;
+  }
+  if (const std::optional<bool> forced = implicit_setting()) return *forced;
   const int64_t group_in = s.in_channels / s.groups, group_out = s.out_channels / s.groups;
   const bool wide_enough = group_in >= kMinImplicitChannels && group_out >= kMinNhwcGroupChannels;
   if (cpu_prefers_gemm_microkernel()) return wide_enough && s.taps() > 1;
@@ -168,28 +181,24 @@ bool bfloat16_columns_pay_layout(Operator op, const ConvShape& s, const at::Tens
 
 // Whether the implicit route computes the weight gradient of convolution `s`: GEMMs per tap on
 // shifted views of padded copies of the input and the output gradient, no column matrix
-// (cpu/implicit_weight_grad_cpu.cpp). For channels_last operands of stride 1, more than one tap,
-// 16 or more channels per group and output rows of 14 pixels or more, on the CPU:
+// (cpu/implicit_weight_grad_cpu.cpp). For operands of stride 1, more than one tap, 16 or more
+// channels per group and output rows of 14 pixels or more, on the CPU (implicit_operands):
 // - bfloat16 where the micro-kernel computes it (an AMX Xeon): 0.50-0.96x the column route's
 //   time, deep and dilated layers too, where im2col and the VNNI packing of the column matrix
-//   took about half of it (NOTES sections 56, 69); fed NCHW, through layout copies (the caller
-//   passes channels_last), 0.59-0.93x the NCHW or NHWC column route's, copies included;
-// - float32 on a CPU with the micro-kernel, up to kMaxImplicitWeightGradChannels channels per
-//   group, no fewer input than output channels, undilated: 0.89-0.96x; 32>64@56 took 1.10x and
+//   took about half of it (NOTES sections 56, 69); fed NCHW too, through layout copies,
+//   0.59-0.93x the NCHW or NHWC column route's, copies included;
+// - float32 fed channels_last, up to kMaxImplicitWeightGradChannels channels per group, no fewer
+//   input than output channels, undilated: 0.89-0.96x; 32>64@56 took 1.10x and
 //   the dilated 64@28 1.05x, where the copies weigh more beside the GEMMs, and 256@14 no gain
 //   (section 69).
 constexpr int64_t kMaxImplicitWeightGradChannels = 128;
 bool takes_implicit_weight_grad(const ConvShape& s, const at::Tensor& first, bool channels_last) {
-  const auto dtype = first.scalar_type();
-  const bool bfloat16 =
-      dtype == at::kBFloat16 && gemm_dtype(dtype, first.device()) == at::kBFloat16;
-  if (!s.is_planar() || !first.device().is_cpu() || (dtype != at::kFloat && !bfloat16) ||
-      s.stride_h != 1 || s.stride_w != 1 || s.taps() == 1 || !channels_last) {
+  const bool bfloat16 = first.scalar_type() == at::kBFloat16;
+  if (!implicit_operands(s, first) || s.stride_h != 1 || s.stride_w != 1 || s.taps() == 1 ||
+      (!channels_last && !bfloat16)) {
     return false;
   }
-  const GemmSetting setting = gemm_setting();
-  if (setting == GemmSetting::mkl || !cpu_has_gemm_microkernel()) return false;
-  if (setting == GemmSetting::microkernel) return true;
+  if (const std::optional<bool> forced = implicit_setting()) return *forced;
   const int64_t group_in = s.in_channels / s.groups, group_out = s.out_channels / s.groups;
   if (group_in < kMinImplicitChannels || group_out < kMinNhwcGroupChannels ||
       s.out_width < kMinImplicitRow) {
@@ -277,10 +286,8 @@ RouteChoice choose_route(Operator op, const ConvShape& s, at::TensorList activat
             why_operand_layout};
   }
 
-  // bfloat16 fed NCHW too, through layout copies (takes_implicit_weight_grad)
   const bool bfloat16 = first.scalar_type() == at::kBFloat16;
-  if (op == Operator::weight_grad &&
-      takes_implicit_weight_grad(s, first, channels_last || bfloat16)) {
+  if (op == Operator::weight_grad && takes_implicit_weight_grad(s, first, channels_last)) {
     return {Route::implicit_nhwc, Layout::nhwc,
             "stride 1: a GEMM per tap on shifted views of padded copies of the input and the "
             "output gradient (no column matrix)",

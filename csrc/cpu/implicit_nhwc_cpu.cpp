@@ -24,6 +24,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <cstring>
 #include <optional>
 #include <type_traits>
 #include <vector>
@@ -35,6 +36,7 @@
 #include "bfloat16_cpu.h"
 #include "cpu_kernels.h"
 #include "microkernel.h"
+#include "padded_planes.h"
 #include "transpose_copy_cpu.h"
 
 namespace torch_convbp {
@@ -208,9 +210,6 @@ constexpr int64_t kPaddedTilePixels = 256;
 // Kernel rows in one call up to this many input channels (K = kw*C): 512@7 took 1.4x with K =
 // 1536, and a dilated layer's taps one by one on the padded copy 1.5x the row tiles (section 70).
 constexpr int64_t kMaxMergedChannels = 256;
-// The padded copies of a chunk of images take at most this many bytes and the workspace limit
-// (or one image).
-constexpr int64_t kPaddedChunkBytes = int64_t{2} << 20;
 
 bool takes_padded_rows(const ConvShape& s) {
   return s.stride_h == 1 && s.stride_w == 1 && s.dilation_w == 1 && s.groups == 1 &&
@@ -220,42 +219,42 @@ bool takes_padded_rows(const ConvShape& s) {
 void padded_convolution(const Tensor& x, const TapMatrices<at::BFloat16>& w, const ConvShape& s,
                         const Tensor& y) {
   using T = at::BFloat16;
-  const int64_t c = s.in_channels, hp = s.height + 2 * s.pad_h, wp = s.width + 2 * s.pad_w;
-  // a plane and the zero pixels past it that the last extended pixels' runs reach
-  const int64_t plane = hp * wp + (s.kernel_w - 1) * s.dilation_w + 1;
-  const int64_t pixels = s.out_height * wp;  // extended output pixels per image
+  const PaddedPlanes p(s, /*even_pixels=*/false);
+  const int64_t c = s.in_channels, row = p.width * c;  // a padded row's elements
   const int64_t per_tile = std::min(s.out_channels, kMaxTileChannels);
   const int64_t out_blocks = (s.out_channels + per_tile - 1) / per_tile;
   // blocks of extended pixels per image: at most kPaddedTilePixels each, more where the batch
   // would leave under kMinTiles tiles (a deep layer at batch 1), at least 16 pixels each
   const int64_t blocks =
       std::clamp<int64_t>((kMinTiles + s.batch * out_blocks - 1) / (s.batch * out_blocks),
-                          (pixels + kPaddedTilePixels - 1) / kPaddedTilePixels,
-                          std::max<int64_t>((pixels + 15) / 16, 1));
-  const int64_t block = (pixels + blocks - 1) / blocks;
-  const int64_t images = std::clamp<int64_t>(
-      std::min(workspace_limit(), kPaddedChunkBytes) / (plane * c * int64_t{sizeof(T)}), 1,
-      s.batch);
-  const Tensor padded = empty_scratch({images * plane * c}, x.options());
+                          (p.pixels + kPaddedTilePixels - 1) / kPaddedTilePixels,
+                          std::max<int64_t>((p.pixels + 15) / 16, 1));
+  const int64_t block = (p.pixels + blocks - 1) / blocks;
+  const int64_t images = padded_chunk_images(p.length * c * int64_t{sizeof(T)}, s.batch);
+  const Tensor padded = empty_scratch({images * p.length * c}, x.options());
   const CountedScratch counted(padded);
   const T* x_data = x.const_data_ptr<T>();
   T* y_data = y.mutable_data_ptr<T>();
   T* pad = padded.mutable_data_ptr<T>();
   for (int64_t first = 0; first < s.batch; first += images) {
     const int64_t count = std::min(images, s.batch - first);
-    at::parallel_for(0, count * hp, 16, [&](int64_t begin, int64_t end) {
+    // bits only: bfloat16 zeros are zero bytes, and a copy of c10::BFloat16 in a loop compiled to
+    // one 16-bit move per element (benchmarks/NOTES.md, section 53)
+    at::parallel_for(0, count * p.height, 16, [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {  // padded row r % Hp of image r / Hp
-        const int64_t n = r / hp, h = r % hp - s.pad_h;
-        T* row = pad + (n * plane + r % hp * wp) * c;
+        const int64_t n = r / p.height, hp = r % p.height, h = hp - s.pad_h;
+        T* target = pad + (n * p.length + hp * p.width) * c;
         if (h < 0 || h >= s.height) {
-          std::fill_n(row, wp * c, T(0));
+          std::memset(target, 0, row * sizeof(T));
         } else {
-          std::fill_n(row, s.pad_w * c, T(0));
-          std::copy_n(x_data + ((first + n) * s.height + h) * s.width * c, s.width * c,
-                      row + s.pad_w * c);
-          std::fill_n(row + (s.pad_w + s.width) * c, s.pad_w * c, T(0));
+          std::memset(target, 0, s.pad_w * c * sizeof(T));
+          std::memcpy(target + s.pad_w * c, x_data + ((first + n) * s.height + h) * s.width * c,
+                      s.width * c * sizeof(T));
+          std::memset(target + (s.pad_w + s.width) * c, 0, s.pad_w * c * sizeof(T));
         }
-        if (r % hp == hp - 1) std::fill_n(row + wp * c, (plane - hp * wp) * c, T(0));
+        if (hp == p.height - 1) {
+          std::memset(target + row, 0, (p.length - p.height * p.width) * c * sizeof(T));
+        }
       }
     });
     at::parallel_for(0, count * blocks * out_blocks, 1, [&](int64_t begin, int64_t end) {
@@ -263,18 +262,18 @@ void padded_convolution(const Tensor& x, const TapMatrices<at::BFloat16>& w, con
       for (int64_t t = begin; t < end; ++t) {
         const int64_t co = t % out_blocks * per_tile, e0 = t / out_blocks % blocks * block;
         const int64_t n = t / (out_blocks * blocks);
-        const int64_t m = std::min(block, pixels - e0),
+        const int64_t m = std::min(block, p.pixels - e0),
                       nb = std::min(per_tile, s.out_channels - co);
         if (m <= 0) continue;
-        const T* image = pad + n * plane * c;
+        const T* image = pad + n * p.length * c;
         for (int64_t ki = 0; ki < s.kernel_h; ++ki) {
           // [m, nb] (+)= [m, kw*C] @ [kw*C, nb]: kernel row ki's taps, A's rows overlapping
-          micro_gemm(m, nb, s.kernel_w * c, image + (e0 + ki * s.dilation_h * wp) * c, c,
+          micro_gemm(m, nb, s.kernel_w * c, image + (e0 + p.offset(s, ki * s.kernel_w)) * c, c,
                      w.of(0, ki * s.kernel_w) + TapMatrices<T>::column(co), w.ldb, sums.data(), nb,
                      /*add=*/ki > 0);
         }
         for (int64_t i = 0; i < m; ++i) {  // the extended pixels that are output pixels
-          const int64_t oh = (e0 + i) / wp, ow = (e0 + i) % wp;
+          const int64_t oh = (e0 + i) / p.width, ow = (e0 + i) % p.width;
           if (ow >= s.out_width) continue;
           round_to_bfloat16(
               sums.data() + i * nb, nb,

@@ -40,6 +40,7 @@
 #include "../scratch.h"
 #include "bfloat16_cpu.h"
 #include "microkernel.h"
+#include "padded_planes.h"
 #include "transpose_copy_cpu.h"
 
 namespace torch_convbp {
@@ -52,33 +53,12 @@ using at::Tensor;
 // other at 64@56, 128@28 and 5x5 64@28 (benchmarks/NOTES.md, section 69).
 constexpr int64_t kPixelBlock = 256;
 
-// The padded copies of a chunk of images take at most this many bytes (or one image): written,
-// then read by the GEMMs while still in L2. The whole batch's copies at once took 1.07x the time
-// at 64@56 (section 69).
-constexpr int64_t kChunkBytes = int64_t{2} << 20;
-
 // The channels of a tile of dW, along each side: 32 up to 64 channels per group, else 64. At
 // 64@56 one 64 x 64 tile per tap left 9 tiles to 2 threads (5 and 4) and 1.1x the time of 32 x 32
 // tiles; at 128@28 64 x 64 ran 0.97x 32 x 32 (section 69).
 int64_t channel_block(int64_t channels) {
   return channels <= 64 ? std::min<int64_t>(channels, 32) : 64;
 }
-
-// The padded planes of convolution `s` (stride 1): input rows and columns, the extended output
-// pixels per image (in bfloat16 an even count, for the VNNI layout's pairs: the last one past the
-// plane, a zero), and the A matrices' row length (a plane and a tail past its end, all zeros, that
-// the last extended pixels' taps reach).
-struct Padded {
-  int64_t height, width, pixels, row_length;
-  Padded(const ConvShape& s, bool pairs)
-      : height(s.height + 2 * s.pad_h),
-        width(s.width + 2 * s.pad_w),
-        pixels(pairs ? (s.out_height * width + 1) / 2 * 2 : s.out_height * width),
-        row_length(height * width + (s.kernel_w - 1) * s.dilation_w + 1) {}
-  int64_t offset(const ConvShape& s, int64_t tap) const {
-    return tap / s.kernel_w * s.dilation_h * width + tap % s.kernel_w * s.dilation_w;
-  }
-};
 
 // Whether every value of these n is finite: an infinity's or a NaN's exponent bits are all ones.
 // As the largest exponent field, a reduction the compiler vectorizes (a test per value took longer
@@ -93,12 +73,12 @@ bool all_finite(const T* x, int64_t n) {
   return largest != kExponent;
 }
 
-// Images [first, first + count) of x (NHWC) transposed and padded: xt [count, C, row_length], each
+// Images [first, first + count) of x (NHWC) transposed and padded: xt [count, C, length], each
 // channel's padded plane then the zero tail. Returns whether every input value was finite.
 template <class T>
-bool transpose_padded_input(const T* x, const ConvShape& s, const Padded& p, int64_t first,
+bool transpose_padded_input(const T* x, const ConvShape& s, const PaddedPlanes& p, int64_t first,
                             int64_t count, T* xt) {
-  const int64_t c = s.in_channels, lda = p.row_length;
+  const int64_t c = s.in_channels, lda = p.length;
   std::atomic<bool> finite{true};
   at::parallel_for(0, count * p.height, 1, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {  // padded row r % Hp of image r / Hp
@@ -129,7 +109,7 @@ bool transpose_padded_input(const T* x, const ConvShape& s, const Padded& p, int
 // pixels, then Wp - OW pixels of zeros. In float32 row-major; in bfloat16 in the VNNI layout,
 // [count, pixels / 2, Cout, 2], extended pixels 2q and 2q + 1 interleaved into pair q.
 template <class T>
-void extended_output_grad(const T* dy, const ConvShape& s, const Padded& p, int64_t first,
+void extended_output_grad(const T* dy, const ConvShape& s, const PaddedPlanes& p, int64_t first,
                           int64_t count, T* dy_ext) {
   const int64_t co = s.out_channels;
   if constexpr (std::is_same_v<T, float>) {
@@ -179,7 +159,7 @@ struct Tiles {
 // block of its extended pixels, every task's call. `sums` [C, taps, Cout/G]: dW_tap^T of every
 // group, rows of (channel, tap), added into.
 template <class T>
-void accumulate_tasks(const T* xt, const T* dy_ext, const ConvShape& s, const Padded& p,
+void accumulate_tasks(const T* xt, const T* dy_ext, const ConvShape& s, const PaddedPlanes& p,
                       const Tiles& t, int64_t count, int64_t begin, int64_t end, float* sums) {
   const int64_t cout = s.out_channels, ldc = t.taps * t.group_out;
   for (int64_t n = 0; n < count; ++n) {
@@ -192,12 +172,12 @@ void accumulate_tasks(const T* xt, const T* dy_ext, const ConvShape& s, const Pa
         const int64_t c = g * t.group_in + ib * t.in_block, o = g * t.group_out + ob * t.out_block;
         const int64_t rows = std::min(t.in_block, t.group_in - ib * t.in_block);
         const int64_t cols = std::min(t.out_block, (g + 1) * t.group_out - o);
-        const T* a = xt + (n * s.in_channels + c) * p.row_length + e + p.offset(s, tap);
+        const T* a = xt + (n * s.in_channels + c) * p.length + e + p.offset(s, tap);
         // row e of the float32 [pixels, Cout], or pair e / 2 of the VNNI [pixels / 2, Cout, 2]
         const T* b = dy_ext + (n * p.pixels + e) * cout + (std::is_same_v<T, float> ? o : 2 * o);
         float* c_tile = sums + (c * t.taps + tap) * t.group_out + (o - g * t.group_out);
         // [rows, cols] += [rows, pixels] @ [pixels, cols]
-        micro_gemm(rows, cols, pixels, a, p.row_length, b, cout, c_tile, ldc, /*add=*/true);
+        micro_gemm(rows, cols, pixels, a, p.length, b, cout, c_tile, ldc, /*add=*/true);
       }
     }
   }
@@ -240,19 +220,16 @@ void accumulate_exact_pairs(const T* x, const T* dy, const ConvShape& s, const T
 template <class T>
 void implicit_weight_grad(const Tensor& input, const Tensor& grad_output, const ConvShape& s,
                           const Tensor& grad_weight) {
-  const Padded p(s, /*pairs=*/!std::is_same_v<T, float>);
+  const PaddedPlanes p(s, /*even_pixels=*/!std::is_same_v<T, float>);
   const Tiles t(s);
   const auto f32 = input.options().dtype(at::kFloat);
   // dW_tap^T of every group: [C, taps, Cout/G], each group's rows [C/G * taps, Cout/G]
   const Tensor sums = empty_scratch({s.in_channels * t.taps, t.group_out}, f32).zero_();
-  // The padded copies of a chunk of images: as many as fit kChunkBytes and the workspace limit,
-  // one at least. The sums run on over the chunks in the same order, so the chunks do not change
-  // the bits.
-  const int64_t image_bytes =
-      (s.in_channels * p.row_length + p.pixels * s.out_channels) * int64_t{sizeof(T)};
-  const int64_t images = std::clamp<int64_t>(
-      std::min(workspace_limit(), kChunkBytes) / std::max<int64_t>(image_bytes, 1), 1, s.batch);
-  const Tensor xt = empty_scratch({images * s.in_channels * p.row_length}, input.options());
+  // The padded copies of a chunk of images (padded_planes.h). The sums run on over the chunks in
+  // the same order, so the chunks do not change the bits.
+  const int64_t images = padded_chunk_images(
+      (s.in_channels * p.length + p.pixels * s.out_channels) * int64_t{sizeof(T)}, s.batch);
+  const Tensor xt = empty_scratch({images * s.in_channels * p.length}, input.options());
   const Tensor dy_ext = empty_scratch({images * p.pixels * s.out_channels}, input.options());
   const CountedScratch counted_xt(xt), counted_dy(dy_ext), counted_sums(sums);
   const T* x = input.const_data_ptr<T>();
