@@ -16,6 +16,7 @@
 # GPU_RUN_SECONDS=N gives the run a budget (the device tool's leases are short): each step then
 # runs under a time limit of its own, cut to what is left, and a step that would start with
 # under 15 s left is skipped and named. Without it every step runs to its end.
+# GPU_RUN_STEPS="build tests ..." runs only the steps named (with a short lease, say).
 # Without a GPU it rehearses every step on the CPU with small settings (no slow tests, one round,
 # the quick suite at batch 2, no compute-sanitizer). It goes on past a failed step and exits 1 at
 # the end if any step failed.
@@ -32,6 +33,9 @@ BUDGET="${GPU_RUN_SECONDS:-0}"
 step() {
   local name="$1" limit="$2" start=$SECONDS
   shift 2
+  if [ -n "${GPU_RUN_STEPS:-}" ] && [[ " $GPU_RUN_STEPS " != *" $name "* ]]; then
+    return
+  fi
   local run=("$@")
   if [ "$BUDGET" -gt 0 ]; then
     local left=$((BUDGET - SECONDS))
@@ -121,6 +125,10 @@ step bench-float32 150 "${BENCH[@]}" "${MEMORY[@]}" --json "$OUT/bench-float32.j
 if [ "$GPU" = 1 ]; then  # the same, every candidate captured in a CUDA graph: the host taken out
   step bench-float32-graphs 150 "${BENCH[@]}" --cuda-graphs --json "$OUT/bench-float32-graphs.json"
   step profile-depthwise 60 python3 benchmarks/profile_layers.py --layers dw --batch "$BATCH"
+  # The depthwise forward and input gradient on shared-memory tiles against one thread per
+  # element (NOTES section 72), interleaved, over cuDNN
+  step depthwise-tiles 90 python3 benchmarks/compare_engines.py --device cuda --suite 2d --layers dw \
+    --batch "$BATCH" --rounds 5 --variable TORCH_CONVBP_CUDA_DEPTHWISE --values elements tiles
 fi
 step host 40 python3 -m torch_convbp host --json "$OUT/host.json"
 if [ "$GPU" = 1 ]; then  # the CPU at 1 to 16 threads, ours against oneDNN (the GPU idle)
