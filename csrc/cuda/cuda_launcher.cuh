@@ -48,6 +48,7 @@ __global__ void tiles_kernel(Body body, index_t tiles, index_t shared_elements) 
   auto* shared = reinterpret_cast<typename Body::shared_t*>(shared_bytes);
   for (index_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     const auto origin = body.origin(tile);
+#pragma unroll 4  // several loads in flight
     for (index_t e = threadIdx.x; e < shared_elements; e += kThreads) body.load(origin, e, shared);
     __syncthreads();
     body.compute(origin, static_cast<index_t>(threadIdx.x), shared);

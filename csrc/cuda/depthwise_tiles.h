@@ -30,6 +30,12 @@
 
 namespace torch_convbp {
 
+// The shared memory a block may take without asking the driver for more.
+constexpr int64_t kTileSharedBytes = 48 * 1024;
+// Rows of results per thread at most: a thread sums them together, its rows' sums independent
+// chains of multiply-adds in flight at once, each tap's weight and column read once for them all.
+constexpr int kTileRowsPerThread = 8;
+
 // The first result (n, channel, row, column) of a tile, and the first row and column of the
 // window of the source that it reads.
 template <typename index_t>
@@ -108,6 +114,16 @@ C10_HOST_DEVICE inline index_t floor_div(index_t a, index_t b) {
   return q * b > a ? q - 1 : q;
 }
 
+// How many of a thread's rows j (tile row phase + j * phases) lie inside the tile and inside the
+// `left` result rows from the tile's first on: at most kTileRowsPerThread (the tiles' rows are
+// at most phases * kTileRowsPerThread).
+template <typename index_t>
+C10_HOST_DEVICE inline index_t tile_rows_of(const TileGeometry<index_t>& g, index_t phase,
+                                            index_t left) {
+  const index_t last = g.rows < left ? g.rows : left;  // rows [0, last) of the tile
+  return last > phase ? (last - phase + g.phases - 1) / g.phases : 0;
+}
+
 // The source element (n, c, h, w), or zero outside the source's plane (never summed: the
 // results skip those taps, as the element kernels do).
 template <typename scalar_t, typename index_t>
@@ -148,24 +164,31 @@ struct DepthwiseForwardTile {
     const TileSlot<index_t> t = g.slot(thread);
     const index_t c = o.channel + t.channel, ow = o.column + t.column;
     if (c >= s.out_channels || ow >= s.out_width) return;
-    const auto y = plane_of(s.channels_last, o.n, c, s.out_channels, s.out_height, s.out_width);
     const scalar_t* w = weight + c * s.kernel_h * s.kernel_w;
-    for (index_t row = t.phase; row < g.rows && o.row + row < s.out_height; row += g.phases) {
-      const index_t oh = o.row + row;
-      acc_t sum = 0;
-      for (index_t ki = 0; ki < s.kernel_h; ++ki) {
-        const index_t ih = input_index(oh, s.stride_h, s.pad_h, ki, s.dilation_h);
-        if (ih < 0 || ih >= s.height) continue;
-        for (index_t kj = 0; kj < s.kernel_w; ++kj) {
-          const index_t iw = input_index(ow, s.stride_w, s.pad_w, kj, s.dilation_w);
-          if (iw < 0 || iw >= s.width) continue;
+    // The thread's rows j: tile row t.phase + j * phases, where it is inside the tile and output.
+    const index_t rows = tile_rows_of(g, t.phase, s.out_height - o.row);
+    acc_t sum[kTileRowsPerThread] = {};
+    for (index_t ki = 0; ki < s.kernel_h; ++ki) {
+      for (index_t kj = 0; kj < s.kernel_w; ++kj) {
+        const index_t iw = input_index(ow, s.stride_w, s.pad_w, kj, s.dilation_w);
+        if (iw < 0 || iw >= s.width) continue;
+        const acc_t weight_value = static_cast<acc_t>(w[ki * s.kernel_w + kj]);
+#pragma unroll
+        for (int j = 0; j < kTileRowsPerThread; ++j) {
+          const index_t oh = o.row + t.phase + j * g.phases;
+          const index_t ih = input_index(oh, s.stride_h, s.pad_h, ki, s.dilation_h);
+          if (j >= rows || ih < 0 || ih >= s.height) continue;
           const scalar_t x =
               shared[g.shared_at(t.channel, ih - o.window_row, iw - o.window_column)];
-          sum =
-              multiply_add(static_cast<acc_t>(w[ki * s.kernel_w + kj]), static_cast<acc_t>(x), sum);
+          sum[j] = multiply_add(weight_value, static_cast<acc_t>(x), sum[j]);
         }
       }
-      output[y.at(oh, ow)] = static_cast<scalar_t>(sum);
+    }
+    const auto y = plane_of(s.channels_last, o.n, c, s.out_channels, s.out_height, s.out_width);
+#pragma unroll
+    for (int j = 0; j < kTileRowsPerThread; ++j) {
+      if (j < rows)
+        output[y.at(o.row + t.phase + j * g.phases, ow)] = static_cast<scalar_t>(sum[j]);
     }
   }
 };
@@ -204,35 +227,43 @@ struct DepthwiseInputGradTile {
     const TileSlot<index_t> t = g.slot(thread);
     const index_t c = o.channel + t.channel, iw = o.column + t.column;
     if (c >= s.channels || iw >= s.width) return;
-    const auto x = plane_of(s.channels_last, o.n, c, s.channels, s.height, s.width);
     const scalar_t* w = weight + c * s.kernel_h * s.kernel_w;
+    const index_t rows = tile_rows_of(g, t.phase, s.height - o.row);
+    // Each row's output rows, stepped tap by tap, and the column's, found once.
+    OutputIndexByTap<index_t> height[kTileRowsPerThread];
+#pragma unroll
+    for (int j = 0; j < kTileRowsPerThread; ++j) {
+      height[j] = OutputIndexByTap<index_t>(o.row + t.phase + j * g.phases, s.pad_h, s.dilation_h,
+                                            s.stride_h);
+    }
     const OutputIndexByTap<index_t> first_column(iw, s.pad_w, s.dilation_w, s.stride_w);
-    for (index_t row = t.phase; row < g.rows && o.row + row < s.height; row += g.phases) {
-      const index_t ih = o.row + row;
-      acc_t sum = 0;
-      OutputIndexByTap<index_t> height(ih, s.pad_h, s.dilation_h, s.stride_h);
-      for (index_t ki = 0; ki < s.kernel_h; ++ki, height.next()) {
-        const index_t oh = height.at(s.out_height);
-        if (oh < 0) continue;
-        OutputIndexByTap<index_t> width = first_column;
-        for (index_t kj = 0; kj < s.kernel_w; ++kj, width.next()) {
-          const index_t ow = width.at(s.out_width);
-          if (ow < 0) continue;
+    acc_t sum[kTileRowsPerThread] = {};
+    for (index_t ki = 0; ki < s.kernel_h; ++ki) {
+      OutputIndexByTap<index_t> width = first_column;
+      for (index_t kj = 0; kj < s.kernel_w; ++kj, width.next()) {
+        const index_t ow = width.at(s.out_width);
+        if (ow < 0) continue;
+        const acc_t weight_value = static_cast<acc_t>(w[ki * s.kernel_w + kj]);
+#pragma unroll
+        for (int j = 0; j < kTileRowsPerThread; ++j) {
+          const index_t oh = height[j].at(s.out_height);
+          if (j >= rows || oh < 0) continue;
           const scalar_t dy =
               shared[g.shared_at(t.channel, oh - o.window_row, ow - o.window_column)];
-          sum = multiply_add(static_cast<acc_t>(w[ki * s.kernel_w + kj]), static_cast<acc_t>(dy),
-                             sum);
+          sum[j] = multiply_add(weight_value, static_cast<acc_t>(dy), sum[j]);
         }
       }
-      grad_input[x.at(ih, iw)] = static_cast<scalar_t>(sum);
+#pragma unroll
+      for (int j = 0; j < kTileRowsPerThread; ++j) height[j].next();
+    }
+    const auto x = plane_of(s.channels_last, o.n, c, s.channels, s.height, s.width);
+#pragma unroll
+    for (int j = 0; j < kTileRowsPerThread; ++j) {
+      if (j < rows)
+        grad_input[x.at(o.row + t.phase + j * g.phases, iw)] = static_cast<scalar_t>(sum[j]);
     }
   }
 };
-
-// The shared memory a block may take without asking the driver for more.
-constexpr int64_t kTileSharedBytes = 48 * 1024;
-// Rows of results per thread, where the tile's results reach that far.
-constexpr int64_t kTileRowsPerThread = 8;
 
 inline int64_t power_of_two_at_least(int64_t n) {
   int64_t p = 1;
@@ -271,7 +302,7 @@ std::optional<TileGeometry<index_t>> depthwise_tiles(const DepthwiseDims<index_t
     return input_grad ? (r - 1 + reach) / stride + 1 : (r - 1) * stride + reach + 1;
   };
   const int64_t window_columns = window(tile_columns, s.kernel_w, s.stride_w, s.dilation_w);
-  int64_t tile_rows = std::min(rows, phases * kTileRowsPerThread);
+  int64_t tile_rows = std::min<int64_t>(rows, phases * kTileRowsPerThread);
   while (tile_rows > 1 && tile_channels * window(tile_rows, s.kernel_h, s.stride_h, s.dilation_h) *
                                   window_columns * static_cast<int64_t>(element_size) >
                               kTileSharedBytes) {
