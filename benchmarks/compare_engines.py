@@ -7,7 +7,7 @@ in one process, interleaved.
 By default the setting is the GEMM engine (TORCH_CONVBP_GEMM, csrc/gemm_choice.h): "mkl" runs every
 GEMM on ATen's (MKL) and takes no micro-kernel route, which is this code's route on a CPU where the
 micro-kernel is not preferred; "auto" is the default rule. Any other switch read on every call
-works the same way, TORCH_CONVBP_CUDA_DEPTHWISE=elements|tiles on a GPU say. Each layer's forward
+works the same way (TORCH_CONVBP_POINTWISE_WEIGHT_GRAD=columns|by_images on a GPU, say). Each layer's forward
 + backward runs under each value, and on the built-in F.conv2d (oneDNN on the CPU, cuDNN on a
 GPU), fed NCHW and fed channels_last, round after round; the table gives each value's median over
 the built-in's fed the same format, and their geometric means."""

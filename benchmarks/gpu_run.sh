@@ -125,10 +125,6 @@ step bench-float32 150 "${BENCH[@]}" "${MEMORY[@]}" --json "$OUT/bench-float32.j
 if [ "$GPU" = 1 ]; then  # the same, every candidate captured in a CUDA graph: the host taken out
   step bench-float32-graphs 150 "${BENCH[@]}" --cuda-graphs --json "$OUT/bench-float32-graphs.json"
   step profile-depthwise 60 python3 benchmarks/profile_layers.py --layers dw --batch "$BATCH"
-  # The depthwise forward and input gradient on shared-memory tiles against one thread per
-  # element (NOTES section 72), interleaved, over cuDNN
-  step depthwise-tiles 90 python3 benchmarks/compare_engines.py --device cuda --suite 2d --layers dw \
-    --batch "$BATCH" --rounds 5 --variable TORCH_CONVBP_CUDA_DEPTHWISE --values elements tiles
 fi
 step host 40 python3 -m torch_convbp host --json "$OUT/host.json"
 if [ "$GPU" = 1 ]; then  # the CPU at 1 to 16 threads, ours against oneDNN (the GPU idle)

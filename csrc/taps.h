@@ -39,7 +39,6 @@ C10_HOST_DEVICE inline index_t slice_of(index_t merged_row, index_t height, inde
 template <typename index_t>
 struct OutputIndexByTap {
   index_t out, rest, stride, step_out, step_rest;
-  OutputIndexByTap() = default;  // for arrays, each then assigned
   C10_HOST_DEVICE OutputIndexByTap(index_t in, index_t pad, index_t dilation, index_t stride)
       : stride(stride) {
     if (stride == 1) {  // no division at all

@@ -159,29 +159,18 @@ DEPTHWISE_CASES = [
     # the NHWC kernels' blocks of 16 channels, and a tail
     ("a-block-and-a-tail-3x3", (2, 19, 23, 17), 1, (3, 3), (1, 2), (1, 1), (1, 1)),
     ("a-block-and-a-tail-5x5", (1, 17, 12, 30), 1, (5, 5), (2, 1), (3, 2), (2, 1)),
-    # the shared-memory tiles (depthwise_tiles.h): several tiles of channels, rows and columns,
-    # each with a tail, strided and dilated windows, and a window too large for any tile in
-    # float64 (the element kernels)
-    ("tiles-with-tails", (2, 40, 37, 70), 1, (3, 3), (1, 1), (1, 1), (1, 1)),
-    ("tiles-strided-5x5", (1, 36, 30, 29), 1, (5, 5), (2, 2), (2, 2), (1, 1)),
-    ("tiles-dilated-strided", (1, 33, 26, 19), 1, (3, 3), (2, 3), (2, 1), (3, 2)),
-    ("window-too-large-for-float64", (1, 32, 3, 100), 1, (1, 9), (1, 1), (0, 100), (1, 25)),
 ]
 
 
-@pytest.mark.parametrize("kernels", ["tiles", "elements"])
 @pytest.mark.parametrize("index_bits", [32, 64])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("layout", [torch.contiguous_format, torch.channels_last], ids=["nchw", "nhwc"])
 @pytest.mark.parametrize("name, shape, multiplier, kernel, stride, padding, dilation", DEPTHWISE_CASES, ids=[c[0] for c in DEPTHWISE_CASES])
 def test_depthwise_threads_match_the_cpu_bitwise(
-    harness, monkeypatch, name, shape, multiplier, kernel, stride, padding, dilation, layout, dtype, index_bits, kernels
+    harness, name, shape, multiplier, kernel, stride, padding, dilation, layout, dtype, index_bits
 ):
     """In both layouts of the activations: the CUDA threads index NHWC memory through the same
-    functions, and the CPU has separate NHWC kernels (cpu/depthwise_nhwc_cpu.cpp). The forward and
-    input gradient on shared-memory tiles (the default where the multiplier is 1) and on one
-    thread per element (TORCH_CONVBP_CUDA_DEPTHWISE=elements) give the same bits."""
-    monkeypatch.setenv("TORCH_CONVBP_CUDA_DEPTHWISE", kernels)
+    functions, and the CPU has separate NHWC kernels (cpu/depthwise_nhwc_cpu.cpp)."""
     n, c, h, w = shape
     x = randn(*shape, dtype=dtype, seed=0).contiguous(memory_format=layout)
     weight = randn(c * multiplier, 1, *kernel, dtype=dtype, seed=1)
@@ -198,30 +187,6 @@ def test_depthwise_threads_match_the_cpu_bitwise(
         getattr(ops, op)(a, b, *args, expected)
         getattr(harness, op)(a, b, *args, index_bits, actual)
         assert_bitwise_equal(actual, expected)
-
-
-# (layout, input [N, C, H, W], kernel, stride, padding, dilation, input gradient, element size) ->
-# a tile's (channels, rows, columns), its window's (rows, columns) and the tiles' count; None: the
-# element kernels
-TILE_CASES = [
-    # NHWC: 32 channels (a warp's loads), 8 columns fill the block, 8 rows per thread
-    ("nhwc", (32, 128, 56, 56), (3, 3), (1, 1), (1, 1), (1, 1), False, 4, (32, 8, 8, 10, 10, 32 * 4 * 7 * 7)),
-    ("nhwc", (32, 144, 56, 56), (3, 3), (2, 2), (1, 1), (1, 1), True, 4, (32, 8, 8, 5, 5, 32 * 5 * 7 * 7)),
-    ("nhwc", (1, 8, 7, 7), (3, 3), (1, 1), (1, 1), (1, 1), False, 4, (8, 7, 8, 9, 10, 1)),
-    # NCHW: 64 columns, 4 phases of 8 rows; small planes share a block among channels
-    ("nchw", (32, 128, 56, 56), (3, 3), (1, 1), (1, 1), (1, 1), False, 4, (1, 32, 64, 34, 66, 32 * 128 * 2)),
-    ("nchw", (2, 576, 14, 14), (3, 3), (1, 1), (1, 1), (1, 1), True, 2, (1, 14, 16, 16, 18, 2 * 576)),
-    ("nchw", (2, 64, 7, 7), (3, 3), (1, 1), (1, 1), (1, 1), False, 4, (4, 7, 8, 9, 10, 2 * 16)),
-    # a window over 48 KiB shrinks its rows, then gives up
-    ("nhwc", (1, 32, 64, 64), (5, 5), (2, 2), (2, 2), (3, 3), False, 4, (32, 1, 8, 13, 27, 28 * 4)),
-    ("nhwc", (1, 32, 8, 100), (1, 9), (1, 1), (0, 100), (1, 25), False, 8, None),
-]
-
-
-@pytest.mark.parametrize("layout, shape, kernel, stride, padding, dilation, input_grad, size, expected", TILE_CASES)
-def test_depthwise_tile_sizes(harness, layout, shape, kernel, stride, padding, dilation, input_grad, size, expected):
-    actual = harness.depthwise_tile_sizes(list(shape), kernel, stride, padding, dilation, layout == "nhwc", input_grad, size)
-    assert actual == (list(expected) if expected else [])
 
 
 # (name, input [N, C, H, W], out channels, kernel, stride, padding, dilation, groups): the direct

@@ -40,22 +40,6 @@ __global__ void lane_sums_kernel(Lane lane_of, Write write, index_t items) {
   }
 }
 
-// One block per tile: the tile's window copied into shared memory by all the threads, a barrier,
-// then each thread's results from it, and a barrier before the next tile's copy.
-template <typename index_t, typename Body>
-__global__ void tiles_kernel(Body body, index_t tiles, index_t shared_elements) {
-  extern __shared__ __align__(16) unsigned char shared_bytes[];
-  auto* shared = reinterpret_cast<typename Body::shared_t*>(shared_bytes);
-  for (index_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    const auto origin = body.origin(tile);
-#pragma unroll 4  // several loads in flight
-    for (index_t e = threadIdx.x; e < shared_elements; e += kThreads) body.load(origin, e, shared);
-    __syncthreads();
-    body.compute(origin, static_cast<index_t>(threadIdx.x), shared);
-    __syncthreads();
-  }
-}
-
 class CudaLauncher {
  public:
   void use_device(const at::Device& device) {
@@ -79,14 +63,6 @@ class CudaLauncher {
   void lane_sums(int64_t items, const Lane& lane, const Write& write) {
     lane_sums_kernel<index_t, Lane, Write><<<blocks_per_item(items), kThreads, 0, stream_>>>(
         lane, write, static_cast<index_t>(items));
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-  }
-
-  template <typename index_t, typename Body>
-  void tiles(int64_t count, int64_t shared_elements, const Body& body) {
-    const size_t bytes = shared_elements * sizeof(typename Body::shared_t);
-    tiles_kernel<index_t, Body><<<blocks_per_item(count), kThreads, bytes, stream_>>>(
-        body, static_cast<index_t>(count), static_cast<index_t>(shared_elements));
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
 

@@ -1,11 +1,9 @@
 // The launch sequences of the CUDA depthwise kernels, written once over a Launcher (launch.h):
 // depthwise_cuda.cu runs them on the GPU, the CPU harness on the CPU. One input channel per
 // group, channel multiplier m = Cout / C (depthwise_thread.h):
-// forward:     one thread per output element, summing its taps in (ki, kj) order; with one
-//              output channel per input channel, tiles in shared memory (depthwise_tiles.h),
-//              each thread a column of a tile's results, in the same order.
+// forward:     one thread per output element, summing its taps in (ki, kj) order.
 // input grad:  a gather, one thread per input element, summing in (o, ki, kj) order what the
-//              forward took from it; no atomics. With m = 1, tiles as the forward's.
+//              forward took from it; no atomics.
 // weight grad: lane t of weight entry (o, ki, kj) sums the positions j with j % 256 == t, then
 //              a fixed tree sums the lanes. No atomics. In NCHW a lane sum per entry (a block per
 //              entry, a lane per thread); in NHWC a thread per (channel, tap, lane), adjacent
@@ -21,24 +19,10 @@
 #include <algorithm>
 
 #include "../checks.h"
-#include "../env_choice.h"
 #include "depthwise_thread.h"
-#include "depthwise_tiles.h"
 #include "launch.h"
 
 namespace torch_convbp {
-
-// The forward's and the input gradient's tiles (depthwise_tiles.h) where they apply, unless
-// TORCH_CONVBP_CUDA_DEPTHWISE=elements asks for the element kernels (for benchmarks and tests;
-// both give the same bits).
-template <typename index_t>
-std::optional<TileGeometry<index_t>> chosen_tiles(const DepthwiseDims<index_t>& dims,
-                                                  bool input_grad, size_t element_size) {
-  if (env_choice("TORCH_CONVBP_CUDA_DEPTHWISE", {"tiles", "elements"}) == "elements") {
-    return std::nullopt;
-  }
-  return depthwise_tiles(dims, input_grad, element_size);
-}
 
 template <class Launcher>
 void launch_depthwise_forward(Launcher& launcher, const char* op, const at::Tensor& input,
@@ -52,19 +36,11 @@ void launch_depthwise_forward(Launcher& launcher, const char* op, const at::Tens
       at::kHalf, at::kBFloat16, input.scalar_type(), "depthwise_conv2d", [&] {
         launcher.with_index(std::max(total, input.numel()), [&](auto tag) {
           using index_t = decltype(tag);
-          const DepthwiseDims<index_t> dims(call.shape, call.channels_last);
-          if (const auto tiles = chosen_tiles(dims, /*input_grad=*/false, sizeof(scalar_t))) {
-            launcher.template tiles<index_t>(
-                tiles->count(dims.batch), tiles->shared_elements(),
-                DepthwiseForwardTile<scalar_t, index_t>{
-                    input.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(),
-                    output.mutable_data_ptr<scalar_t>(), dims, *tiles});
-            return;
-          }
           launcher.template grid<index_t>(
               total, ElementThread<DepthwiseOutput, scalar_t, DepthwiseDims<index_t>, index_t>{
                          input.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(),
-                         output.mutable_data_ptr<scalar_t>(), dims});
+                         output.mutable_data_ptr<scalar_t>(),
+                         DepthwiseDims<index_t>(call.shape, call.channels_last)});
         });
       });
 }
@@ -82,19 +58,11 @@ void launch_depthwise_input_grad(Launcher& launcher, const char* op, const at::T
       at::kHalf, at::kBFloat16, grad_output.scalar_type(), "depthwise_input_grad", [&] {
         launcher.with_index(std::max(total, grad_output.numel()), [&](auto tag) {
           using index_t = decltype(tag);
-          const DepthwiseDims<index_t> dims(call.shape, call.channels_last);
-          if (const auto tiles = chosen_tiles(dims, /*input_grad=*/true, sizeof(scalar_t))) {
-            launcher.template tiles<index_t>(
-                tiles->count(dims.batch), tiles->shared_elements(),
-                DepthwiseInputGradTile<scalar_t, index_t>{
-                    grad_output.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(),
-                    grad_input.mutable_data_ptr<scalar_t>(), dims, *tiles});
-            return;
-          }
           launcher.template grid<index_t>(
               total, ElementThread<DepthwiseInputGrad, scalar_t, DepthwiseDims<index_t>, index_t>{
                          grad_output.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(),
-                         grad_input.mutable_data_ptr<scalar_t>(), dims});
+                         grad_input.mutable_data_ptr<scalar_t>(),
+                         DepthwiseDims<index_t>(call.shape, call.channels_last)});
         });
       });
 }

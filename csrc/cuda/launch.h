@@ -13,13 +13,7 @@
 //   lane_sums<index_t>(items, lane, write)  one block per item (blocks_per_item): thread t of the
 //                                      block computes lane(item, t) for t < kSumLanes, the block
 //                                      sums them by the fixed tree (summation.h) and calls
-//                                      write(item, total),
-//   tiles<index_t>(count, shared_elements, body)  one block per tile (blocks_per_item), with
-//                                      shared_elements of Body::shared_t in shared memory: for
-//                                      each tile, o = body.origin(tile); the block's threads
-//                                      run body.load(o, e, shared) for every e < shared_elements,
-//                                      a barrier, body.compute(o, thread, shared) on every thread,
-//                                      a barrier (depthwise_tiles.h).
+//                                      write(item, total).
 // CudaLauncher (cuda_launcher.cuh) launches those kernels on the current stream; the harness's
 // GridRunner runs every (block, thread) of them on the CPU, in the index type a test asks for. So
 // the harness runs the host code that the GPU runs, not a copy of it.

@@ -5,16 +5,13 @@
 // exposes the launch arithmetic of csrc/cuda/launch.h. tests/test_cuda_threads.py builds it with
 // the host compiler and compares its results bitwise with the CPU kernels: no GPU needed.
 //
-// What it cannot see: the GPU's memory model (the order of a tree level's threads, races in shared
-// memory: it runs a barrier's two sides one after the other), launch failures, and anything the
-// device compiler does differently.
+// What it cannot see: the GPU's memory model (the order of a tree level's threads, shared memory,
+// barriers), launch failures, and anything the device compiler does differently.
 //
 // The operators take the real operators' arguments, plus index_bits, and live in the namespace
 // torch_convbp_cuda_harness.
 #include <torch/library.h>
 
-#include <algorithm>
-#include <limits>
 #include <vector>
 
 #include "cuda/columns_launch.h"
@@ -73,31 +70,6 @@ class GridRunner {
           for (int lane = 0; lane < kSumLanes; ++lane) tree_sum_step(partial.data(), half, lane);
         }
         write(item, partial[0]);
-      }
-    }
-  }
-
-  // What the tiles kernel runs: each block takes tiles block, block + blocks, ...; for each, all
-  // its threads' loads into the block's shared memory, then (as the barrier separates them on the
-  // GPU) all its threads' results. The shared memory starts as NaN, so that a result read from
-  // an element no load wrote shows.
-  template <typename index_t, typename Body>
-  void tiles(int64_t count, int64_t shared_elements, const Body& body) {
-    using shared_t = typename Body::shared_t;
-    const int blocks = blocks_per_item(count);
-    std::vector<shared_t> shared(shared_elements);
-    for (int block = 0; block < blocks; ++block) {
-      for (index_t tile = block; tile < static_cast<index_t>(count); tile += blocks) {
-        std::fill(shared.begin(), shared.end(), std::numeric_limits<shared_t>::quiet_NaN());
-        const auto origin = body.origin(tile);
-        for (int thread = 0; thread < kThreads; ++thread) {
-          for (index_t e = thread; e < static_cast<index_t>(shared_elements); e += kThreads) {
-            body.load(origin, e, shared.data());
-          }
-        }
-        for (int thread = 0; thread < kThreads; ++thread) {
-          body.compute(origin, static_cast<index_t>(thread), shared.data());
-        }
       }
     }
   }
@@ -178,36 +150,6 @@ std::vector<int64_t> grid_indices(int64_t total, int64_t blocks, int64_t block, 
   return visited;
 }
 
-// The tiles (depthwise_tiles.h) of a depthwise call of input [N, C, H, W]: a tile's channels,
-// rows and columns, its window's rows and columns, and the count; empty where none apply.
-std::vector<int64_t> depthwise_tile_sizes(IntArrayRef input, IntArrayRef kernel, IntArrayRef stride,
-                                          IntArrayRef padding, IntArrayRef dilation,
-                                          bool channels_last, bool input_grad,
-                                          int64_t element_size) {
-  ConvShape shape{};
-  shape.batch = input[0];
-  shape.in_channels = shape.out_channels = input[1];
-  shape.height = input[2];
-  shape.width = input[3];
-  shape.kernel_h = kernel[0];
-  shape.kernel_w = kernel[1];
-  shape.stride_h = stride[0];
-  shape.stride_w = stride[1];
-  shape.pad_h = padding[0];
-  shape.pad_w = padding[1];
-  shape.dilation_h = dilation[0];
-  shape.dilation_w = dilation[1];
-  shape.out_height =
-      (shape.height + 2 * padding[0] - dilation[0] * (kernel[0] - 1) - 1) / stride[0] + 1;
-  shape.out_width =
-      (shape.width + 2 * padding[1] - dilation[1] * (kernel[1] - 1) - 1) / stride[1] + 1;
-  const DepthwiseDims<int64_t> dims(shape, channels_last);
-  const auto g = depthwise_tiles(dims, input_grad, static_cast<size_t>(element_size));
-  if (!g) return {};
-  return {g->channels,    g->rows,           g->columns,
-          g->window_rows, g->window_columns, g->count(dims.batch)};
-}
-
 std::vector<int64_t> launch_constants() { return {kThreads, kMaxBlocks, kSumLanes}; }
 int64_t blocks_for_op(int64_t work) { return blocks_for(work); }
 int64_t blocks_per_item_op(int64_t items) { return blocks_per_item(items); }
@@ -255,10 +197,6 @@ TORCH_LIBRARY(torch_convbp_cuda_harness, m) {
   m.def("images_per_pass(int entries, int batch) -> int", &images_per_pass);
   m.def("grid_indices(int total, int blocks, int block, int thread, int index_bits) -> int[]",
         &grid_indices);
-  m.def(
-      "depthwise_tile_sizes(int[4] input, int[2] kernel, int[2] stride, int[2] padding, "
-      "int[2] dilation, bool channels_last, bool input_grad, int element_size) -> int[]",
-      &depthwise_tile_sizes);
   m.def("launch_constants() -> int[]", &launch_constants);
   m.def("blocks_for(int work) -> int", &blocks_for_op);
   m.def("blocks_per_item(int items) -> int", &blocks_per_item_op);
