@@ -84,18 +84,21 @@ Tensor only_matrix(const Tensor& batch) {
 // Whether the micro-kernel driver runs a [G, M, N] result `out_dtype` (+)= a @ b: gemm_engine
 // says so for a's dtype and the result's sides, and out is in a's dtype or is its float32
 // accumulator.
-bool on_microkernel(int64_t m, int64_t n, at::ScalarType out_dtype, const Tensor& a) {
+bool on_microkernel(int64_t m, int64_t n, at::ScalarType out_dtype, const Tensor& a,
+                    Float32Gemms float32 = Float32Gemms::cpu_rule) {
   return (out_dtype == a.scalar_type() || out_dtype == at::kFloat) &&
-         gemm_engine(a.scalar_type(), a.device(), m, n) == GemmEngine::microkernel;
+         gemm_engine(a.scalar_type(), a.device(), m, n, float32) == GemmEngine::microkernel;
 }
-bool on_microkernel(const Tensor& out, const Tensor& a) {
-  return on_microkernel(out.size(1), out.size(2), out.scalar_type(), a);
+bool on_microkernel(const Tensor& out, const Tensor& a,
+                    Float32Gemms float32 = Float32Gemms::cpu_rule) {
+  return on_microkernel(out.size(1), out.size(2), out.scalar_type(), a, float32);
 }
 
 // out = a @ b (beta 0) or out += a @ b, for [G, M, K] @ [G, K, N]: on the micro-kernel where
 // gemm_engine says so, else ATen's GEMM (a plain mm for one group).
-void gemm_one_block(const Tensor& out, const Tensor& a, const Tensor& b, bool accumulate) {
-  if (on_microkernel(out, a)) {
+void gemm_one_block(const Tensor& out, const Tensor& a, const Tensor& b, bool accumulate,
+                    Float32Gemms float32 = Float32Gemms::cpu_rule) {
+  if (on_microkernel(out, a, float32)) {
     // Named in the profiler as ATen's GEMMs are (aten::addmm_), since it is no ATen operation.
     RECORD_FUNCTION("torch_convbp::microkernel_gemm", std::vector<c10::IValue>());
     microkernel_gemm(out, a, b, accumulate);
@@ -135,11 +138,11 @@ void on_single_threaded_blas(int64_t count, bool cpu, Body&& body) {
 // Runs the GEMM as `blocks` blocks, each single-threaded: in parallel where the caller is not in
 // a parallel region already (at::parallel_for runs inline in one).
 void gemm_by_blocks(const Tensor& out, const Tensor& a, const Tensor& b, int64_t blocks,
-                    bool accumulate) {
+                    bool accumulate, Float32Gemms float32 = Float32Gemms::cpu_rule) {
   const bool cpu = out.device().is_cpu();
   if (blocks <= 1) {
     SingleThreadedBlas single(cpu);
-    gemm_one_block(out, a, b, accumulate);
+    gemm_one_block(out, a, b, accumulate, float32);
     return;
   }
   const int64_t dim = block_dimension(out.sizes());
@@ -149,7 +152,7 @@ void gemm_by_blocks(const Tensor& out, const Tensor& a, const Tensor& b, int64_t
     if (shared.numel() * shared.element_size() > kSharedOperandInCacheBytes) {
       blocks = std::min(blocks, kBlocksOverSharedOperand);
     }
-    if (on_microkernel(out, a)) {
+    if (on_microkernel(out, a, float32)) {
       shared = microkernel_shared_operand(out, a, b, /*shared_is_a=*/dim == 2, accumulate);
     }
   }
@@ -161,7 +164,7 @@ void gemm_by_blocks(const Tensor& out, const Tensor& a, const Tensor& b, int64_t
     const auto part = [&](const Tensor& t) { return t.narrow(dim, first, count); };
     // [G', M', N'] (+)= [G', M', K] @ [G', K, N']: a's rows follow M, b's columns follow N.
     gemm_one_block(part(out), dim == 2 ? shared_a : part(a), dim == 1 ? shared_b : part(b),
-                   accumulate);
+                   accumulate, float32);
   });
 }
 
@@ -219,8 +222,9 @@ Tensor empty_gemm_result(const Tensor& a, const Tensor& b, at::ScalarType dtype,
   return transposed ? empty({groups, n, m}).transpose(1, 2) : empty({groups, m, n});
 }
 
-void gemm_out(const Tensor& out, const Tensor& a, const Tensor& b, int64_t blocks) {
-  gemm_by_blocks(out, a, b, blocks, /*accumulate=*/false);
+void gemm_out(const Tensor& out, const Tensor& a, const Tensor& b, int64_t blocks,
+              Float32Gemms float32) {
+  gemm_by_blocks(out, a, b, blocks, /*accumulate=*/false, float32);
 }
 
 void gemm_out_contracting(const Tensor& out, const Tensor& a, const Tensor& b) {

@@ -9,6 +9,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "gemm_choice.h"
 #include "scratch.h"
 
 namespace torch_convbp {
@@ -31,8 +32,10 @@ int64_t gemm_blocks(int64_t units, IntArrayRef result, const at::Device& device)
 Tensor empty_gemm_result(const Tensor& a, const Tensor& b, at::ScalarType dtype, int64_t gemms,
                          Memory memory);
 
-// out = a @ b for [G, M, K] @ [G, K, N], in `blocks` blocks.
-void gemm_out(const Tensor& out, const Tensor& a, const Tensor& b, int64_t blocks);
+// out = a @ b for [G, M, K] @ [G, K, N], in `blocks` blocks; float32 CPU GEMMs on the engine
+// that `float32` asks for (gemm_choice.h).
+void gemm_out(const Tensor& out, const Tensor& a, const Tensor& b, int64_t blocks,
+              Float32Gemms float32 = Float32Gemms::cpu_rule);
 
 // acc += a @ b, with acc in the accumulation dtype (float32 for float16 and bfloat16), in
 // `blocks` blocks.

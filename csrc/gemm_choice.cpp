@@ -62,7 +62,7 @@ GemmSetting gemm_setting() {
 // it) from AMD, where MKL's kernels are slower (benchmarks/NOTES.md, section 36). Elsewhere MKL:
 // on an AVX-512 Xeon MKL ran at the core's peak already (section 26), and on AVX2 the two were
 // even.
-GemmEngine gemm_engine(at::ScalarType gemm_dtype, const at::Device& device) {
+GemmEngine gemm_engine(at::ScalarType gemm_dtype, const at::Device& device, Float32Gemms float32) {
   if (device.is_cpu() && gemm_dtype == at::kBFloat16) {  // bfloat16 GEMMs on the CPU: gemm_dtype
     return bfloat16_on_microkernel() ? GemmEngine::microkernel : GemmEngine::aten;
   }
@@ -74,17 +74,19 @@ GemmEngine gemm_engine(at::ScalarType gemm_dtype, const at::Device& device) {
     case GemmSetting::mkl: return GemmEngine::aten;
     case GemmSetting::automatic: break;
   }
-  return cpu_prefers_gemm_microkernel() ? GemmEngine::microkernel : GemmEngine::aten;
+  const bool by_call =
+      float32 == Float32Gemms::microkernel_on_avx512 && cpu_allows_avx512_kernels();
+  return cpu_prefers_gemm_microkernel() || by_call ? GemmEngine::microkernel : GemmEngine::aten;
 }
 
 // In bfloat16 ATen's alternative is oneDNN's matmul, whose bits follow the thread count: however
 // thin, those stay ours.
 GemmEngine gemm_engine(at::ScalarType gemm_dtype, const at::Device& device, int64_t rows,
-                       int64_t cols) {
+                       int64_t cols, Float32Gemms float32) {
   if (gemm_dtype == at::kFloat && std::min(rows, cols) < kMinMicrokernelSide) {
     return GemmEngine::aten;
   }
-  return gemm_engine(gemm_dtype, device);
+  return gemm_engine(gemm_dtype, device, float32);
 }
 
 const char* gemm_engine_name(GemmEngine engine) {

@@ -25,12 +25,19 @@ at::ScalarType gemm_dtype(at::ScalarType dtype, const at::Device& device,
 // on oneDNN's micro-kernel (microkernel_gemm.h).
 enum class GemmEngine { aten, microkernel };
 
+// A call site's word on its float32 CPU GEMMs: the CPU's rule (gemm_engine below), or the
+// micro-kernel wherever the CPU runs AVX-512 kernels: the channels_last 1x1 forward and input
+// gradient, [pixels, C] @ [C, Cout], which ran faster on it than on MKL on an AVX-512 Xeon too,
+// where the rule says MKL (benchmarks/NOTES.md, section 73).
+enum class Float32Gemms { cpu_rule, microkernel_on_avx512 };
+
 // The engine of GEMMs in dtype `gemm_dtype` (as gemm_dtype() gives it) on `device`.
-GemmEngine gemm_engine(at::ScalarType gemm_dtype, const at::Device& device);
+GemmEngine gemm_engine(at::ScalarType gemm_dtype, const at::Device& device,
+                       Float32Gemms float32 = Float32Gemms::cpu_rule);
 // The engine of one such GEMM, whose result is rows x cols: as above, except that float32
 // results under 16 on a side stay on ATen's GEMM.
 GemmEngine gemm_engine(at::ScalarType gemm_dtype, const at::Device& device, int64_t rows,
-                       int64_t cols);
+                       int64_t cols, Float32Gemms float32 = Float32Gemms::cpu_rule);
 const char* gemm_engine_name(GemmEngine engine);
 
 // TORCH_CONVBP_GEMM, for benchmarks and tests: "mkl" runs every GEMM on ATen's and takes no

@@ -8,7 +8,9 @@
 //   grad-weight   dW [Cout, C] = dY^T [Cout, P] @ X   [P, C]
 // with every operand a view: no im2col, no staging, no layout copy, no workspace. Each GEMM is
 // cut into blocks fixed by the sizes (gemm.h), so the bits do not depend on the thread count; the
-// weight gradient's, whose result is small, along the pixels where that result is narrow.
+// weight gradient's, whose result is small, along the pixels where that result is narrow. The
+// forward's and the input gradient's float32 GEMMs run on the micro-kernel wherever the CPU runs
+// AVX-512 kernels (gemm_choice.h, Float32Gemms); the weight gradient's follow the CPU's rule.
 #include "pointwise_nhwc.h"
 
 #include <ATen/ATen.h>
@@ -40,14 +42,16 @@ void pointwise_nhwc_forward(const Tensor& input, const Tensor& weight, const Con
                             const Tensor& output) {
   const Tensor y = pixel_matrix(output);
   // [1, P, Cout] = [1, P, C] @ [1, C, Cout]
-  gemm_out(y, pixel_matrix(input), weight_matrix(weight, s).transpose(1, 2), gemm_blocks_for(y));
+  gemm_out(y, pixel_matrix(input), weight_matrix(weight, s).transpose(1, 2), gemm_blocks_for(y),
+           Float32Gemms::microkernel_on_avx512);
 }
 
 void pointwise_nhwc_input_grad(const Tensor& grad_output, const Tensor& weight, const ConvShape& s,
                                const Tensor& grad_input) {
   const Tensor dx = pixel_matrix(grad_input);
   // [1, P, C] = [1, P, Cout] @ [1, Cout, C]
-  gemm_out(dx, pixel_matrix(grad_output), weight_matrix(weight, s), gemm_blocks_for(dx));
+  gemm_out(dx, pixel_matrix(grad_output), weight_matrix(weight, s), gemm_blocks_for(dx),
+           Float32Gemms::microkernel_on_avx512);
 }
 
 Tensor pointwise_nhwc_weight_grad(const Tensor& input, const Tensor& grad_output,

@@ -5,13 +5,14 @@ The driver takes matrices in any orientation (NHWC's transposed views, a weight 
 transposed columns), cuts them into tiles fixed by the sizes, and must give the product for every
 one of them; both engines must give the convolution, and TORCH_CONVBP_GEMM picks one."""
 import itertools
+import os
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 import torch_convbp
-from route_cases import has_bfloat16_microkernel, has_microkernel
+from route_cases import has_bfloat16_microkernel, has_microkernel, microkernel_outruns_mkl
 from torch_convbp import _C
 
 ops = torch.ops.torch_convbp
@@ -180,3 +181,33 @@ def test_the_gemms_run_on_the_engine_chosen(monkeypatch):
             ops.conv2d_weight_grad(x, dy, [32, 16, 3, 3], [1, 1], [1, 1], [1, 1], 1)
         names = {event.name for event in profile.events()}
         assert name in names and not {"aten::addmm_", "torch_convbp::microkernel_gemm"} - {name} & names
+
+
+def runs_avx512_kernels():
+    """Whether this CPU runs AVX-512 kernels (ATen's capability, unless oneDNN is capped below)."""
+    capped = os.environ.get("DNNL_MAX_CPU_ISA", "").upper().startswith(("SSE", "AVX2", "AVX_"))
+    return torch.backends.cpu.get_cpu_capability() == "AVX512" and not capped
+
+
+@needs_microkernel
+@pytest.mark.parametrize("op", ["forward", "input_grad", "weight_grad"])
+def test_the_channels_last_1x1_gemms_run_on_the_micro_kernel_where_avx512_runs(monkeypatch, op):
+    """The channels_last 1x1 forward and input gradient, [pixels, C] @ [C, Cout], run on the
+    micro-kernel wherever the CPU runs AVX-512 kernels (faster there than MKL on a Xeon too:
+    benchmarks/NOTES.md, section 73); the weight gradient follows the CPU's rule."""
+    monkeypatch.setenv("TORCH_CONVBP_GEMM", "auto")
+    x = torch.randn(2, 32, 12, 12).contiguous(memory_format=torch.channels_last)
+    w = torch.randn(48, 32, 1, 1)
+    dy = torch.randn(2, 48, 12, 12).contiguous(memory_format=torch.channels_last)
+    calls = {
+        "forward": lambda: ops.conv2d(x, w, None, [1, 1], [0, 0], [1, 1], 1),
+        "input_grad": lambda: ops.conv2d_input_grad(dy, w, list(x.shape), [1, 1], [0, 0], [1, 1], 1),
+        "weight_grad": lambda: ops.conv2d_weight_grad(x, dy, list(w.shape), [1, 1], [0, 0], [1, 1], 1),
+    }
+    with torch.profiler.profile() as profile:
+        calls[op]()
+    names = {event.name for event in profile.events()}
+    by_call = op != "weight_grad" and runs_avx512_kernels()
+    on_microkernel = microkernel_outruns_mkl() or by_call
+    assert ("torch_convbp::microkernel_gemm" in names) == on_microkernel
+    assert ("aten::addmm_" in names) != on_microkernel
