@@ -61,7 +61,8 @@ GemmSetting gemm_setting() {
 // it (single-threaded blocks): on CPUs with AVX-512 (as oneDNN sees them: DNNL_MAX_CPU_ISA caps
 // it) from AMD, where MKL's kernels are slower (benchmarks/NOTES.md, section 36). Elsewhere MKL:
 // on an AVX-512 Xeon MKL ran at the core's peak already (section 26), and on AVX2 the two were
-// even.
+// even. A call site that asks for Float32Gemms::microkernel_on_avx512 (tall, thin GEMMs that MKL
+// ran slower, section 73) gets the micro-kernel on any CPU that runs AVX-512 kernels.
 GemmEngine gemm_engine(at::ScalarType gemm_dtype, const at::Device& device, Float32Gemms float32) {
   if (device.is_cpu() && gemm_dtype == at::kBFloat16) {  // bfloat16 GEMMs on the CPU: gemm_dtype
     return bfloat16_on_microkernel() ? GemmEngine::microkernel : GemmEngine::aten;
