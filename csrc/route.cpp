@@ -11,6 +11,7 @@
 #include "env_choice.h"
 #include "gemm_choice.h"
 #include "plan.h"
+#include "summation.h"
 
 namespace torch_convbp {
 namespace {
@@ -243,6 +244,12 @@ RouteChoice choose_route(Operator op, const ConvShape& s, at::TensorList activat
 
   if (s.is_depthwise() && s.is_planar()) {
     const char* why = "one input channel per group: direct kernels, no GEMM";
+    if (!channels_last && first.device().is_cpu() && op == Operator::weight_grad &&
+        cpu_depthwise_order() == DepthwiseOrder::rows) {
+      return {Route::depthwise, Layout::nhwc, why,
+              "the CPU's weight gradient in the order of rows: an NHWC kernel, through layout "
+              "copies"};
+    }
     if (!channels_last && first.device().is_cpu() &&
         s.out_height * s.out_width < kMinNchwDepthwisePlane) {
       return {Route::depthwise, Layout::nhwc, why,

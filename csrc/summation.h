@@ -5,17 +5,33 @@
 // is summed is written as an explicit multiply_add: one rounding, on every device and in every
 // build of the CPU code (the AVX2 clones, the baseline, and the CPU harness of the CUDA kernels).
 //
-// The depthwise weight gradient sums many products per weight entry. Both devices split that sum
-// the same way: kSumLanes partial sums, position j going to lane j % kSumLanes in increasing order
-// of j, then a fixed binary tree over the lanes (tree_sum_step with half = kSumLanes/2, ..., 1).
-// On CUDA a lane is a thread of the block; on CPU it is an entry of a small array.
+// The depthwise weight gradient sums many products per weight entry, in one of two orders:
+// - lanes, the CUDA kernels' order: kSumLanes partial sums, position j going to lane
+//   j % kSumLanes in increasing order of j, then a fixed binary tree over the lanes
+//   (tree_sum_step with half = kSumLanes/2, ..., 1). On CUDA a lane is a thread of the block; on
+//   the CPU an entry of an array.
+// - rows, the CPU's default: each output row's products summed along the row, the rows' sums
+//   added in order within fixed groups of rows, the groups' sums added in order
+//   (cpu/depthwise_rows_cpu.cpp). Twice as fast on the CPU, where the lanes lived in the L2 cache
+//   (benchmarks/NOTES.md, section 74), but not the CUDA kernels' bits.
+// TORCH_CONVBP_CPU_DEPTHWISE_ORDER=lanes gives the CPU the CUDA kernels' order, and so their bits.
 #pragma once
 
 #include <c10/macros/Macros.h>
 
 #include <cmath>
 
+#include "env_choice.h"
+
 namespace torch_convbp {
+
+enum class DepthwiseOrder { rows, lanes };
+// The CPU's order (TORCH_CONVBP_CPU_DEPTHWISE_ORDER=rows|lanes, read on every call; rows unset).
+inline DepthwiseOrder cpu_depthwise_order() {
+  return env_choice("TORCH_CONVBP_CPU_DEPTHWISE_ORDER", {"rows", "lanes"}) == "lanes"
+             ? DepthwiseOrder::lanes
+             : DepthwiseOrder::rows;
+}
 
 // a * b + c, rounded once.
 template <typename T>

@@ -167,10 +167,13 @@ DEPTHWISE_CASES = [
 @pytest.mark.parametrize("layout", [torch.contiguous_format, torch.channels_last], ids=["nchw", "nhwc"])
 @pytest.mark.parametrize("name, shape, multiplier, kernel, stride, padding, dilation", DEPTHWISE_CASES, ids=[c[0] for c in DEPTHWISE_CASES])
 def test_depthwise_threads_match_the_cpu_bitwise(
-    harness, name, shape, multiplier, kernel, stride, padding, dilation, layout, dtype, index_bits
+    harness, monkeypatch, name, shape, multiplier, kernel, stride, padding, dilation, layout, dtype, index_bits
 ):
     """In both layouts of the activations: the CUDA threads index NHWC memory through the same
-    functions, and the CPU has separate NHWC kernels (cpu/depthwise_nhwc_cpu.cpp)."""
+    functions, and the CPU has separate NHWC kernels (cpu/depthwise_nhwc_cpu.cpp). The weight
+    gradient against the CPU's kernels in the CUDA kernels' order of lanes (the CPU's default,
+    the order of rows, is its own: summation.h)."""
+    monkeypatch.setenv("TORCH_CONVBP_CPU_DEPTHWISE_ORDER", "lanes")
     n, c, h, w = shape
     x = randn(*shape, dtype=dtype, seed=0).contiguous(memory_format=layout)
     weight = randn(c * multiplier, 1, *kernel, dtype=dtype, seed=1)

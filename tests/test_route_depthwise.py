@@ -2,7 +2,13 @@
 depthwise kernels, in NCHW or, for channels_last operands, in NHWC (csrc/cpu/depthwise_nhwc_cpu.cpp,
 cuda/depthwise_thread.h). Both layouts sum every entry in the same order, so they give bitwise
 the same results, on both devices. On the CPU output planes under 256 pixels compute in NHWC for
-NCHW operands too, through layout copies."""
+NCHW operands too, through layout copies, and so does the weight gradient in the CPU's order of
+rows (csrc/cpu/depthwise_rows_cpu.cpp, its default); TORCH_CONVBP_CPU_DEPTHWISE_ORDER=lanes gives
+the CPU the CUDA kernels' order, and their bits."""
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -41,18 +47,25 @@ def depthwise_operands(shape, multiplier, kernel, stride, padding, dilation, dty
     return x, weight, dy
 
 
+@pytest.mark.parametrize("order", ["rows", "lanes"])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("name, shape, multiplier, kernel, stride, padding, dilation", DEPTHWISE, ids=[d[0] for d in DEPTHWISE])
-def test_depthwise_in_nhwc_gives_the_nchw_bits(name, shape, multiplier, kernel, stride, padding, dilation, dtype, device):
+def test_depthwise_in_nhwc_gives_the_nchw_bits(name, shape, multiplier, kernel, stride, padding, dilation, dtype, order,
+                                               device, monkeypatch):
     """The NHWC depthwise kernels sum every entry in the NCHW kernels' order: the three operators
     give bitwise the same values in both formats, and channels_last results. On the CPU, NCHW
     calls with output planes of 256 pixels or more take the NCHW kernels (smaller ones the NHWC
-    kernels, through copies), so those cases compare the two sets of kernels."""
+    kernels, through copies), so those cases compare the two sets of kernels; the CPU's weight
+    gradient in the order of rows (its default) is an NHWC kernel, which NCHW calls reach through
+    copies."""
+    monkeypatch.setenv("TORCH_CONVBP_CPU_DEPTHWISE_ORDER", order)
     x, weight, dy = depthwise_operands(shape, multiplier, kernel, stride, padding, dilation, dtype, device)
     args = (list(stride), list(padding), list(dilation), shape[1])
     small_planes = dy.shape[2] * dy.shape[3] < 256 and device == "cpu"  # NHWC, through copies
-    layouts = {r.layout for r in torch_convbp.explain(x, weight, *args, grad_output=dy) if r.route == "depthwise"}
-    assert layouts == {"nhwc" if small_planes else "nchw"}
+    rows = order == "rows" and device == "cpu"
+    layouts = {r.operator: r.layout for r in torch_convbp.explain(x, weight, *args, grad_output=dy)}
+    expected = "nhwc" if small_planes else "nchw"
+    assert layouts == {"forward": expected, "input_grad": expected, "weight_grad": "nhwc" if rows else expected}
     nchw = (ops.conv2d(x, weight, None, *args), ops.conv2d_input_grad(dy, weight, list(shape), *args),
             ops.conv2d_weight_grad(x, dy, list(weight.shape), *args))
     x_cl, dy_cl = x.contiguous(memory_format=CL), dy.contiguous(memory_format=CL)
@@ -89,3 +102,101 @@ def test_the_depthwise_kernels_refuse_mixed_layouts(device):
         ops.depthwise_conv2d(x.contiguous(memory_format=CL), weight, [1, 1], [1, 1], [1, 1], out)
     with pytest.raises(RuntimeError, match="expected a contiguous weight"):
         ops.depthwise_conv2d(x, weight.transpose(2, 3), [1, 1], [1, 1], [1, 1], out)
+
+
+# The CPU's weight gradient in the order of rows (csrc/cpu/depthwise_rows_cpu.cpp): kernels in
+# vectors for 3x3 and 5x5 with one output channel per input channel (two vectors of channels and a
+# tail of one vector, then single channels), any other kernel or multiplier channel by channel;
+# the groups of rows fixed by their number (16 at most).
+ROWS = [
+    ("3x3, two vectors and a tail", (2, 57, 9, 11), 1, (3, 3), (1, 1), (1, 1), (1, 1)),
+    ("5x5 strided, one vector and a tail", (3, 21, 12, 10), 1, (5, 5), (2, 2), (2, 2), (1, 1)),
+    ("3x3 dilated, padding past the reach", (1, 32, 7, 6), 1, (3, 3), (1, 2), (3, 4), (2, 2)),
+    ("more rows than groups", (5, 16, 13, 4), 1, (3, 3), (1, 1), (1, 1), (1, 1)),
+    ("other kernel, multiplier 3", (2, 5, 8, 9), 3, (2, 4), (1, 2), (1, 0), (1, 1)),
+    ("one row", (1, 48, 1, 30), 1, (1, 3), (1, 1), (0, 1), (1, 1)),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("name, shape, multiplier, kernel, stride, padding, dilation", ROWS, ids=[r[0] for r in ROWS])
+def test_the_cpu_weight_gradient_in_either_order(name, shape, multiplier, kernel, stride, padding, dilation, dtype, monkeypatch):
+    """Both orders give the weight gradient to the rounding of their dtype (against float64), the
+    same bits in both formats and on 1 or 3 threads; the order of rows is the default."""
+    x, weight, dy = depthwise_operands(shape, multiplier, kernel, stride, padding, dilation, dtype, "cpu")
+    args = (list(stride), list(padding), list(dilation), shape[1])
+    reference = torch.ops.aten.convolution_backward(
+        dy.double(), x.double(), weight.double(), None, *args[:3], False, [0, 0], shape[1], [False, True, False])[1]
+    tolerance = {torch.float64: 1e-12, torch.float32: 1e-5, torch.bfloat16: 1e-2}[dtype]
+    results = {}
+    threads = torch.get_num_threads()
+    for order in ("rows", "lanes", None):
+        if order:
+            monkeypatch.setenv("TORCH_CONVBP_CPU_DEPTHWISE_ORDER", order)
+        else:
+            monkeypatch.delenv("TORCH_CONVBP_CPU_DEPTHWISE_ORDER", raising=False)
+        runs = []
+        try:
+            for n_threads, layout in ((1, torch.contiguous_format), (3, CL), (3, torch.contiguous_format)):
+                torch.set_num_threads(n_threads)
+                a, b = x.contiguous(memory_format=layout), dy.contiguous(memory_format=layout)
+                runs.append(ops.conv2d_weight_grad(a, b, list(weight.shape), *args))
+        finally:
+            torch.set_num_threads(threads)
+        assert all(torch.equal(run, runs[0]) for run in runs[1:])
+        error = (runs[0].double() - reference).norm() / reference.norm()
+        assert error < tolerance, (order, error)
+        results[order] = runs[0]
+    assert torch.equal(results[None], results["rows"])
+
+
+def test_the_order_of_rows_propagates_what_is_not_finite(monkeypatch):
+    """An infinity in the input reaches the entries that multiply it, a NaN in the output gradient
+    every entry of its channel that reads inside the image, as in the order of lanes."""
+    x, weight, dy = depthwise_operands((2, 16, 6, 7), 1, (3, 3), (1, 1), (1, 1), (1, 1), torch.float32, "cpu")
+    x[1, 3, 2, 4], dy[0, 5, 0, 0] = float("inf"), float("nan")
+    args = ([1, 1], [1, 1], [1, 1], 16)
+    grads = {}
+    for order in ("rows", "lanes"):
+        monkeypatch.setenv("TORCH_CONVBP_CPU_DEPTHWISE_ORDER", order)
+        grads[order] = ops.conv2d_weight_grad(x.contiguous(memory_format=CL), dy.contiguous(memory_format=CL), [16, 1, 3, 3], *args)
+    for order in ("rows", "lanes"):
+        assert torch.equal(grads[order].isnan(), grads["lanes"].isnan())
+        assert torch.equal(grads[order].isinf(), grads["lanes"].isinf())
+    assert grads["rows"][3].isinf().any() and grads["rows"][5].isnan().any()
+
+
+def test_an_unknown_order_is_refused_by_name(monkeypatch):
+    x, weight, dy = depthwise_operands((1, 4, 5, 5), 1, (3, 3), (1, 1), (1, 1), (1, 1), torch.float32, "cpu")
+    monkeypatch.setenv("TORCH_CONVBP_CPU_DEPTHWISE_ORDER", "columns")
+    with pytest.raises(RuntimeError, match="TORCH_CONVBP_CPU_DEPTHWISE_ORDER must be rows or lanes, got 'columns'"):
+        ops.conv2d_weight_grad(x, dy, [4, 1, 3, 3], [1, 1], [1, 1], [1, 1], 4)
+
+
+def rows_order_results(cases):
+    """The weight gradient in the order of rows, channels_last, of each (x, dy, weight shape, args)."""
+    return [ops.conv2d_weight_grad(x.contiguous(memory_format=CL), dy.contiguous(memory_format=CL), shape, *args)
+            for x, dy, shape, args in cases]
+
+
+@pytest.mark.parametrize("switch", ["TORCH_CONVBP_NO_AVX2", "TORCH_CONVBP_NO_AVX512"])
+def test_the_order_of_rows_gives_the_same_bits_on_every_vector_width(tmp_path, switch):
+    """Its vectors are AVX-512's, AVX2's or any x86-64 CPU's (vector_ops.h), picked as it runs; a
+    fresh process under TORCH_CONVBP_NO_AVX2 takes the last, under TORCH_CONVBP_NO_AVX512 the AVX2
+    ones. Each lane rounds alike, so all give the same bits (on a CPU without AVX-512 the second
+    compares the AVX2 code with itself)."""
+    cases = []
+    for dtype in (torch.float64, torch.float32, torch.bfloat16):
+        for name, shape, multiplier, kernel, stride, padding, dilation in ROWS:
+            x, weight, dy = depthwise_operands(shape, multiplier, kernel, stride, padding, dilation, dtype, "cpu")
+            cases.append((x, dy, list(weight.shape), (list(stride), list(padding), list(dilation), shape[1])))
+    torch.save(cases, tmp_path / "cases.pt")
+    script = (
+        "import sys, torch; sys.path.insert(0, sys.argv[1]); from test_route_depthwise import rows_order_results; "
+        "torch.save(rows_order_results(torch.load(sys.argv[2] + '/cases.pt')), sys.argv[2] + '/results.pt')"
+    )
+    env = {**os.environ, switch: "1"}
+    env.pop("TORCH_CONVBP_CPU_DEPTHWISE_ORDER", None)
+    subprocess.run([sys.executable, "-c", script, os.path.dirname(__file__), str(tmp_path)], env=env, check=True)
+    for ours, theirs in zip(rows_order_results(cases), torch.load(tmp_path / "results.pt")):
+        assert torch.equal(ours, theirs)

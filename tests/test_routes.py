@@ -9,7 +9,8 @@ The routes, for operands that are all channels_last (dense, non-empty), else in 
   off the CPU: a product per image, summed in halves, where that costs less than copying the
   images);
 - depthwise (one input channel per group): the depthwise kernels, in either layout (on the CPU
-  small output planes compute in NHWC, through copies);
+  small output planes compute in NHWC, through copies, and so does the weight gradient, whose
+  order of rows is an NHWC kernel);
 - several groups of at most 32 output channels: the direct grouped kernels for the forward and
   weight grad, and for the input grad where it is a stride-1 convolution with narrow groups;
 - the rest: the column matrix, in NHWC where the groups have 16 or more output channels (and,
@@ -64,14 +65,15 @@ ROUTES = [
     ("depthwise multiplier 2, strided", dict(k=3, cout=12), 2, 1, 6, "depthwise/nhwc"),
     # output planes under 256 pixels compute in NHWC on the CPU, through copies (the same bits)
     ("depthwise contiguous, small planes", dict(k=3, cout=6, layout=NCHW), 1, 1, 6, "depthwise/small-planes"),
-    ("depthwise contiguous, large planes", dict(k=3, cout=6, h=16, w=16, layout=NCHW), 1, 1, 6, "depthwise/nchw"),
+    ("depthwise contiguous, large planes", dict(k=3, cout=6, h=16, w=16, layout=NCHW), 1, 1, 6,
+     ("depthwise/nchw", "depthwise/nchw", "depthwise/small-planes")),
     ("depthwise empty batch", dict(n=0, k=3, cout=6), 1, 1, 6, "depthwise/small-planes"),
 ]
 
 
 def expected_routes(expected, device):
     routes = (expected,) * 3 if isinstance(expected, str) else expected
-    small_planes = "nhwc" if device == "cpu" else "nchw"
+    small_planes = "nhwc" if device == "cpu" else "nchw"  # and the CPU's depthwise weight gradient
     by_images = "columns/nchw" if device == "cpu" else "pointwise_by_images/nchw"
     return [r.replace("small-planes", small_planes).replace("by-images-off-cpu", by_images) for r in routes]
 

@@ -7,10 +7,12 @@
 // (ki, kj) order for the forward, (o, ki, kj) for the input gradient, and for the weight gradient
 // kSumLanes partial sums over the positions, then a fixed tree. Every product is one fused
 // multiply-add. So the results are the same whatever the thread count, and bitwise the same as
-// the CUDA kernels' (checked by the CPU harness of tests/cuda_harness/). Sums are taken in opmath
-// (float for float16 and bfloat16). These kernels read NCHW; a call whose activations are
-// channels_last goes to depthwise_nhwc_cpu.cpp, which keeps the same orders. (The route sends
-// NCHW calls with small planes there too, through layout copies: route.cpp.)
+// the CUDA kernels' (checked by the CPU harness of tests/cuda_harness/). The weight gradient's
+// default on the CPU is another order, of rows (summation.h, depthwise_rows_cpu.cpp): NHWC,
+// NCHW operands copied to it; TORCH_CONVBP_CPU_DEPTHWISE_ORDER=lanes selects these kernels. Sums
+// are taken in opmath (float for float16 and bfloat16). These kernels read NCHW; a call whose
+// activations are channels_last goes to depthwise_nhwc_cpu.cpp, which keeps the same orders. (The
+// route sends NCHW calls with small planes there too, through layout copies: route.cpp.)
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
@@ -213,6 +215,10 @@ void depthwise_weight_grad_cpu(const Tensor& input, const Tensor& grad_output, I
   const DepthwiseCall call = check_depthwise("torch_convbp.depthwise_weight_grad", input,
                                              grad_weight, grad_output, stride, padding, dilation);
   const ConvShape& s = call.shape;
+  if (cpu_depthwise_order() == DepthwiseOrder::rows) {  // an NHWC kernel (NCHW operands copied)
+    const auto nhwc = [](const Tensor& t) { return t.contiguous(at::MemoryFormat::ChannelsLast); };
+    return depthwise_nhwc_weight_grad_rows(nhwc(input), nhwc(grad_output), s, grad_weight);
+  }
   if (call.channels_last) return depthwise_nhwc_weight_grad(input, grad_output, s, grad_weight);
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, input.scalar_type(), "depthwise_weight_grad", [&] {

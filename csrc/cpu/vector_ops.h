@@ -170,6 +170,16 @@ inline bool cpu_has_avx512() {
 
 #endif
 
+// Runs run(ops) with the widest vector operations this CPU runs: Avx512Ops, Avx2Ops or LaneOps.
+template <class Run>
+void with_vector_ops(Run&& run) {
+#ifdef TORCH_CONVBP_AVX2_BANDS
+  if (cpu_has_avx512()) return run(Avx512Ops{});
+  if (cpu_has_avx2_fma()) return run(Avx2Ops{});
+#endif
+  run(LaneOps{});
+}
+
 // Runs Body::template run<Ops>(args...) (an always-inlined loop nest) compiled for the target of
 // Ops, so that Ops's operations are inlined into its loops: for any x86-64 CPU, and where GCC
 // builds them, for AVX2 with FMA and for AVX-512.

@@ -1,0 +1,236 @@
+// The CPU's depthwise weight gradient in the order of rows (summation.h, DepthwiseOrder::rows), on
+// channels_last (NHWC) activations. Weight entry (o, ki, kj) is
+//   the sum over the groups of output rows, in order, of
+//     the sum over the group's rows (n, oh), in order, of
+//       the sum over ow, in increasing order, of dy(n, o, oh, ow) * x(n, o / m, ih, iw)
+// where (ih, iw) is what tap (ki, kj) reads from output pixel (oh, ow), taps in the padding
+// skipped; every sum starts from zero, each product is added by one multiply_add, and the groups
+// of rows are fixed by the number of rows (kRowGroups), never by the thread count.
+//
+// Why: the order of lanes (position j into lane j % 256, then a tree), which the CUDA kernels
+// sum in, made every multiply-add load and store its lane from the L2 cache on the CPU: 2-3x
+// oneDNN's time (benchmarks/NOTES.md, sections 65 and 74). Here a row's sums of one or two
+// vectors of channels and all the taps stay in vector registers along the row (vector_ops.h:
+// AVX-512, AVX2 or any CPU, each lane rounded alike), and x and dy are read once per row.
+#include <ATen/ATen.h>
+#include <ATen/Dispatch.h>
+#include <ATen/OpMathType.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "../summation.h"
+#include "cpu_kernels.h"
+#include "depthwise_nhwc_cpu.h"
+#include "vector_ops.h"
+
+namespace torch_convbp {
+namespace {
+
+// Groups of output rows, whose sums are added in order at the end: the pieces of work for the
+// threads (each task a group, all channels), and a count fixed by the number of rows.
+constexpr int64_t kRowGroups = 16;
+
+// One vector of acc_t from p (converted where scalar_t is narrower).
+template <typename acc_t, typename V, typename scalar_t>
+TORCH_CONVBP_INLINE V load_vector(const scalar_t* p) {
+  constexpr int64_t lanes = sizeof(V) / sizeof(acc_t);
+  V v;
+  if constexpr (std::is_same_v<scalar_t, acc_t>) {
+    std::memcpy(&v, p, sizeof(V));
+  } else {
+    acc_t values[lanes];
+    for (int64_t l = 0; l < lanes; ++l) values[l] = static_cast<acc_t>(p[l]);
+    std::memcpy(&v, values, sizeof(V));
+  }
+  return v;
+}
+
+// Vectors of channels summed side by side along a row: as many as keep every tap's sums in
+// registers (32 of AVX-512, 16 of AVX2: two vectors of a 3x3 kernel's 9 taps on AVX-512, one
+// elsewhere).
+template <class Ops>
+constexpr int vectors_for_taps(int taps) {
+  return Ops::kBytes == 64 && taps <= 12 ? 2 : 1;
+}
+
+// One output row's sums of `NV` vectors of output channels from `first`, for every tap of a
+// KH x KW kernel, in registers along the row (KH, KW compile-time, the tap loops unrolled), then
+// added into totals [taps][Cout]. m == 1: output channel o reads input channel o.
+template <class Ops, int KH, int KW, int NV, typename scalar_t, typename acc_t>
+TORCH_CONVBP_INLINE void row_of_vectors(const scalar_t* image, const scalar_t* grad_row, int64_t oh,
+                                        int64_t first, acc_t* totals, const ConvShape& s) {
+  using V = typename Vector<acc_t, Ops::kBytes>::type;
+  constexpr int64_t lanes = Vector<acc_t, Ops::kBytes>::lanes;
+  constexpr int taps = KH * KW;
+  const int64_t c = s.in_channels, cout = s.out_channels;
+  V sums[NV][taps];
+  for (int v = 0; v < NV; ++v) {
+    for (int t = 0; t < taps; ++t) sums[v][t] = Ops::template splat<V>(acc_t(0));
+  }
+  int64_t rows[KH];  // the input rows, -1 in the padding
+  for (int ki = 0; ki < KH; ++ki) rows[ki] = input_row(s, oh, ki);
+  for (int64_t ow = 0; ow < s.out_width; ++ow) {
+    V dy[NV];
+    for (int v = 0; v < NV; ++v) {
+      dy[v] = load_vector<acc_t, V>(grad_row + ow * cout + first + v * lanes);
+    }
+#pragma GCC unroll 8
+    for (int ki = 0; ki < KH; ++ki) {
+      if (rows[ki] < 0) continue;
+#pragma GCC unroll 8
+      for (int kj = 0; kj < KW; ++kj) {
+        const int64_t iw = input_index(ow, s.stride_w, s.pad_w, int64_t{kj}, s.dilation_w);
+        if (iw < 0 || iw >= s.width) continue;
+        const scalar_t* x = image + (rows[ki] * s.width + iw) * c + first;
+        for (int v = 0; v < NV; ++v) {
+          const V xv = load_vector<acc_t, V>(x + v * lanes);
+          sums[v][ki * KW + kj] = Ops::multiply_add(dy[v], xv, sums[v][ki * KW + kj]);
+        }
+      }
+    }
+  }
+  for (int v = 0; v < NV; ++v) {
+    for (int t = 0; t < taps; ++t) {
+      acc_t* total = totals + t * cout + first + v * lanes;
+      acc_t row_sums[lanes];
+      std::memcpy(row_sums, &sums[v][t], sizeof(V));
+      for (int64_t l = 0; l < lanes; ++l) total[l] = total[l] + row_sums[l];
+    }
+  }
+}
+
+// The vectors of one output row, compiled for the target of Ops (run_compiled_for): the
+// channels [0, *done) in vectors, *done set to where the rest begins.
+template <int KH, int KW>
+struct RowOfVectors {
+  template <class Ops, typename scalar_t, typename acc_t>
+  static TORCH_CONVBP_INLINE void run(const scalar_t* image, const scalar_t* grad_row, int64_t oh,
+                                      acc_t* totals, int64_t* done, const ConvShape& s) {
+    constexpr int64_t lanes = Vector<acc_t, Ops::kBytes>::lanes;
+    constexpr int nv = vectors_for_taps<Ops>(KH * KW);
+    int64_t first = 0;
+    for (; first + nv * lanes <= s.out_channels; first += nv * lanes) {
+      row_of_vectors<Ops, KH, KW, nv>(image, grad_row, oh, first, totals, s);
+    }
+    if constexpr (nv > 1) {
+      for (; first + lanes <= s.out_channels; first += lanes) {
+        row_of_vectors<Ops, KH, KW, 1>(image, grad_row, oh, first, totals, s);
+      }
+    }
+    *done = first;
+  }
+};
+
+// The same sums for any kernel and any run of `count` channels from `first` (the tail of the
+// channels, kernels of other sizes): the row's sums in a local array, channel by channel.
+template <typename scalar_t, typename acc_t, typename Channel>
+void row_of_any(const scalar_t* image, const scalar_t* grad_row, int64_t oh, int64_t first,
+                int64_t count, Channel x_channel, acc_t* totals, std::vector<acc_t>& sums,
+                const ConvShape& s) {
+  const int64_t c = s.in_channels, cout = s.out_channels, taps = s.kernel_h * s.kernel_w;
+  sums.assign(taps * count, acc_t(0));
+  for (int64_t ow = 0; ow < s.out_width; ++ow) {
+    const scalar_t* dy = grad_row + ow * cout + first;
+    for (int64_t ki = 0; ki < s.kernel_h; ++ki) {
+      const int64_t ih = input_row(s, oh, ki);
+      if (ih < 0) continue;
+      for (int64_t kj = 0; kj < s.kernel_w; ++kj) {
+        const int64_t iw = input_index(ow, s.stride_w, s.pad_w, kj, s.dilation_w);
+        if (iw < 0 || iw >= s.width) continue;
+        const scalar_t* x = image + (ih * s.width + iw) * c;
+        acc_t* sum = sums.data() + (ki * s.kernel_w + kj) * count;
+        for (int64_t b = 0; b < count; ++b) {
+          sum[b] = multiply_add(static_cast<acc_t>(dy[b]),
+                                static_cast<acc_t>(x[x_channel(first + b)]), sum[b]);
+        }
+      }
+    }
+  }
+  for (int64_t t = 0; t < taps; ++t) {
+    for (int64_t b = 0; b < count; ++b) {
+      totals[t * cout + first + b] = totals[t * cout + first + b] + sums[t * count + b];
+    }
+  }
+}
+
+// One output row (n, oh), every output channel: with one output channel per input channel and a
+// 3x3 or 5x5 kernel in vectors (RowOfVectors) on the CPU's widest vector operations, the rest
+// (a tail of channels, other kernels, channel multipliers) through row_of_any.
+template <int KH, int KW, class Ops, typename scalar_t, typename acc_t>
+void add_row(Ops ops, const scalar_t* image, const scalar_t* grad_row, int64_t oh, acc_t* totals,
+             std::vector<acc_t>& sums, const ConvShape& s) {
+  const int64_t m = s.out_channels / s.in_channels;
+  int64_t first = 0;
+  if constexpr (KH > 0) {
+    if (m == 1) run_compiled_for<RowOfVectors<KH, KW>>(ops, image, grad_row, oh, totals, &first, s);
+  }
+  if (first == s.out_channels) return;
+  if (m == 1) {
+    row_of_any(
+        image, grad_row, oh, first, s.out_channels - first, [](int64_t o) { return o; }, totals,
+        sums, s);
+  } else {
+    row_of_any(
+        image, grad_row, oh, first, s.out_channels - first, [m](int64_t o) { return o / m; },
+        totals, sums, s);
+  }
+}
+
+template <int KH, int KW, class Ops, typename scalar_t>
+void weight_grad_rows(Ops ops, const scalar_t* input, const scalar_t* grad_output,
+                      scalar_t* grad_weight, const ConvShape& s) {
+  using acc_t = at::opmath_type<scalar_t>;
+  const int64_t taps = s.kernel_h * s.kernel_w, cout = s.out_channels;
+  const int64_t rows = s.batch * s.out_height;
+  const int64_t per_group = (rows + kRowGroups - 1) / kRowGroups;
+  const int64_t groups = rows == 0 ? 0 : (rows + per_group - 1) / per_group;
+  const int64_t image_size = s.height * s.width * s.in_channels;
+  // each group's sums [taps][Cout]
+  std::vector<acc_t> group_sums(groups * taps * cout, acc_t(0));
+  at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
+    std::vector<acc_t> sums;
+    for (int64_t g = begin; g < end; ++g) {
+      acc_t* totals = group_sums.data() + g * taps * cout;
+      for (int64_t row = g * per_group; row < std::min(rows, (g + 1) * per_group); ++row) {
+        const int64_t n = row / s.out_height, oh = row % s.out_height;
+        const scalar_t* image = input + n * image_size;
+        const scalar_t* grad_row = grad_output + row * s.out_width * cout;
+        add_row<KH, KW>(ops, image, grad_row, oh, totals, sums, s);
+      }
+    }
+  });
+  for (int64_t o = 0; o < cout; ++o) {
+    for (int64_t t = 0; t < taps; ++t) {
+      acc_t total = 0;
+      for (int64_t g = 0; g < groups; ++g) total = total + group_sums[(g * taps + t) * cout + o];
+      grad_weight[o * taps + t] = static_cast<scalar_t>(total);
+    }
+  }
+}
+
+}  // namespace
+
+void depthwise_nhwc_weight_grad_rows(const Tensor& input, const Tensor& grad_output,
+                                     const ConvShape& s, const Tensor& grad_weight) {
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(),
+                                  "depthwise_weight_grad_rows", [&] {
+                                    const auto* x = input.const_data_ptr<scalar_t>();
+                                    const auto* dy = grad_output.const_data_ptr<scalar_t>();
+                                    auto* dw = grad_weight.mutable_data_ptr<scalar_t>();
+                                    with_vector_ops([&](auto ops) {
+                                      if (s.kernel_h == 3 && s.kernel_w == 3) {
+                                        weight_grad_rows<3, 3>(ops, x, dy, dw, s);
+                                      } else if (s.kernel_h == 5 && s.kernel_w == 5) {
+                                        weight_grad_rows<5, 5>(ops, x, dy, dw, s);
+                                      } else {
+                                        weight_grad_rows<0, 0>(ops, x, dy, dw, s);
+                                      }
+                                    });
+                                  });
+}
+
+}  // namespace torch_convbp
