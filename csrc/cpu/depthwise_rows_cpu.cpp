@@ -49,13 +49,11 @@ TORCH_CONVBP_INLINE V load_vector(const scalar_t* p) {
   return v;
 }
 
-// Vectors of channels summed side by side along a row: as many as keep every tap's sums in
-// registers (32 of AVX-512, 16 of AVX2: two vectors of a 3x3 kernel's 9 taps on AVX-512, one
-// elsewhere).
-template <class Ops>
-constexpr int vectors_for_taps(int taps) {
-  return Ops::kBytes == 64 && taps <= 12 ? 2 : 1;
-}
+// Vectors of channels summed side by side along a row: two for kernels of up to 12 taps (a 3x3
+// kernel's 18 sums fill AVX-512's 32 registers; on AVX2, 16 registers, some spill, and still two
+// 32-byte vectors, a whole cache line of float32 channels, took 0.68x the time of one:
+// benchmarks/NOTES.md, section 74), one for larger kernels.
+constexpr int vectors_for_taps(int taps) { return taps <= 12 ? 2 : 1; }
 
 // One output row's sums of `NV` vectors of output channels from `first`, for every tap of a
 // KH x KW kernel, in registers along the row (KH, KW compile-time, the tap loops unrolled), then
@@ -111,7 +109,7 @@ struct RowOfVectors {
   static TORCH_CONVBP_INLINE void run(const scalar_t* image, const scalar_t* grad_row, int64_t oh,
                                       acc_t* totals, int64_t* done, const ConvShape& s) {
     constexpr int64_t lanes = Vector<acc_t, Ops::kBytes>::lanes;
-    constexpr int nv = vectors_for_taps<Ops>(KH * KW);
+    constexpr int nv = vectors_for_taps(KH * KW);
     int64_t first = 0;
     for (; first + nv * lanes <= s.out_channels; first += nv * lanes) {
       row_of_vectors<Ops, KH, KW, nv>(image, grad_row, oh, first, totals, s);
