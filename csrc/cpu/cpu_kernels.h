@@ -68,6 +68,22 @@ inline int64_t input_row(const ConvShape& s, int64_t oh, int64_t ki) {
   return ih >= 0 && ih < s.height ? ih : -1;
 }
 
+// Calls f(tap, x) for each tap (ki, kj) of output pixel (oh, ow) that reads inside the image, in
+// (ki, kj) order: tap = ki * kw + kj, x the NHWC input pixel it reads (image: one NHWC image).
+template <typename scalar_t, typename F>
+TORCH_CONVBP_INLINE void for_each_tap_inside(const scalar_t* image, int64_t oh, int64_t ow,
+                                             const ConvShape& s, F&& f) {
+  for (int64_t ki = 0; ki < s.kernel_h; ++ki) {
+    const int64_t ih = input_row(s, oh, ki);
+    if (ih < 0) continue;
+    for (int64_t kj = 0; kj < s.kernel_w; ++kj) {
+      const int64_t iw = input_index(ow, s.stride_w, s.pad_w, kj, s.dilation_w);
+      if (iw < 0 || iw >= s.width) continue;
+      f(ki * s.kernel_w + kj, image + (ih * s.width + iw) * s.in_channels);
+    }
+  }
+}
+
 // The input rows [begin, end) that the output rows [first_row, first_row + rows) read.
 inline Span band_input_rows(const ConvShape& s, int64_t first_row, int64_t rows) {
   const int64_t top = input_index(first_row, s.stride_h, s.pad_h, int64_t{0}, s.dilation_h);

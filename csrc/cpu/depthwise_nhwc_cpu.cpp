@@ -252,28 +252,21 @@ TORCH_CONVBP_WIDE_VECTOR_CLONES void add_weight_grad_lanes(const scalar_t* image
                                                            int64_t first_position, int64_t count,
                                                            Channel x_channel, acc_t* lanes,
                                                            const ConvShape& s) {
-  const int64_t c = s.in_channels, cout = s.out_channels, taps = s.kernel_h * s.kernel_w;
+  const int64_t cout = s.out_channels, taps = s.kernel_h * s.kernel_w;
   const int64_t full = count / kChannelBlock * kChannelBlock;
   int64_t lane = first_position % kSumLanes;
   for (int64_t oh = 0; oh < s.out_height; ++oh) {
     for (int64_t ow = 0; ow < s.out_width; ++ow) {
       const scalar_t* dy = grad_image + (oh * s.out_width + ow) * cout;
       acc_t* position_lanes = lanes + lane * taps * count;
-      for (int64_t ki = 0; ki < s.kernel_h; ++ki) {
-        const int64_t ih = input_row(s, oh, ki);
-        if (ih < 0) continue;
-        for (int64_t kj = 0; kj < s.kernel_w; ++kj) {
-          const int64_t iw = input_index(ow, s.stride_w, s.pad_w, kj, s.dilation_w);
-          if (iw < 0 || iw >= s.width) continue;
-          const scalar_t* x = image + (ih * s.width + iw) * c;
-          acc_t* l = position_lanes + (ki * s.kernel_w + kj) * count;
-          int64_t b = 0;
-          for (; b < full; b += kChannelBlock) {
-            add_products<kChannelBlock>(l + b, dy + b, x, b, x_channel);
-          }
-          for (; b < count; ++b) add_products<1>(l + b, dy + b, x, b, x_channel);
+      for_each_tap_inside(image, oh, ow, s, [&](int64_t tap, const scalar_t* x) {
+        acc_t* l = position_lanes + tap * count;
+        int64_t b = 0;
+        for (; b < full; b += kChannelBlock) {
+          add_products<kChannelBlock>(l + b, dy + b, x, b, x_channel);
         }
-      }
+        for (; b < count; ++b) add_products<1>(l + b, dy + b, x, b, x_channel);
+      });
       lane = lane + 1 == kSumLanes ? 0 : lane + 1;
     }
   }

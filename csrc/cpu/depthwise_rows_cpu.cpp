@@ -129,24 +129,17 @@ template <typename scalar_t, typename acc_t, typename Channel>
 void row_of_any(const scalar_t* image, const scalar_t* grad_row, int64_t oh, int64_t first,
                 int64_t count, Channel x_channel, acc_t* totals, std::vector<acc_t>& sums,
                 const ConvShape& s) {
-  const int64_t c = s.in_channels, cout = s.out_channels, taps = s.kernel_h * s.kernel_w;
+  const int64_t cout = s.out_channels, taps = s.kernel_h * s.kernel_w;
   sums.assign(taps * count, acc_t(0));
   for (int64_t ow = 0; ow < s.out_width; ++ow) {
     const scalar_t* dy = grad_row + ow * cout + first;
-    for (int64_t ki = 0; ki < s.kernel_h; ++ki) {
-      const int64_t ih = input_row(s, oh, ki);
-      if (ih < 0) continue;
-      for (int64_t kj = 0; kj < s.kernel_w; ++kj) {
-        const int64_t iw = input_index(ow, s.stride_w, s.pad_w, kj, s.dilation_w);
-        if (iw < 0 || iw >= s.width) continue;
-        const scalar_t* x = image + (ih * s.width + iw) * c;
-        acc_t* sum = sums.data() + (ki * s.kernel_w + kj) * count;
-        for (int64_t b = 0; b < count; ++b) {
-          sum[b] = multiply_add(static_cast<acc_t>(dy[b]),
-                                static_cast<acc_t>(x[x_channel(first + b)]), sum[b]);
-        }
+    for_each_tap_inside(image, oh, ow, s, [&](int64_t tap, const scalar_t* x) {
+      acc_t* sum = sums.data() + tap * count;
+      for (int64_t b = 0; b < count; ++b) {
+        sum[b] = multiply_add(static_cast<acc_t>(dy[b]),
+                              static_cast<acc_t>(x[x_channel(first + b)]), sum[b]);
       }
-    }
+    });
   }
   for (int64_t t = 0; t < taps; ++t) {
     for (int64_t b = 0; b < count; ++b) {
@@ -210,25 +203,31 @@ void weight_grad_rows(Ops ops, const scalar_t* input, const scalar_t* grad_outpu
   }
 }
 
+// The kernel's size compile-time where it is 3x3 or 5x5, on the CPU's widest vectors.
+template <typename scalar_t>
+void weight_grad_rows_of(const Tensor& input, const Tensor& grad_output, const ConvShape& s,
+                         const Tensor& grad_weight) {
+  const scalar_t* x = input.const_data_ptr<scalar_t>();
+  const scalar_t* dy = grad_output.const_data_ptr<scalar_t>();
+  scalar_t* dw = grad_weight.mutable_data_ptr<scalar_t>();
+  with_vector_ops([&](auto ops) {
+    if (s.kernel_h == 3 && s.kernel_w == 3) {
+      weight_grad_rows<3, 3>(ops, x, dy, dw, s);
+    } else if (s.kernel_h == 5 && s.kernel_w == 5) {
+      weight_grad_rows<5, 5>(ops, x, dy, dw, s);
+    } else {
+      weight_grad_rows<0, 0>(ops, x, dy, dw, s);
+    }
+  });
+}
+
 }  // namespace
 
 void depthwise_nhwc_weight_grad_rows(const Tensor& input, const Tensor& grad_output,
                                      const ConvShape& s, const Tensor& grad_weight) {
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(),
-                                  "depthwise_weight_grad_rows", [&] {
-                                    const auto* x = input.const_data_ptr<scalar_t>();
-                                    const auto* dy = grad_output.const_data_ptr<scalar_t>();
-                                    auto* dw = grad_weight.mutable_data_ptr<scalar_t>();
-                                    with_vector_ops([&](auto ops) {
-                                      if (s.kernel_h == 3 && s.kernel_w == 3) {
-                                        weight_grad_rows<3, 3>(ops, x, dy, dw, s);
-                                      } else if (s.kernel_h == 5 && s.kernel_w == 5) {
-                                        weight_grad_rows<5, 5>(ops, x, dy, dw, s);
-                                      } else {
-                                        weight_grad_rows<0, 0>(ops, x, dy, dw, s);
-                                      }
-                                    });
-                                  });
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, input.scalar_type(), "depthwise_weight_grad_rows",
+      [&] { weight_grad_rows_of<scalar_t>(input, grad_output, s, grad_weight); });
 }
 
 }  // namespace torch_convbp
