@@ -1,5 +1,6 @@
-// The switches that benchmarks and tests set through the environment (TORCH_CONVBP_GEMM,
-// TORCH_CONVBP_HALF_GEMM, TORCH_CONVBP_POINTWISE_WEIGHT_GRAD): each one word of a few.
+// The switches that benchmarks, tests and users set through the environment (TORCH_CONVBP_GEMM,
+// TORCH_CONVBP_HALF_GEMM, TORCH_CONVBP_POINTWISE_WEIGHT_GRAD, TORCH_CONVBP_CPU_DEPTHWISE_ORDER):
+// each one word of a few.
 #pragma once
 
 #include <c10/util/Exception.h>
