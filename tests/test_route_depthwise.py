@@ -104,11 +104,14 @@ def test_the_depthwise_kernels_refuse_mixed_layouts(device):
         ops.depthwise_conv2d(x, weight.transpose(2, 3), [1, 1], [1, 1], [1, 1], out)
 
 
-# The CPU's weight gradient in the order of rows (csrc/cpu/depthwise_rows_cpu.cpp): kernels in
-# vectors for 3x3 and 5x5 with one output channel per input channel (two vectors of channels and a
-# tail of one vector, then single channels), any other kernel or multiplier channel by channel;
-# the groups of rows fixed by their number (16 at most).
+# The CPU's weight gradient in the order of rows (csrc/cpu/depthwise_rows_cpu.cpp): with one
+# output channel per input channel, a 3x3 kernel's taps all at once in two vectors of channels
+# (then one), any other kernel a tap at a time in four vectors (then one), the rest of the
+# channels and any channel multiplier channel by channel; the groups of rows fixed by their number
+# (16 at most).
 ROWS = [
+    ("7x7, four vectors, one and a tail", (2, 88, 9, 10), 1, (7, 7), (1, 1), (3, 3), (1, 1)),
+    ("1x1, four vectors", (2, 64, 5, 6), 1, (1, 1), (1, 1), (0, 0), (1, 1)),
     ("3x3, two vectors and a tail", (2, 57, 9, 11), 1, (3, 3), (1, 1), (1, 1), (1, 1)),
     ("5x5 strided, one vector and a tail", (3, 21, 12, 10), 1, (5, 5), (2, 2), (2, 2), (1, 1)),
     ("3x3 dilated, padding past the reach", (1, 32, 7, 6), 1, (3, 3), (1, 2), (3, 4), (2, 2)),

@@ -9,9 +9,10 @@
 //
 // Why: the order of lanes (position j into lane j % 256, then a tree), which the CUDA kernels
 // sum in, made every multiply-add load and store its lane from the L2 cache on the CPU: 2-3x
-// oneDNN's time (benchmarks/NOTES.md, sections 65 and 74). Here a row's sums of one or two
-// vectors of channels and all the taps stay in vector registers along the row (vector_ops.h:
-// AVX-512, AVX2 or any CPU, each lane rounded alike), and x and dy are read once per row.
+// oneDNN's time (benchmarks/NOTES.md, sections 65 and 74). Here a row's sums stay in vector
+// registers along the row (vector_ops.h: AVX-512, AVX2 or any CPU, each lane rounded alike):
+// for a 3x3 kernel all the taps' sums of two vectors of channels at once, for any other kernel
+// a tap at a time; the row's x and dy stay in the cache across its taps.
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
@@ -49,10 +50,10 @@ TORCH_CONVBP_INLINE V load_vector(const scalar_t* p) {
   return v;
 }
 
-// Vectors of channels summed side by side along a row: two for kernels of up to 12 taps (a 3x3
-// kernel's 18 sums fill AVX-512's 32 registers; on AVX2, 16 registers, some spill, and still two
-// 32-byte vectors, a whole cache line of float32 channels, took 0.68x the time of one:
-// benchmarks/NOTES.md, section 74), one for larger kernels.
+// Vectors of channels summed side by side along a row with every tap's sums in registers: two
+// for kernels of up to 12 taps (a 3x3 kernel's 18 sums fill AVX-512's 32 registers; on AVX2, 16
+// registers, some spill, and still two 32-byte vectors, a whole cache line of float32 channels,
+// took 0.68x the time of one: benchmarks/NOTES.md, section 74), one for larger ones.
 constexpr int vectors_for_taps(int taps) { return taps <= 12 ? 2 : 1; }
 
 // One output row's sums of `NV` vectors of output channels from `first`, for every tap of a
@@ -101,30 +102,79 @@ TORCH_CONVBP_INLINE void row_of_vectors(const scalar_t* image, const scalar_t* g
   }
 }
 
+// The same sums for a kernel of any size: a tap at a time, `NV` vectors of output channels from
+// `first` summed along the row's columns that read inside the image (NV independent chains),
+// then added into totals. Each entry's products are summed along the row in the same order as
+// row_of_vectors's; the row's dy and x stay in L1 across the taps.
+template <class Ops, int NV, typename scalar_t, typename acc_t>
+TORCH_CONVBP_INLINE void row_of_taps(const scalar_t* image, const scalar_t* grad_row, int64_t oh,
+                                     int64_t first, acc_t* totals, const ConvShape& s) {
+  using V = typename Vector<acc_t, Ops::kBytes>::type;
+  constexpr int64_t lanes = Vector<acc_t, Ops::kBytes>::lanes;
+  const int64_t c = s.in_channels, cout = s.out_channels;
+  for (int64_t ki = 0; ki < s.kernel_h; ++ki) {
+    const int64_t ih = input_row(s, oh, ki);
+    for (int64_t kj = 0; kj < s.kernel_w; ++kj) {
+      V sums[NV];
+      for (int v = 0; v < NV; ++v) sums[v] = Ops::template splat<V>(acc_t(0));
+      if (ih >= 0) {
+        const Tap tap = tap_columns(s, kj);
+        const scalar_t* x_row = image + ih * s.width * c + first;
+        for (int64_t ow = tap.columns.begin; ow < tap.columns.end; ++ow) {
+          const scalar_t* x = x_row + (ow * s.stride_w + tap.offset) * c;
+          const scalar_t* dy = grad_row + ow * cout + first;
+          for (int v = 0; v < NV; ++v) {
+            sums[v] = Ops::multiply_add(load_vector<acc_t, V>(dy + v * lanes),
+                                        load_vector<acc_t, V>(x + v * lanes), sums[v]);
+          }
+        }
+      }
+      acc_t* total = totals + (ki * s.kernel_w + kj) * cout + first;
+      for (int v = 0; v < NV; ++v) {
+        acc_t row_sums[lanes];
+        std::memcpy(row_sums, &sums[v], sizeof(V));
+        for (int64_t l = 0; l < lanes; ++l)
+          total[v * lanes + l] = total[v * lanes + l] + row_sums[l];
+      }
+    }
+  }
+}
+
 // The vectors of one output row, compiled for the target of Ops (run_compiled_for): the
-// channels [0, *done) in vectors, *done set to where the rest begins.
+// channels [0, *done) in vectors, *done set to where the rest begins. A kernel of a compile-time
+// size (KH, KW > 0: 3x3) with every tap's sums in registers, any other a tap at a time, four
+// vectors of channels side by side (four chains of multiply-adds in flight).
 template <int KH, int KW>
 struct RowOfVectors {
   template <class Ops, typename scalar_t, typename acc_t>
   static TORCH_CONVBP_INLINE void run(const scalar_t* image, const scalar_t* grad_row, int64_t oh,
                                       acc_t* totals, int64_t* done, const ConvShape& s) {
     constexpr int64_t lanes = Vector<acc_t, Ops::kBytes>::lanes;
-    constexpr int nv = vectors_for_taps(KH * KW);
     int64_t first = 0;
-    for (; first + nv * lanes <= s.out_channels; first += nv * lanes) {
-      row_of_vectors<Ops, KH, KW, nv>(image, grad_row, oh, first, totals, s);
+    if constexpr (KH > 0) {
+      constexpr int nv = vectors_for_taps(KH * KW);
+      for (; first + nv * lanes <= s.out_channels; first += nv * lanes) {
+        row_of_vectors<Ops, KH, KW, nv>(image, grad_row, oh, first, totals, s);
+      }
+    } else {
+      for (; first + 4 * lanes <= s.out_channels; first += 4 * lanes) {
+        row_of_taps<Ops, 4>(image, grad_row, oh, first, totals, s);
+      }
     }
-    if constexpr (nv > 1) {
-      for (; first + lanes <= s.out_channels; first += lanes) {
+    for (; first + lanes <= s.out_channels; first += lanes) {
+      if constexpr (KH > 0) {
         row_of_vectors<Ops, KH, KW, 1>(image, grad_row, oh, first, totals, s);
+      } else {
+        row_of_taps<Ops, 1>(image, grad_row, oh, first, totals, s);
       }
     }
     *done = first;
   }
 };
 
-// The same sums for any kernel and any run of `count` channels from `first` (the tail of the
-// channels, kernels of other sizes): the row's sums in a local array, channel by channel.
+// The same sums for any kernel and any run of `count` channels from `first` (a tail of the
+// channels under one vector, channel multipliers): the row's sums in a local array, channel by
+// channel.
 template <typename scalar_t, typename acc_t, typename Channel>
 void row_of_any(const scalar_t* image, const scalar_t* grad_row, int64_t oh, int64_t first,
                 int64_t count, Channel x_channel, acc_t* totals, std::vector<acc_t>& sums,
@@ -148,17 +198,15 @@ void row_of_any(const scalar_t* image, const scalar_t* grad_row, int64_t oh, int
   }
 }
 
-// One output row (n, oh), every output channel: with one output channel per input channel and a
-// 3x3 or 5x5 kernel in vectors (RowOfVectors) on the CPU's widest vector operations, the rest
-// (a tail of channels, other kernels, channel multipliers) through row_of_any.
+// One output row (n, oh), every output channel: with one output channel per input channel in
+// vectors (RowOfVectors) on the CPU's widest vector operations, the rest (a tail of channels
+// under one vector, channel multipliers) through row_of_any.
 template <int KH, int KW, class Ops, typename scalar_t, typename acc_t>
 void add_row(Ops ops, const scalar_t* image, const scalar_t* grad_row, int64_t oh, acc_t* totals,
              std::vector<acc_t>& sums, const ConvShape& s) {
   const int64_t m = s.out_channels / s.in_channels;
   int64_t first = 0;
-  if constexpr (KH > 0) {
-    if (m == 1) run_compiled_for<RowOfVectors<KH, KW>>(ops, image, grad_row, oh, totals, &first, s);
-  }
+  if (m == 1) run_compiled_for<RowOfVectors<KH, KW>>(ops, image, grad_row, oh, totals, &first, s);
   if (first == s.out_channels) return;
   if (m == 1) {
     row_of_any(
@@ -203,7 +251,9 @@ void weight_grad_rows(Ops ops, const scalar_t* input, const scalar_t* grad_outpu
   }
 }
 
-// The kernel's size compile-time where it is 3x3 or 5x5, on the CPU's widest vectors.
+// The kernel's size compile-time where it is 3x3 (every tap's sums in registers along a row),
+// any other a tap at a time (5x5 ran in 0.7x the time so, 7x7 in a fifth of the lanes' time:
+// benchmarks/NOTES.md, section 74), on the CPU's widest vectors.
 template <typename scalar_t>
 void weight_grad_rows_of(const Tensor& input, const Tensor& grad_output, const ConvShape& s,
                          const Tensor& grad_weight) {
@@ -213,8 +263,6 @@ void weight_grad_rows_of(const Tensor& input, const Tensor& grad_output, const C
   with_vector_ops([&](auto ops) {
     if (s.kernel_h == 3 && s.kernel_w == 3) {
       weight_grad_rows<3, 3>(ops, x, dy, dw, s);
-    } else if (s.kernel_h == 5 && s.kernel_w == 5) {
-      weight_grad_rows<5, 5>(ops, x, dy, dw, s);
     } else {
       weight_grad_rows<0, 0>(ops, x, dy, dw, s);
     }
