@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "../checks.h"
+#include "../layout.h"
 #include "../summation.h"
 #include "cpu_kernels.h"
 #include "depthwise_nhwc_cpu.h"
@@ -216,8 +217,8 @@ void depthwise_weight_grad_cpu(const Tensor& input, const Tensor& grad_output, I
                                              grad_weight, grad_output, stride, padding, dilation);
   const ConvShape& s = call.shape;
   if (cpu_depthwise_order() == DepthwiseOrder::rows) {  // an NHWC kernel (NCHW operands copied)
-    const auto nhwc = [](const Tensor& t) { return t.contiguous(at::MemoryFormat::ChannelsLast); };
-    return depthwise_nhwc_weight_grad_rows(nhwc(input), nhwc(grad_output), s, grad_weight);
+    return depthwise_nhwc_weight_grad_rows(in_layout(input, Layout::nhwc),
+                                           in_layout(grad_output, Layout::nhwc), s, grad_weight);
   }
   if (call.channels_last) return depthwise_nhwc_weight_grad(input, grad_output, s, grad_weight);
   AT_DISPATCH_FLOATING_TYPES_AND2(

@@ -51,10 +51,10 @@ TORCH_CONVBP_INLINE V load_vector(const scalar_t* p) {
 }
 
 // Vectors of channels summed side by side along a row with every tap's sums in registers: two
-// for kernels of up to 12 taps (a 3x3 kernel's 18 sums fill AVX-512's 32 registers; on AVX2, 16
-// registers, some spill, and still two 32-byte vectors, a whole cache line of float32 channels,
-// took 0.68x the time of one: benchmarks/NOTES.md, section 74), one for larger ones.
-constexpr int vectors_for_taps(int taps) { return taps <= 12 ? 2 : 1; }
+// (a 3x3 kernel's 18 sums fill AVX-512's 32 registers; on AVX2, 16 registers, some spill, and
+// still two 32-byte vectors, a whole cache line of float32 channels, took 0.68x the time of one:
+// benchmarks/NOTES.md, section 74).
+constexpr int kRegisterVectors = 2;
 
 // One output row's sums of `NV` vectors of output channels from `first`, for every tap of a
 // KH x KW kernel, in registers along the row (KH, KW compile-time, the tap loops unrolled), then
@@ -152,9 +152,9 @@ struct RowOfVectors {
     constexpr int64_t lanes = Vector<acc_t, Ops::kBytes>::lanes;
     int64_t first = 0;
     if constexpr (KH > 0) {
-      constexpr int nv = vectors_for_taps(KH * KW);
-      for (; first + nv * lanes <= s.out_channels; first += nv * lanes) {
-        row_of_vectors<Ops, KH, KW, nv>(image, grad_row, oh, first, totals, s);
+      for (; first + kRegisterVectors * lanes <= s.out_channels;
+           first += kRegisterVectors * lanes) {
+        row_of_vectors<Ops, KH, KW, kRegisterVectors>(image, grad_row, oh, first, totals, s);
       }
     } else {
       for (; first + 4 * lanes <= s.out_channels; first += 4 * lanes) {
