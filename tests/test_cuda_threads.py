@@ -159,21 +159,33 @@ DEPTHWISE_CASES = [
     # the NHWC kernels' blocks of 16 channels, and a tail
     ("a-block-and-a-tail-3x3", (2, 19, 23, 17), 1, (3, 3), (1, 2), (1, 1), (1, 1)),
     ("a-block-and-a-tail-5x5", (1, 17, 12, 30), 1, (5, 5), (2, 1), (3, 2), (2, 1)),
+    # the unrolled element kernels (3x3, 5x5 and 7x7 at compile time): interior elements read at
+    # constant steps, borders, dilated windows, and windows wider than the plane (no interior)
+    ("unrolled-7x7", (2, 3, 13, 15), 1, (7, 7), (1, 1), (3, 3), (1, 1)),
+    ("unrolled-7x7-multiplier-strided", (1, 2, 16, 17), 2, (7, 7), (2, 1), (3, 2), (1, 1)),
+    ("unrolled-3x3-dilated", (2, 3, 14, 13), 1, (3, 3), (1, 1), (2, 3), (2, 3)),
+    ("unrolled-5x5-dilated-multiplier", (1, 2, 19, 18), 3, (5, 5), (1, 1), (4, 0), (2, 1)),
+    ("unrolled-5x5-wider-than-the-plane", (2, 2, 4, 3), 1, (5, 5), (1, 1), (2, 2), (1, 1)),
+    ("non-square-kernel", (2, 3, 10, 9), 1, (3, 5), (1, 1), (1, 2), (1, 1)),
 ]
 
 
+@pytest.mark.parametrize("elements", ["unrolled", "elements"])
 @pytest.mark.parametrize("index_bits", [32, 64])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("layout", [torch.contiguous_format, torch.channels_last], ids=["nchw", "nhwc"])
 @pytest.mark.parametrize("name, shape, multiplier, kernel, stride, padding, dilation", DEPTHWISE_CASES, ids=[c[0] for c in DEPTHWISE_CASES])
 def test_depthwise_threads_match_the_cpu_bitwise(
-    harness, monkeypatch, name, shape, multiplier, kernel, stride, padding, dilation, layout, dtype, index_bits
+    harness, monkeypatch, name, shape, multiplier, kernel, stride, padding, dilation, layout, dtype, index_bits, elements
 ):
     """In both layouts of the activations: the CUDA threads index NHWC memory through the same
-    functions, and the CPU has separate NHWC kernels (cpu/depthwise_nhwc_cpu.cpp). The weight
-    gradient against the CPU's kernels in the CUDA kernels' order of lanes (the CPU's default,
-    the order of rows, is its own: summation.h)."""
+    functions, and the CPU has separate NHWC kernels (cpu/depthwise_nhwc_cpu.cpp). The forward and
+    input gradient by the unrolled element kernels (the default) and by the plain ones
+    (TORCH_CONVBP_CUDA_DEPTHWISE=elements) give the same bits. The weight gradient against the
+    CPU's kernels in the CUDA kernels' order of lanes (the CPU's default, the order of rows, is its
+    own: summation.h)."""
     monkeypatch.setenv("TORCH_CONVBP_CPU_DEPTHWISE_ORDER", "lanes")
+    monkeypatch.setenv("TORCH_CONVBP_CUDA_DEPTHWISE", elements)
     n, c, h, w = shape
     x = randn(*shape, dtype=dtype, seed=0).contiguous(memory_format=layout)
     weight = randn(c * multiplier, 1, *kernel, dtype=dtype, seed=1)
@@ -313,3 +325,29 @@ def test_grid_stride_indices_at_the_2_to_the_31_boundary(harness, total, index_b
         first = block * threads + thread
         expected = list(range(first, total, blocks * threads))
         assert harness.grid_indices(total, blocks, block, thread, index_bits) == expected
+
+
+# Divisors of the depthwise element kernels' coordinates: small ones (channels, widths), powers of
+# two and their neighbours (where the shift changes), planes, and the largest int32 values.
+DIVISORS = [*range(1, 70), 96, 127, 128, 129, 3136, 12544, 2**16 - 1, 2**16, 2**16 + 1, 1_000_003,
+            2**30 - 1, 2**30, 2**30 + 1, INT32_MAX - 1, INT32_MAX]
+
+
+@pytest.mark.parametrize("divisor", DIVISORS)
+def test_divisor_quotients_equal_integer_division(harness, divisor):
+    """Divisor<int32_t> (csrc/cuda/divisor.h) divides every index 0 <= n < 2^31 by a multiplication
+    and a shift: equal to the hardware's division at the multiples of the divisor and around them,
+    at the top of the range, and at random indices."""
+    multiples = torch.arange(0, INT32_MAX // divisor + 1, max(1, INT32_MAX // divisor // 5000), dtype=torch.int64) * divisor
+    near = torch.cat([multiples - 1, multiples, multiples + 1])
+    random = torch.randint(0, INT32_MAX, (20000,), generator=torch.Generator().manual_seed(divisor))
+    top = torch.arange(INT32_MAX - 2000, INT32_MAX + 1)
+    n = torch.cat([near, random, top, torch.arange(0, 5000)])
+    n = n[(n >= 0) & (n <= INT32_MAX)].to(torch.int32)
+    expected = (n.to(torch.int64) // divisor).to(torch.int32)
+    assert torch.equal(harness.divisor_quotients(n, divisor), expected)
+
+
+def test_divisor_refuses_zero(harness):
+    with pytest.raises(RuntimeError, match="divisor must be in"):
+        harness.divisor_quotients(torch.arange(4, dtype=torch.int32), 0)

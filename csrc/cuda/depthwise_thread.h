@@ -17,6 +17,7 @@
 #include "../shape.h"
 #include "../summation.h"
 #include "../taps.h"
+#include "divisor.h"
 #include "plane_dims.h"
 
 namespace torch_convbp {
@@ -49,25 +50,25 @@ C10_HOST_DEVICE inline Plane<index_t> plane_of(bool channels_last, index_t n, in
   return {(n * channels + c) * height * width, width, 1};
 }
 
-// The element (n, c, h, w) at memory offset i of an activation [N, C, H, W]. Three divisions,
-// each remainder taken by a multiplication: per element they cost as much as a 3x3 kernel's taps.
+// The element (n, c, h, w) at memory offset i of an activation [N, C, H, W] of `plane` = H * W
+// pixels. Three divisions, each remainder taken by a multiplication; the divisors are plain
+// values (the hardware's division) or Divisors fixed at launch (divisor.h).
 template <typename index_t>
 struct Element {
   index_t n, c, h, w;
 };
-template <typename index_t>
-C10_HOST_DEVICE inline Element<index_t> element_at(bool channels_last, index_t i, index_t channels,
-                                                   index_t height, index_t width) {
-  const index_t plane = height * width;
+template <typename index_t, typename D>
+C10_HOST_DEVICE inline Element<index_t> element_at(bool channels_last, index_t i, const D& channels,
+                                                   const D& plane, const D& width) {
   if (channels_last) {  // i = ((n * height + h) * width + w) * channels + c
-    const index_t pixel = i / channels, n = pixel / plane;
-    const index_t in_plane = pixel - n * plane, h = in_plane / width;
-    return {n, i - pixel * channels, h, in_plane - h * width};
+    const index_t pixel = quotient(i, channels), n = quotient(pixel, plane);
+    const index_t in_plane = pixel - n * value_of(plane), h = quotient(in_plane, width);
+    return {n, i - pixel * value_of(channels), h, in_plane - h * value_of(width)};
   }
   // i = ((n * channels + c) * height + h) * width + w
-  const index_t nc = i / plane, n = nc / channels;
-  const index_t in_plane = i - nc * plane, h = in_plane / width;
-  return {n, nc - n * channels, h, in_plane - h * width};
+  const index_t nc = quotient(i, plane), n = quotient(nc, channels);
+  const index_t in_plane = i - nc * value_of(plane), h = quotient(in_plane, width);
+  return {n, nc - n * value_of(channels), h, in_plane - h * value_of(width)};
 }
 
 // The output element at offset i: the sum over the taps, in (ki, kj) order, of weight times input.
@@ -77,7 +78,8 @@ struct DepthwiseOutput {
   C10_HOST_DEVICE scalar_t operator()(const scalar_t* input, const scalar_t* weight,
                                       const DepthwiseDims<index_t>& s, index_t i) const {
     using acc_t = at::opmath_type<scalar_t>;
-    const auto e = element_at(s.channels_last, i, s.out_channels, s.out_height, s.out_width);
+    const auto e =
+        element_at(s.channels_last, i, s.out_channels, s.out_height * s.out_width, s.out_width);
     const index_t o = e.c, oh = e.h, ow = e.w;
     const auto x = plane_of(s.channels_last, e.n, o / s.multiplier, s.channels, s.height, s.width);
     const scalar_t* w = weight + o * s.kernel_h * s.kernel_w;
@@ -103,7 +105,7 @@ struct DepthwiseInputGrad {
   C10_HOST_DEVICE scalar_t operator()(const scalar_t* grad_output, const scalar_t* weight,
                                       const DepthwiseDims<index_t>& s, index_t i) const {
     using acc_t = at::opmath_type<scalar_t>;
-    const auto e = element_at(s.channels_last, i, s.channels, s.height, s.width);
+    const auto e = element_at(s.channels_last, i, s.channels, s.height * s.width, s.width);
     const index_t c = e.c, ih = e.h, iw = e.w;
     // Each axis's first tap found once (its divisions), then copied for every pass over it.
     const OutputIndexByTap<index_t> first_row(ih, s.pad_h, s.dilation_h, s.stride_h);
@@ -129,6 +131,138 @@ struct DepthwiseInputGrad {
   }
 };
 
+// The element kernels below sum as DepthwiseOutput and DepthwiseInputGrad do, with less integer
+// work per tap, which bounded those on the GPU (benchmarks/NOTES.md, sections 72 and 76):
+// - the kernel's size known at compile time, K x K (0: the dims' size), so that the tap loops
+//   unroll;
+// - the element's coordinates split by Divisors fixed at launch (divisor.h);
+// - where all of an element's taps lie inside the plane they read (no padding), the taps read at
+//   constant steps from one address, with no bounds tests.
+// Elsewhere the taps are skipped as the kernels above skip them, in the same order: the same bits.
+
+// The divisors that split an offset of an activation [N, C, H, W] into (n, c, h, w).
+template <typename index_t>
+struct GridDivisors {
+  Divisor<index_t> channels, plane, width;
+  GridDivisors(index_t channels, index_t height, index_t width)
+      : channels(channels), plane(height * width), width(width) {}
+};
+
+// DepthwiseDims with the divisors of the grid an element kernel covers (the output for the
+// forward, the input for the input gradient) and of the channel multiplier. Built where the grid
+// has elements, so that no divisor is 0.
+template <typename index_t>
+struct DepthwiseElementDims : DepthwiseDims<index_t> {
+  GridDivisors<index_t> grid;
+  Divisor<index_t> multiplier_divisor;
+  DepthwiseElementDims(const ConvShape& s, bool channels_last, bool output_grid)
+      : DepthwiseDims<index_t>(s, channels_last),
+        grid(output_grid ? GridDivisors<index_t>(s.out_channels, s.out_height, s.out_width)
+                         : GridDivisors<index_t>(s.in_channels, s.height, s.width)),
+        multiplier_divisor(s.out_channels / s.in_channels) {}
+};
+
+// Whether taps at first, first + dilation, ..., first + (taps - 1) * dilation all lie in [0, size).
+template <typename index_t>
+C10_HOST_DEVICE inline bool taps_inside(index_t first, index_t taps, index_t dilation,
+                                        index_t size) {
+  return first >= 0 && first + (taps - 1) * dilation < size;
+}
+
+// The output element at offset i, as DepthwiseOutput.
+template <int K>
+struct DepthwiseOutputUnrolled {
+  template <typename scalar_t, typename index_t>
+  C10_HOST_DEVICE scalar_t operator()(const scalar_t* input, const scalar_t* weight,
+                                      const DepthwiseElementDims<index_t>& s, index_t i) const {
+    using acc_t = at::opmath_type<scalar_t>;
+    const index_t kernel_h = K > 0 ? K : s.kernel_h, kernel_w = K > 0 ? K : s.kernel_w;
+    const auto e = element_at(s.channels_last, i, s.grid.channels, s.grid.plane, s.grid.width);
+    const index_t o = e.c, c = s.multiplier_divisor.quotient(o);
+    const auto x = plane_of(s.channels_last, e.n, c, s.channels, s.height, s.width);
+    const scalar_t* w = weight + o * kernel_h * kernel_w;
+    const index_t ih0 = input_index(e.h, s.stride_h, s.pad_h, index_t(0), s.dilation_h);
+    const index_t iw0 = input_index(e.w, s.stride_w, s.pad_w, index_t(0), s.dilation_w);
+    acc_t sum = 0;
+    if (taps_inside(ih0, kernel_h, s.dilation_h, s.height) &&
+        taps_inside(iw0, kernel_w, s.dilation_w, s.width)) {
+      const scalar_t* first = input + x.at(ih0, iw0);
+      const index_t row_step = s.dilation_h * x.row_stride;
+      const index_t column_step = s.dilation_w * x.column_stride;
+      for (index_t ki = 0; ki < kernel_h; ++ki) {
+        for (index_t kj = 0; kj < kernel_w; ++kj) {
+          sum = multiply_add(static_cast<acc_t>(w[ki * kernel_w + kj]),
+                             static_cast<acc_t>(first[ki * row_step + kj * column_step]), sum);
+        }
+      }
+      return static_cast<scalar_t>(sum);
+    }
+    for (index_t ki = 0; ki < kernel_h; ++ki) {
+      const index_t ih = ih0 + ki * s.dilation_h;
+      if (ih < 0 || ih >= s.height) continue;
+      for (index_t kj = 0; kj < kernel_w; ++kj) {
+        const index_t iw = iw0 + kj * s.dilation_w;
+        if (iw < 0 || iw >= s.width) continue;
+        sum = multiply_add(static_cast<acc_t>(w[ki * kernel_w + kj]),
+                           static_cast<acc_t>(input[x.at(ih, iw)]), sum);
+      }
+    }
+    return static_cast<scalar_t>(sum);
+  }
+};
+
+// The input-gradient element at offset i, as DepthwiseInputGrad. At stride 1 its taps read the
+// output gradient at (ih + pad_h - ki * dilation_h, iw + pad_w - kj * dilation_w); where those all
+// lie inside, at constant steps back from the first.
+template <int K>
+struct DepthwiseInputGradUnrolled {
+  template <typename scalar_t, typename index_t>
+  C10_HOST_DEVICE scalar_t operator()(const scalar_t* grad_output, const scalar_t* weight,
+                                      const DepthwiseElementDims<index_t>& s, index_t i) const {
+    using acc_t = at::opmath_type<scalar_t>;
+    const index_t kernel_h = K > 0 ? K : s.kernel_h, kernel_w = K > 0 ? K : s.kernel_w;
+    const auto e = element_at(s.channels_last, i, s.grid.channels, s.grid.plane, s.grid.width);
+    const index_t c = e.c, ih = e.h, iw = e.w;
+    const bool inside = s.stride_h == 1 && s.stride_w == 1 &&
+                        taps_inside(ih + s.pad_h - (kernel_h - 1) * s.dilation_h, kernel_h,
+                                    s.dilation_h, s.out_height) &&
+                        taps_inside(iw + s.pad_w - (kernel_w - 1) * s.dilation_w, kernel_w,
+                                    s.dilation_w, s.out_width);
+    const OutputIndexByTap<index_t> first_row(ih, s.pad_h, s.dilation_h, s.stride_h);
+    const OutputIndexByTap<index_t> first_column(iw, s.pad_w, s.dilation_w, s.stride_w);
+    acc_t sum = 0;
+    for (index_t o = c * s.multiplier; o < (c + 1) * s.multiplier; ++o) {
+      const auto dy = plane_of(s.channels_last, e.n, o, s.out_channels, s.out_height, s.out_width);
+      const scalar_t* w = weight + o * kernel_h * kernel_w;
+      if (inside) {
+        const scalar_t* first = grad_output + dy.at(ih + s.pad_h, iw + s.pad_w);
+        const index_t row_step = s.dilation_h * dy.row_stride;
+        const index_t column_step = s.dilation_w * dy.column_stride;
+        for (index_t ki = 0; ki < kernel_h; ++ki) {
+          for (index_t kj = 0; kj < kernel_w; ++kj) {
+            sum = multiply_add(static_cast<acc_t>(w[ki * kernel_w + kj]),
+                               static_cast<acc_t>(first[-(ki * row_step + kj * column_step)]), sum);
+          }
+        }
+        continue;
+      }
+      OutputIndexByTap<index_t> row = first_row;
+      for (index_t ki = 0; ki < kernel_h; ++ki, row.next()) {
+        const index_t oh = row.at(s.out_height);
+        if (oh < 0) continue;
+        OutputIndexByTap<index_t> column = first_column;
+        for (index_t kj = 0; kj < kernel_w; ++kj, column.next()) {
+          const index_t ow = column.at(s.out_width);
+          if (ow < 0) continue;
+          sum = multiply_add(static_cast<acc_t>(w[ki * kernel_w + kj]),
+                             static_cast<acc_t>(grad_output[dy.at(oh, ow)]), sum);
+        }
+      }
+    }
+    return static_cast<scalar_t>(sum);
+  }
+};
+
 // The positions j = (n * out_height + oh) * out_width + ow of one lane, j = lane, lane +
 // kSumLanes, ... in increasing order, as (n, oh, ow): j and kSumLanes split once (element_at of a
 // one-channel grid), then a step adds kSumLanes's images, rows and columns with one carry each, no
@@ -139,8 +273,8 @@ struct LanePositions {
   Element<index_t> at, step;  // c unused (0): the grid [N, 1, out_height, out_width]
   index_t out_height, out_width;
   C10_HOST_DEVICE LanePositions(index_t lane, index_t out_height, index_t out_width)
-      : at(element_at<index_t>(false, lane, 1, out_height, out_width)),
-        step(element_at<index_t>(false, kSumLanes, 1, out_height, out_width)),
+      : at(element_at<index_t, index_t>(false, lane, 1, out_height * out_width, out_width)),
+        step(element_at<index_t, index_t>(false, kSumLanes, 1, out_height * out_width, out_width)),
         out_height(out_height),
         out_width(out_width) {}
   C10_HOST_DEVICE void next() {
@@ -211,6 +345,76 @@ C10_HOST_DEVICE inline SliceLane<index_t> slice_lane(index_t t, index_t first_ch
   const index_t tap = rest % taps, lane = rest / taps;
   return {(first_channel + o) * taps + tap, lane, (o * taps + tap) * kSumLanes + lane};
 }
+
+// Every tap's lane `lane` of output channel o at once, for K x K kernels (K at compile time): the
+// positions of the lane walked once, the output gradient loaded once per position for all the
+// taps, whose sums wait in registers. Each tap's sum takes the same products in the same order as
+// depthwise_weight_grad_lane's: the same bits, with a ninth of a 3x3 kernel's index work and
+// output-gradient loads per product. Where a position's taps all lie inside the input, they read
+// at constant steps from one address, with no bounds tests. Writes the sums to
+// lanes[tap * kSumLanes] (stride kSumLanes between taps).
+template <int K, typename scalar_t, typename index_t>
+C10_HOST_DEVICE inline void depthwise_weight_grad_channel_lanes(const scalar_t* input,
+                                                                const scalar_t* grad_output,
+                                                                const DepthwiseDims<index_t>& s,
+                                                                index_t o, index_t lane,
+                                                                at::opmath_type<scalar_t>* lanes) {
+  using acc_t = at::opmath_type<scalar_t>;
+  acc_t sum[K * K];
+  for (int tap = 0; tap < K * K; ++tap) sum[tap] = 0;
+  const index_t c = o / s.multiplier;
+  for (LanePositions<index_t> p(lane, s.out_height, s.out_width); p.at.n < s.batch; p.next()) {
+    const index_t n = p.at.n, oh = p.at.h, ow = p.at.w;
+    const auto dy = plane_of(s.channels_last, n, o, s.out_channels, s.out_height, s.out_width);
+    const auto x = plane_of(s.channels_last, n, c, s.channels, s.height, s.width);
+    const auto g = static_cast<acc_t>(grad_output[dy.at(oh, ow)]);
+    const index_t ih0 = input_index(oh, s.stride_h, s.pad_h, index_t(0), s.dilation_h);
+    const index_t iw0 = input_index(ow, s.stride_w, s.pad_w, index_t(0), s.dilation_w);
+    if (taps_inside(ih0, index_t(K), s.dilation_h, s.height) &&
+        taps_inside(iw0, index_t(K), s.dilation_w, s.width)) {
+      const scalar_t* first = input + x.at(ih0, iw0);
+      const index_t row_step = s.dilation_h * x.row_stride;
+      const index_t column_step = s.dilation_w * x.column_stride;
+      for (int ki = 0; ki < K; ++ki) {
+        for (int kj = 0; kj < K; ++kj) {
+          sum[ki * K + kj] = multiply_add(
+              g, static_cast<acc_t>(first[ki * row_step + kj * column_step]), sum[ki * K + kj]);
+        }
+      }
+      continue;
+    }
+    for (int ki = 0; ki < K; ++ki) {
+      const index_t ih = ih0 + ki * s.dilation_h;
+      if (ih < 0 || ih >= s.height) continue;
+      for (int kj = 0; kj < K; ++kj) {
+        const index_t iw = iw0 + kj * s.dilation_w;
+        if (iw < 0 || iw >= s.width) continue;
+        sum[ki * K + kj] =
+            multiply_add(g, static_cast<acc_t>(input[x.at(ih, iw)]), sum[ki * K + kj]);
+      }
+    }
+  }
+  for (int tap = 0; tap < K * K; ++tap) lanes[tap * kSumLanes] = sum[tap];
+}
+
+// Thread t of a slice of `channels` output channels from `first_channel` on: its channel's every
+// tap's lane into the slice's scratch [channels * taps, kSumLanes], as SliceLaneThread's. Adjacent
+// threads take adjacent lanes in NCHW (adjacent positions, adjacent in memory), adjacent channels
+// in NHWC.
+template <int K, typename scalar_t, typename index_t>
+struct SliceChannelLanesThread {
+  const scalar_t* input;
+  const scalar_t* grad_output;
+  at::opmath_type<scalar_t>* scratch;
+  DepthwiseDims<index_t> s;
+  index_t first_channel, channels;
+  C10_HOST_DEVICE void operator()(index_t t) const {
+    const index_t o = s.channels_last ? t % channels : t / kSumLanes;
+    const index_t lane = s.channels_last ? t / channels : t % kSumLanes;
+    depthwise_weight_grad_channel_lanes<K>(input, grad_output, s, first_channel + o, lane,
+                                           scratch + o * (K * K) * kSumLanes + lane);
+  }
+};
 
 // The other threads of the kernels, as the functors a Launcher runs (launch.h).
 // Lane `lane` of weight-gradient entry `entry` (a lane sum's lane, launch.h).

@@ -16,6 +16,7 @@
 
 #include "cuda/columns_launch.h"
 #include "cuda/depthwise_launch.h"
+#include "cuda/divisor.h"
 #include "cuda/grouped_launch.h"
 #include "cuda/launch.h"
 #include "summation.h"
@@ -150,6 +151,19 @@ std::vector<int64_t> grid_indices(int64_t total, int64_t blocks, int64_t block, 
   return visited;
 }
 
+// n / divisor for each n of an int32 tensor, by the kernels' Divisor<int32_t> (divisor.h).
+at::Tensor divisor_quotients(const at::Tensor& numerators, int64_t divisor) {
+  TORCH_CHECK(numerators.scalar_type() == at::kInt && numerators.is_contiguous(),
+              "numerators must be a contiguous int32 tensor");
+  TORCH_CHECK(divisor >= 1 && divisor <= INT32_MAX, "divisor must be in [1, 2^31), got ", divisor);
+  const Divisor<int32_t> d(static_cast<int32_t>(divisor));
+  at::Tensor quotients = at::empty_like(numerators);
+  const int32_t* n = numerators.const_data_ptr<int32_t>();
+  int32_t* q = quotients.mutable_data_ptr<int32_t>();
+  for (int64_t i = 0; i < numerators.numel(); ++i) q[i] = d.quotient(n[i]);
+  return quotients;
+}
+
 std::vector<int64_t> launch_constants() { return {kThreads, kMaxBlocks, kSumLanes}; }
 int64_t blocks_for_op(int64_t work) { return blocks_for(work); }
 int64_t blocks_per_item_op(int64_t items) { return blocks_per_item(items); }
@@ -198,6 +212,7 @@ TORCH_LIBRARY(torch_convbp_cuda_harness, m) {
   m.def("grid_indices(int total, int blocks, int block, int thread, int index_bits) -> int[]",
         &grid_indices);
   m.def("launch_constants() -> int[]", &launch_constants);
+  m.def("divisor_quotients(Tensor numerators, int divisor) -> Tensor", &divisor_quotients);
   m.def("blocks_for(int work) -> int", &blocks_for_op);
   m.def("blocks_per_item(int items) -> int", &blocks_per_item_op);
   m.def("fits_int32(int n) -> bool", &fits_int32_op);
