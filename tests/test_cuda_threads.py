@@ -159,8 +159,9 @@ DEPTHWISE_CASES = [
     # the NHWC kernels' blocks of 16 channels, and a tail
     ("a-block-and-a-tail-3x3", (2, 19, 23, 17), 1, (3, 3), (1, 2), (1, 1), (1, 1)),
     ("a-block-and-a-tail-5x5", (1, 17, 12, 30), 1, (5, 5), (2, 1), (3, 2), (2, 1)),
-    # the unrolled element kernels (3x3, 5x5 and 7x7 at compile time): interior elements read at
-    # constant steps, borders, dilated windows, and windows wider than the plane (no interior)
+    # the strip kernels (3x3, 5x5 and 7x7 at compile time): interior elements read at constant
+    # steps, borders, dilated windows, windows wider than the plane (no interior), strips with
+    # tails (heights not a multiple of 4)
     ("unrolled-7x7", (2, 3, 13, 15), 1, (7, 7), (1, 1), (3, 3), (1, 1)),
     ("unrolled-7x7-multiplier-strided", (1, 2, 16, 17), 2, (7, 7), (2, 1), (3, 2), (1, 1)),
     ("unrolled-3x3-dilated", (2, 3, 14, 13), 1, (3, 3), (1, 1), (2, 3), (2, 3)),
@@ -170,7 +171,7 @@ DEPTHWISE_CASES = [
 ]
 
 
-@pytest.mark.parametrize("elements", ["unrolled", "elements"])
+@pytest.mark.parametrize("elements", ["strips", "unrolled", "elements"])
 @pytest.mark.parametrize("index_bits", [32, 64])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("layout", [torch.contiguous_format, torch.channels_last], ids=["nchw", "nhwc"])
@@ -179,9 +180,9 @@ def test_depthwise_threads_match_the_cpu_bitwise(
     harness, monkeypatch, name, shape, multiplier, kernel, stride, padding, dilation, layout, dtype, index_bits, elements
 ):
     """In both layouts of the activations: the CUDA threads index NHWC memory through the same
-    functions, and the CPU has separate NHWC kernels (cpu/depthwise_nhwc_cpu.cpp). The forward and
-    input gradient by the unrolled element kernels (the default) and by the plain ones
-    (TORCH_CONVBP_CUDA_DEPTHWISE=elements) give the same bits. The weight gradient against the
+    functions, and the CPU has separate NHWC kernels (cpu/depthwise_nhwc_cpu.cpp). Every plan of
+    TORCH_CONVBP_CUDA_DEPTHWISE (strips of rows, the default; strips of one row; the plain element
+    kernels) gives the same bits. The weight gradient against the
     CPU's kernels in the CUDA kernels' order of lanes (the CPU's default, the order of rows, is its
     own: summation.h)."""
     monkeypatch.setenv("TORCH_CONVBP_CPU_DEPTHWISE_ORDER", "lanes")

@@ -131,16 +131,19 @@ struct DepthwiseInputGrad {
   }
 };
 
-// The element kernels below sum as DepthwiseOutput and DepthwiseInputGrad do, with less integer
+// The strip kernels below sum as DepthwiseOutput and DepthwiseInputGrad do, with less integer
 // work per tap, which bounded those on the GPU (benchmarks/NOTES.md, sections 72 and 76):
 // - the kernel's size known at compile time, K x K (0: the dims' size), so that the tap loops
-//   unroll;
-// - the element's coordinates split by Divisors fixed at launch (divisor.h);
-// - where all of an element's taps lie inside the plane they read (no padding), the taps read at
+//   unroll and a channel's weights wait in registers;
+// - a thread computes a strip of R rows of one column (R results), so that its coordinates, its
+//   planes and its weights are found once for R results;
+// - the coordinates split by Divisors fixed at launch (divisor.h);
+// - where all of a result's taps lie inside the plane they read (no padding), the taps read at
 //   constant steps from one address, with no bounds tests.
-// Elsewhere the taps are skipped as the kernels above skip them, in the same order: the same bits.
+// Elsewhere the taps are skipped as the element kernels skip them, in the same order: the same
+// bits.
 
-// The divisors that split an offset of an activation [N, C, H, W] into (n, c, h, w).
+// The divisors that split an offset of a grid [N, C, H, W] into (n, c, h, w).
 template <typename index_t>
 struct GridDivisors {
   Divisor<index_t> channels, plane, width;
@@ -148,17 +151,21 @@ struct GridDivisors {
       : channels(channels), plane(height * width), width(width) {}
 };
 
-// DepthwiseDims with the divisors of the grid an element kernel covers (the output for the
-// forward, the input for the input gradient) and of the channel multiplier. Built where the grid
-// has elements, so that no divisor is 0.
+// The number of strips of `rows` rows that cover `height` rows.
+constexpr int64_t strips_of(int64_t height, int64_t rows) { return (height + rows - 1) / rows; }
+
+// DepthwiseDims with the divisors of a strip kernel's grid [N, C, strips, W] (the output's
+// channels and columns for the forward, the input's for the input gradient) and of the channel
+// multiplier. Built where the grid has elements, so that no divisor is 0.
 template <typename index_t>
-struct DepthwiseElementDims : DepthwiseDims<index_t> {
+struct DepthwiseStripDims : DepthwiseDims<index_t> {
   GridDivisors<index_t> grid;
   Divisor<index_t> multiplier_divisor;
-  DepthwiseElementDims(const ConvShape& s, bool channels_last, bool output_grid)
+  DepthwiseStripDims(const ConvShape& s, bool channels_last, bool output_grid, int64_t rows)
       : DepthwiseDims<index_t>(s, channels_last),
-        grid(output_grid ? GridDivisors<index_t>(s.out_channels, s.out_height, s.out_width)
-                         : GridDivisors<index_t>(s.in_channels, s.height, s.width)),
+        grid(output_grid
+                 ? GridDivisors<index_t>(s.out_channels, strips_of(s.out_height, rows), s.out_width)
+                 : GridDivisors<index_t>(s.in_channels, strips_of(s.height, rows), s.width)),
         multiplier_divisor(s.out_channels / s.in_channels) {}
 };
 
@@ -169,97 +176,158 @@ C10_HOST_DEVICE inline bool taps_inside(index_t first, index_t taps, index_t dil
   return first >= 0 && first + (taps - 1) * dilation < size;
 }
 
-// The output element at offset i, as DepthwiseOutput.
-template <int K>
-struct DepthwiseOutputUnrolled {
-  template <typename scalar_t, typename index_t>
-  C10_HOST_DEVICE scalar_t operator()(const scalar_t* input, const scalar_t* weight,
-                                      const DepthwiseElementDims<index_t>& s, index_t i) const {
-    using acc_t = at::opmath_type<scalar_t>;
-    const index_t kernel_h = K > 0 ? K : s.kernel_h, kernel_w = K > 0 ? K : s.kernel_w;
-    const auto e = element_at(s.channels_last, i, s.grid.channels, s.grid.plane, s.grid.width);
-    const index_t o = e.c, c = s.multiplier_divisor.quotient(o);
-    const auto x = plane_of(s.channels_last, e.n, c, s.channels, s.height, s.width);
-    const scalar_t* w = weight + o * kernel_h * kernel_w;
-    const index_t ih0 = input_index(e.h, s.stride_h, s.pad_h, index_t(0), s.dilation_h);
-    const index_t iw0 = input_index(e.w, s.stride_w, s.pad_w, index_t(0), s.dilation_w);
-    acc_t sum = 0;
-    if (taps_inside(ih0, kernel_h, s.dilation_h, s.height) &&
-        taps_inside(iw0, kernel_w, s.dilation_w, s.width)) {
-      const scalar_t* first = input + x.at(ih0, iw0);
-      const index_t row_step = s.dilation_h * x.row_stride;
-      const index_t column_step = s.dilation_w * x.column_stride;
-      for (index_t ki = 0; ki < kernel_h; ++ki) {
-        for (index_t kj = 0; kj < kernel_w; ++kj) {
-          sum = multiply_add(static_cast<acc_t>(w[ki * kernel_w + kj]),
-                             static_cast<acc_t>(first[ki * row_step + kj * column_step]), sum);
-        }
-      }
-      return static_cast<scalar_t>(sum);
-    }
-    for (index_t ki = 0; ki < kernel_h; ++ki) {
-      const index_t ih = ih0 + ki * s.dilation_h;
-      if (ih < 0 || ih >= s.height) continue;
-      for (index_t kj = 0; kj < kernel_w; ++kj) {
-        const index_t iw = iw0 + kj * s.dilation_w;
-        if (iw < 0 || iw >= s.width) continue;
-        sum = multiply_add(static_cast<acc_t>(w[ki * kernel_w + kj]),
-                           static_cast<acc_t>(input[x.at(ih, iw)]), sum);
-      }
-    }
-    return static_cast<scalar_t>(sum);
+// The weights of one output channel, tap by tap in opmath: for K x K kernels (K > 0) held in
+// registers, else read where they lie.
+template <int K, typename scalar_t>
+struct TapWeights {
+  at::opmath_type<scalar_t> value[K * K];
+  C10_HOST_DEVICE explicit TapWeights(const scalar_t* w) {
+    for (int tap = 0; tap < K * K; ++tap)
+      value[tap] = static_cast<at::opmath_type<scalar_t>>(w[tap]);
+  }
+  C10_HOST_DEVICE at::opmath_type<scalar_t> operator[](int64_t tap) const { return value[tap]; }
+};
+template <typename scalar_t>
+struct TapWeights<0, scalar_t> {
+  const scalar_t* w;
+  C10_HOST_DEVICE explicit TapWeights(const scalar_t* w) : w(w) {}
+  C10_HOST_DEVICE at::opmath_type<scalar_t> operator[](int64_t tap) const {
+    return static_cast<at::opmath_type<scalar_t>>(w[tap]);
   }
 };
 
-// The input-gradient element at offset i, as DepthwiseInputGrad. At stride 1 its taps read the
-// output gradient at (ih + pad_h - ki * dilation_h, iw + pad_w - kj * dilation_w); where those all
-// lie inside, at constant steps back from the first.
-template <int K>
-struct DepthwiseInputGradUnrolled {
-  template <typename scalar_t, typename index_t>
-  C10_HOST_DEVICE scalar_t operator()(const scalar_t* grad_output, const scalar_t* weight,
-                                      const DepthwiseElementDims<index_t>& s, index_t i) const {
-    using acc_t = at::opmath_type<scalar_t>;
-    const index_t kernel_h = K > 0 ? K : s.kernel_h, kernel_w = K > 0 ? K : s.kernel_w;
-    const auto e = element_at(s.channels_last, i, s.grid.channels, s.grid.plane, s.grid.width);
-    const index_t c = e.c, ih = e.h, iw = e.w;
-    const bool inside = s.stride_h == 1 && s.stride_w == 1 &&
-                        taps_inside(ih + s.pad_h - (kernel_h - 1) * s.dilation_h, kernel_h,
-                                    s.dilation_h, s.out_height) &&
-                        taps_inside(iw + s.pad_w - (kernel_w - 1) * s.dilation_w, kernel_w,
-                                    s.dilation_w, s.out_width);
-    const OutputIndexByTap<index_t> first_row(ih, s.pad_h, s.dilation_h, s.stride_h);
-    const OutputIndexByTap<index_t> first_column(iw, s.pad_w, s.dilation_w, s.stride_w);
-    acc_t sum = 0;
-    for (index_t o = c * s.multiplier; o < (c + 1) * s.multiplier; ++o) {
-      const auto dy = plane_of(s.channels_last, e.n, o, s.out_channels, s.out_height, s.out_width);
-      const scalar_t* w = weight + o * kernel_h * kernel_w;
-      if (inside) {
-        const scalar_t* first = grad_output + dy.at(ih + s.pad_h, iw + s.pad_w);
-        const index_t row_step = s.dilation_h * dy.row_stride;
-        const index_t column_step = s.dilation_w * dy.column_stride;
-        for (index_t ki = 0; ki < kernel_h; ++ki) {
-          for (index_t kj = 0; kj < kernel_w; ++kj) {
-            sum = multiply_add(static_cast<acc_t>(w[ki * kernel_w + kj]),
-                               static_cast<acc_t>(first[-(ki * row_step + kj * column_step)]), sum);
-          }
-        }
-        continue;
-      }
-      OutputIndexByTap<index_t> row = first_row;
-      for (index_t ki = 0; ki < kernel_h; ++ki, row.next()) {
-        const index_t oh = row.at(s.out_height);
-        if (oh < 0) continue;
-        OutputIndexByTap<index_t> column = first_column;
-        for (index_t kj = 0; kj < kernel_w; ++kj, column.next()) {
-          const index_t ow = column.at(s.out_width);
-          if (ow < 0) continue;
-          sum = multiply_add(static_cast<acc_t>(w[ki * kernel_w + kj]),
-                             static_cast<acc_t>(grad_output[dy.at(oh, ow)]), sum);
-        }
+// Output (oh, ow)'s sum over the taps of plane x of the input, as DepthwiseOutput's.
+template <int K, typename scalar_t, typename index_t>
+C10_HOST_DEVICE inline at::opmath_type<scalar_t> output_sum(const scalar_t* input,
+                                                            const Plane<index_t>& x,
+                                                            const TapWeights<K, scalar_t>& w,
+                                                            const DepthwiseDims<index_t>& s,
+                                                            index_t oh, index_t ow) {
+  using acc_t = at::opmath_type<scalar_t>;
+  const index_t kernel_h = K > 0 ? K : s.kernel_h, kernel_w = K > 0 ? K : s.kernel_w;
+  const index_t ih0 = input_index(oh, s.stride_h, s.pad_h, index_t(0), s.dilation_h);
+  const index_t iw0 = input_index(ow, s.stride_w, s.pad_w, index_t(0), s.dilation_w);
+  acc_t sum = 0;
+  if (taps_inside(ih0, kernel_h, s.dilation_h, s.height) &&
+      taps_inside(iw0, kernel_w, s.dilation_w, s.width)) {
+    const scalar_t* first = input + x.at(ih0, iw0);
+    const index_t row_step = s.dilation_h * x.row_stride;
+    const index_t column_step = s.dilation_w * x.column_stride;
+    for (index_t ki = 0; ki < kernel_h; ++ki) {
+      for (index_t kj = 0; kj < kernel_w; ++kj) {
+        sum = multiply_add(w[ki * kernel_w + kj],
+                           static_cast<acc_t>(first[ki * row_step + kj * column_step]), sum);
       }
     }
-    return static_cast<scalar_t>(sum);
+    return sum;
+  }
+  for (index_t ki = 0; ki < kernel_h; ++ki) {
+    const index_t ih = ih0 + ki * s.dilation_h;
+    if (ih < 0 || ih >= s.height) continue;
+    for (index_t kj = 0; kj < kernel_w; ++kj) {
+      const index_t iw = iw0 + kj * s.dilation_w;
+      if (iw < 0 || iw >= s.width) continue;
+      sum = multiply_add(w[ki * kernel_w + kj], static_cast<acc_t>(input[x.at(ih, iw)]), sum);
+    }
+  }
+  return sum;
+}
+
+// Input (ih, iw)'s gather from plane dy of the output gradient (one output channel), added to
+// sum, as DepthwiseInputGrad's. At stride 1 its taps read dy at (ih + pad_h - ki * dilation_h,
+// iw + pad_w - kj * dilation_w); where those all lie inside, at constant steps back from the
+// first.
+template <int K, typename scalar_t, typename index_t>
+C10_HOST_DEVICE inline at::opmath_type<scalar_t> add_input_grad(
+    const scalar_t* grad_output, const Plane<index_t>& dy, const TapWeights<K, scalar_t>& w,
+    const DepthwiseDims<index_t>& s, index_t ih, index_t iw, at::opmath_type<scalar_t> sum) {
+  using acc_t = at::opmath_type<scalar_t>;
+  const index_t kernel_h = K > 0 ? K : s.kernel_h, kernel_w = K > 0 ? K : s.kernel_w;
+  if (s.stride_h == 1 && s.stride_w == 1 &&
+      taps_inside(ih + s.pad_h - (kernel_h - 1) * s.dilation_h, kernel_h, s.dilation_h,
+                  s.out_height) &&
+      taps_inside(iw + s.pad_w - (kernel_w - 1) * s.dilation_w, kernel_w, s.dilation_w,
+                  s.out_width)) {
+    const scalar_t* first = grad_output + dy.at(ih + s.pad_h, iw + s.pad_w);
+    const index_t row_step = s.dilation_h * dy.row_stride;
+    const index_t column_step = s.dilation_w * dy.column_stride;
+    for (index_t ki = 0; ki < kernel_h; ++ki) {
+      for (index_t kj = 0; kj < kernel_w; ++kj) {
+        sum = multiply_add(w[ki * kernel_w + kj],
+                           static_cast<acc_t>(first[-(ki * row_step + kj * column_step)]), sum);
+      }
+    }
+    return sum;
+  }
+  OutputIndexByTap<index_t> row(ih, s.pad_h, s.dilation_h, s.stride_h);
+  for (index_t ki = 0; ki < kernel_h; ++ki, row.next()) {
+    const index_t oh = row.at(s.out_height);
+    if (oh < 0) continue;
+    OutputIndexByTap<index_t> column(iw, s.pad_w, s.dilation_w, s.stride_w);
+    for (index_t kj = 0; kj < kernel_w; ++kj, column.next()) {
+      const index_t ow = column.at(s.out_width);
+      if (ow < 0) continue;
+      sum =
+          multiply_add(w[ki * kernel_w + kj], static_cast<acc_t>(grad_output[dy.at(oh, ow)]), sum);
+    }
+  }
+  return sum;
+}
+
+// The forward's thread i: output rows R * strip, ... (R of them, fewer at the bottom) of column
+// ow of channel o of image n, (n, o, strip, ow) being offset i of the strip grid.
+template <int K, int R, typename scalar_t, typename index_t>
+struct DepthwiseOutputStrip {
+  const scalar_t* input;
+  const scalar_t* weight;
+  scalar_t* output;
+  DepthwiseStripDims<index_t> s;
+  C10_HOST_DEVICE void operator()(index_t i) const {
+    const auto e = element_at(s.channels_last, i, s.grid.channels, s.grid.plane, s.grid.width);
+    const index_t o = e.c, c = s.multiplier_divisor.quotient(o);
+    const auto x = plane_of(s.channels_last, e.n, c, s.channels, s.height, s.width);
+    const auto y = plane_of(s.channels_last, e.n, o, s.out_channels, s.out_height, s.out_width);
+    const TapWeights<K, scalar_t> w(weight + o * s.kernel_h * s.kernel_w);
+    const index_t first_row = e.h * R;
+    for (int r = 0; r < R; ++r) {
+      const index_t oh = first_row + r;
+      if (oh >= s.out_height) break;
+      output[y.at(oh, e.w)] = static_cast<scalar_t>(output_sum(input, x, w, s, oh, e.w));
+    }
+  }
+};
+
+// The input gradient's thread i: input rows R * strip, ... of column iw of channel c of image n,
+// (n, c, strip, iw) being offset i of the strip grid; each the sum over the channel's output
+// channels o, in order.
+template <int K, int R, typename scalar_t, typename index_t>
+struct DepthwiseInputGradStrip {
+  const scalar_t* grad_output;
+  const scalar_t* weight;
+  scalar_t* grad_input;
+  DepthwiseStripDims<index_t> s;
+  C10_HOST_DEVICE void operator()(index_t i) const {
+    using acc_t = at::opmath_type<scalar_t>;
+    const auto e = element_at(s.channels_last, i, s.grid.channels, s.grid.plane, s.grid.width);
+    const index_t c = e.c, taps = s.kernel_h * s.kernel_w;
+    const auto dx = plane_of(s.channels_last, e.n, c, s.channels, s.height, s.width);
+    const index_t first_channel = c * s.multiplier;
+    const auto first_dy =
+        plane_of(s.channels_last, e.n, first_channel, s.out_channels, s.out_height, s.out_width);
+    const TapWeights<K, scalar_t> first_w(weight + first_channel * taps);
+    const index_t first_row = e.h * R;
+    for (int r = 0; r < R; ++r) {
+      const index_t ih = first_row + r;
+      if (ih >= s.height) break;
+      acc_t sum = add_input_grad(grad_output, first_dy, first_w, s, ih, e.w, acc_t(0));
+      for (index_t o = first_channel + 1; o < first_channel + s.multiplier; ++o) {
+        const auto dy =
+            plane_of(s.channels_last, e.n, o, s.out_channels, s.out_height, s.out_width);
+        sum = add_input_grad(grad_output, dy, TapWeights<K, scalar_t>(weight + o * taps), s, ih,
+                             e.w, sum);
+      }
+      grad_input[dx.at(ih, e.w)] = static_cast<scalar_t>(sum);
+    }
   }
 };
 
@@ -346,36 +414,34 @@ C10_HOST_DEVICE inline SliceLane<index_t> slice_lane(index_t t, index_t first_ch
   return {(first_channel + o) * taps + tap, lane, (o * taps + tap) * kSumLanes + lane};
 }
 
-// Every tap's lane `lane` of output channel o at once, for K x K kernels (K at compile time): the
-// positions of the lane walked once, the output gradient loaded once per position for all the
-// taps, whose sums wait in registers. Each tap's sum takes the same products in the same order as
-// depthwise_weight_grad_lane's: the same bits, with a ninth of a 3x3 kernel's index work and
-// output-gradient loads per product. Where a position's taps all lie inside the input, they read
-// at constant steps from one address, with no bounds tests. Writes the sums to
-// lanes[tap * kSumLanes] (stride kSumLanes between taps).
-template <int K, typename scalar_t, typename index_t>
-C10_HOST_DEVICE inline void depthwise_weight_grad_channel_lanes(const scalar_t* input,
-                                                                const scalar_t* grad_output,
-                                                                const DepthwiseDims<index_t>& s,
-                                                                index_t o, index_t lane,
-                                                                at::opmath_type<scalar_t>* lanes) {
+// Lane `lane` of the taps of KR kernel rows from `first_row` on (KR * K taps) of output channel o
+// of a K x K kernel, at once: the positions of the lane walked once, the output gradient loaded
+// once per position for all those taps, whose sums wait in registers. Each tap's sum takes the
+// same products in the same order as depthwise_weight_grad_lane's: the same bits, with 1 / (KR K)
+// of its index work and output-gradient loads per product. Where a position's taps all lie inside
+// the input, they read at constant steps from one address, with no bounds tests. Writes tap t's
+// sum (t counted from the first row's first tap) to lanes[t * kSumLanes].
+template <int K, int KR, typename scalar_t, typename index_t>
+C10_HOST_DEVICE inline void depthwise_weight_grad_tap_lanes(
+    const scalar_t* input, const scalar_t* grad_output, const DepthwiseDims<index_t>& s, index_t o,
+    index_t first_row, index_t lane, at::opmath_type<scalar_t>* lanes) {
   using acc_t = at::opmath_type<scalar_t>;
-  acc_t sum[K * K];
-  for (int tap = 0; tap < K * K; ++tap) sum[tap] = 0;
+  acc_t sum[KR * K];
+  for (int tap = 0; tap < KR * K; ++tap) sum[tap] = 0;
   const index_t c = o / s.multiplier;
   for (LanePositions<index_t> p(lane, s.out_height, s.out_width); p.at.n < s.batch; p.next()) {
     const index_t n = p.at.n, oh = p.at.h, ow = p.at.w;
     const auto dy = plane_of(s.channels_last, n, o, s.out_channels, s.out_height, s.out_width);
     const auto x = plane_of(s.channels_last, n, c, s.channels, s.height, s.width);
     const auto g = static_cast<acc_t>(grad_output[dy.at(oh, ow)]);
-    const index_t ih0 = input_index(oh, s.stride_h, s.pad_h, index_t(0), s.dilation_h);
+    const index_t ih0 = input_index(oh, s.stride_h, s.pad_h, first_row, s.dilation_h);
     const index_t iw0 = input_index(ow, s.stride_w, s.pad_w, index_t(0), s.dilation_w);
-    if (taps_inside(ih0, index_t(K), s.dilation_h, s.height) &&
+    if (taps_inside(ih0, index_t(KR), s.dilation_h, s.height) &&
         taps_inside(iw0, index_t(K), s.dilation_w, s.width)) {
       const scalar_t* first = input + x.at(ih0, iw0);
       const index_t row_step = s.dilation_h * x.row_stride;
       const index_t column_step = s.dilation_w * x.column_stride;
-      for (int ki = 0; ki < K; ++ki) {
+      for (int ki = 0; ki < KR; ++ki) {
         for (int kj = 0; kj < K; ++kj) {
           sum[ki * K + kj] = multiply_add(
               g, static_cast<acc_t>(first[ki * row_step + kj * column_step]), sum[ki * K + kj]);
@@ -383,7 +449,7 @@ C10_HOST_DEVICE inline void depthwise_weight_grad_channel_lanes(const scalar_t* 
       }
       continue;
     }
-    for (int ki = 0; ki < K; ++ki) {
+    for (int ki = 0; ki < KR; ++ki) {
       const index_t ih = ih0 + ki * s.dilation_h;
       if (ih < 0 || ih >= s.height) continue;
       for (int kj = 0; kj < K; ++kj) {
@@ -394,25 +460,36 @@ C10_HOST_DEVICE inline void depthwise_weight_grad_channel_lanes(const scalar_t* 
       }
     }
   }
-  for (int tap = 0; tap < K * K; ++tap) lanes[tap * kSumLanes] = sum[tap];
+  for (int tap = 0; tap < KR * K; ++tap) lanes[tap * kSumLanes] = sum[tap];
 }
 
-// Thread t of a slice of `channels` output channels from `first_channel` on: its channel's every
-// tap's lane into the slice's scratch [channels * taps, kSumLanes], as SliceLaneThread's. Adjacent
-// threads take adjacent lanes in NCHW (adjacent positions, adjacent in memory), adjacent channels
-// in NHWC.
-template <int K, typename scalar_t, typename index_t>
-struct SliceChannelLanesThread {
+// Thread t of a slice of `channels` output channels from `first_channel` on: the lane of KR
+// kernel rows of its channel (depthwise_weight_grad_tap_lanes) into the slice's scratch
+// [channels * taps, kSumLanes], as SliceLaneThread's. Adjacent threads take adjacent lanes in NCHW
+// (adjacent positions, adjacent in memory), adjacent channels in NHWC.
+template <int K, int KR, typename scalar_t, typename index_t>
+struct SliceTapLanesThread {
+  static constexpr int kRowGroups = K / KR;  // KR divides K: 1 or K
   const scalar_t* input;
   const scalar_t* grad_output;
   at::opmath_type<scalar_t>* scratch;
   DepthwiseDims<index_t> s;
   index_t first_channel, channels;
   C10_HOST_DEVICE void operator()(index_t t) const {
-    const index_t o = s.channels_last ? t % channels : t / kSumLanes;
-    const index_t lane = s.channels_last ? t / channels : t % kSumLanes;
-    depthwise_weight_grad_channel_lanes<K>(input, grad_output, s, first_channel + o, lane,
-                                           scratch + o * (K * K) * kSumLanes + lane);
+    index_t o, group, lane;
+    if (s.channels_last) {
+      o = t % channels;
+      const index_t rest = t / channels;
+      group = rest % kRowGroups, lane = rest / kRowGroups;
+    } else {
+      lane = t % kSumLanes;
+      const index_t rest = t / kSumLanes;
+      group = rest % kRowGroups, o = rest / kRowGroups;
+    }
+    const index_t first_row = group * KR;
+    depthwise_weight_grad_tap_lanes<K, KR>(
+        input, grad_output, s, first_channel + o, first_row, lane,
+        scratch + (o * (K * K) + first_row * K) * kSumLanes + lane);
   }
 };
 
