@@ -162,31 +162,27 @@ DEPTHWISE_CASES = [
     # the strip kernels (3x3, 5x5 and 7x7 at compile time): interior elements read at constant
     # steps, borders, dilated windows, windows wider than the plane (no interior), strips with
     # tails (heights not a multiple of 4)
-    ("unrolled-7x7", (2, 3, 13, 15), 1, (7, 7), (1, 1), (3, 3), (1, 1)),
-    ("unrolled-7x7-multiplier-strided", (1, 2, 16, 17), 2, (7, 7), (2, 1), (3, 2), (1, 1)),
-    ("unrolled-3x3-dilated", (2, 3, 14, 13), 1, (3, 3), (1, 1), (2, 3), (2, 3)),
-    ("unrolled-5x5-dilated-multiplier", (1, 2, 19, 18), 3, (5, 5), (1, 1), (4, 0), (2, 1)),
-    ("unrolled-5x5-wider-than-the-plane", (2, 2, 4, 3), 1, (5, 5), (1, 1), (2, 2), (1, 1)),
+    ("strips-7x7", (2, 3, 13, 15), 1, (7, 7), (1, 1), (3, 3), (1, 1)),
+    ("strips-7x7-multiplier-strided", (1, 2, 16, 17), 2, (7, 7), (2, 1), (3, 2), (1, 1)),
+    ("strips-3x3-dilated", (2, 3, 14, 13), 1, (3, 3), (1, 1), (2, 3), (2, 3)),
+    ("strips-5x5-dilated-multiplier", (1, 2, 19, 18), 3, (5, 5), (1, 1), (4, 0), (2, 1)),
+    ("strips-5x5-wider-than-the-plane", (2, 2, 4, 3), 1, (5, 5), (1, 1), (2, 2), (1, 1)),
     ("non-square-kernel", (2, 3, 10, 9), 1, (3, 5), (1, 1), (1, 2), (1, 1)),
 ]
 
 
-@pytest.mark.parametrize("elements", ["strips", "unrolled", "elements"])
 @pytest.mark.parametrize("index_bits", [32, 64])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("layout", [torch.contiguous_format, torch.channels_last], ids=["nchw", "nhwc"])
 @pytest.mark.parametrize("name, shape, multiplier, kernel, stride, padding, dilation", DEPTHWISE_CASES, ids=[c[0] for c in DEPTHWISE_CASES])
 def test_depthwise_threads_match_the_cpu_bitwise(
-    harness, monkeypatch, name, shape, multiplier, kernel, stride, padding, dilation, layout, dtype, index_bits, elements
+    harness, monkeypatch, name, shape, multiplier, kernel, stride, padding, dilation, layout, dtype, index_bits
 ):
     """In both layouts of the activations: the CUDA threads index NHWC memory through the same
-    functions, and the CPU has separate NHWC kernels (cpu/depthwise_nhwc_cpu.cpp). Every plan of
-    TORCH_CONVBP_CUDA_DEPTHWISE (strips of rows, the default; strips of one row; the plain element
-    kernels) gives the same bits. The weight gradient against the
+    functions, and the CPU has separate NHWC kernels (cpu/depthwise_nhwc_cpu.cpp). The weight gradient against the
     CPU's kernels in the CUDA kernels' order of lanes (the CPU's default, the order of rows, is its
     own: summation.h)."""
     monkeypatch.setenv("TORCH_CONVBP_CPU_DEPTHWISE_ORDER", "lanes")
-    monkeypatch.setenv("TORCH_CONVBP_CUDA_DEPTHWISE", elements)
     n, c, h, w = shape
     x = randn(*shape, dtype=dtype, seed=0).contiguous(memory_format=layout)
     weight = randn(c * multiplier, 1, *kernel, dtype=dtype, seed=1)

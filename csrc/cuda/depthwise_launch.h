@@ -6,11 +6,11 @@
 // input grad:  a gather, each input element the sum in (o, ki, kj) order of what the forward took
 //              from it; a thread per strip of rows of one column; no atomics.
 // weight grad: lane t of weight entry (o, ki, kj) sums the positions j with j % 256 == t, then
-//              a fixed tree sums the lanes. No atomics. A thread per (channel, kernel row, lane)
-//              (3x3, 5x5, 7x7), else per (channel, tap, lane), into a scratch buffer slice by
-//              slice of channels, then a lane sum per entry of the slice.
-// TORCH_CONVBP_CUDA_DEPTHWISE chooses other threads for the same sums (depthwise_plan). So every
-// result is bitwise the same on every run, and the same as the CPU's, in either layout.
+//              a fixed tree sums the lanes. No atomics. For 3x3, 5x5 and 7x7 kernels a thread per
+//              (channel, kernel row, lane), for others in NHWC a thread per (channel, tap, lane),
+//              into a scratch buffer slice by slice of channels, then a lane sum per entry of the
+//              slice; for others in NCHW a lane sum per entry (a block per entry).
+// So every result is bitwise the same on every run, and the same as the CPU's, in either layout.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -18,73 +18,43 @@
 #include <ATen/OpMathType.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <type_traits>
 
 #include "../checks.h"
-#include "../env_choice.h"
 #include "depthwise_thread.h"
 #include "launch.h"
 
 namespace torch_convbp {
 
-// How the kernels run (TORCH_CONVBP_CUDA_DEPTHWISE, read on every call; all give the same bits;
-// benchmarks/NOTES.md, section 76): strips (the default) of 4 rows per thread, the weight
-// gradient's lanes a kernel row per thread; unrolled, strips of 1 row, all of a channel's lanes
-// per thread; elements, the plain element kernels (DepthwiseOutput, DepthwiseInputGrad) and the
-// weight gradient a tap per thread.
-struct DepthwisePlan {
-  int strip_rows;   // 0: the plain element kernels
-  int kernel_rows;  // of the weight gradient's taps per thread: 1, or 0 for all of them
-};
-inline DepthwisePlan depthwise_plan() {
-  const auto choice = env_choice("TORCH_CONVBP_CUDA_DEPTHWISE", {"strips", "unrolled", "elements"});
-  if (choice == "elements") return {0, 0};
-  if (choice == "unrolled") return {1, 0};
-  return {4, 1};
-}
-
 // run(size), size a std::integral_constant<int, K>: the kernel size the kernels are compiled for.
 // K for K x K kernels with K = 3, 5 or 7, whose tap loops then unroll; 0 for other kernels (the
-// strips with sizes at run time, the weight gradient a tap per thread); -1 for the plain kernels.
-template <class Run>
-void with_compiled_size(const ConvShape& s, const DepthwisePlan& plan, Run&& run) {
-  if (plan.strip_rows == 0) return run(std::integral_constant<int, -1>{});
-  const bool square = s.kernel_h == s.kernel_w;
-  if (square && s.kernel_h == 3) return run(std::integral_constant<int, 3>{});
-  if (square && s.kernel_h == 5) return run(std::integral_constant<int, 5>{});
-  if (square && s.kernel_h == 7) return run(std::integral_constant<int, 7>{});
+// strips with sizes at run time, the weight gradient a tap per thread). float64 (gradcheck's
+// dtype) and 64-bit indices (tensors past 2^31 elements) take sizes at run time: each compiled
+// size is 3 more kernels per dtype and index type, and nvcc's time on 2 cores is CI's.
+template <typename scalar_t, typename index_t, class Run>
+void with_compiled_size(const ConvShape& s, Run&& run) {
+  if constexpr (std::is_same_v<index_t, int32_t> && !std::is_same_v<scalar_t, double>) {
+    const bool square = s.kernel_h == s.kernel_w;
+    if (square && s.kernel_h == 3) return run(std::integral_constant<int, 3>{});
+    if (square && s.kernel_h == 5) return run(std::integral_constant<int, 5>{});
+    if (square && s.kernel_h == 7) return run(std::integral_constant<int, 7>{});
+  }
   run(std::integral_constant<int, 0>{});
 }
 
-// The forward's or input gradient's kernel (Plain: DepthwiseOutput or DepthwiseInputGrad; Strip:
-// DepthwiseOutputStrip or DepthwiseInputGradStrip) over `total` results, of `height` rows each.
-template <class Plain, template <int, int, typename, typename> class Strip, typename scalar_t,
-          typename index_t, class Launcher>
-void depthwise_element_kernel(Launcher& launcher, const DepthwiseCall& call, const scalar_t* source,
-                              const scalar_t* weight, scalar_t* result, bool output_grid,
-                              int64_t total, int64_t height) {
-  const DepthwisePlan plan = depthwise_plan();
-  with_compiled_size(call.shape, plan, [&](auto size) {
-    constexpr int K = decltype(size)::value;
-    if constexpr (K < 0) {
-      const DepthwiseDims<index_t> dims(call.shape, call.channels_last);
-      launcher.template grid<index_t>(
-          total, ElementThread<Plain, scalar_t, DepthwiseDims<index_t>, index_t>{source, weight,
-                                                                                 result, dims});
-    } else {
-      const auto launch = [&](auto rows) {
-        constexpr int R = decltype(rows)::value;
-        const DepthwiseStripDims<index_t> dims(call.shape, call.channels_last, output_grid, R);
-        launcher.template grid<index_t>(
-            total / height * strips_of(height, R),
-            Strip<K, R, scalar_t, index_t>{source, weight, result, dims});
-      };
-      if (plan.strip_rows == 4) {
-        launch(std::integral_constant<int, 4>{});
-      } else {
-        launch(std::integral_constant<int, 1>{});
-      }
-    }
+// The forward's or input gradient's kernel (Strip: DepthwiseOutputStrip or
+// DepthwiseInputGradStrip) over `total` results, of `height` rows each: a thread per strip.
+template <template <int, typename, typename> class Strip, typename scalar_t, typename index_t,
+          class Launcher>
+void depthwise_strip_kernel(Launcher& launcher, const DepthwiseCall& call, const scalar_t* source,
+                            const scalar_t* weight, scalar_t* result, bool output_grid,
+                            int64_t total, int64_t height) {
+  const DepthwiseStripDims<index_t> dims(call.shape, call.channels_last, output_grid);
+  with_compiled_size<scalar_t, index_t>(call.shape, [&](auto size) {
+    launcher.template grid<index_t>(
+        total / height * strips_of(height, kStripRows),
+        Strip<decltype(size)::value, scalar_t, index_t>{source, weight, result, dims});
   });
 }
 
@@ -99,7 +69,7 @@ void launch_depthwise_forward(Launcher& launcher, const char* op, const at::Tens
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, input.scalar_type(), "depthwise_conv2d", [&] {
         launcher.with_index(std::max(total, input.numel()), [&](auto tag) {
-          depthwise_element_kernel<DepthwiseOutput, DepthwiseOutputStrip, scalar_t, decltype(tag)>(
+          depthwise_strip_kernel<DepthwiseOutputStrip, scalar_t, decltype(tag)>(
               launcher, call, input.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(),
               output.mutable_data_ptr<scalar_t>(), /*output_grid=*/true, total,
               call.shape.out_height);
@@ -119,8 +89,7 @@ void launch_depthwise_input_grad(Launcher& launcher, const char* op, const at::T
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, grad_output.scalar_type(), "depthwise_input_grad", [&] {
         launcher.with_index(std::max(total, grad_output.numel()), [&](auto tag) {
-          depthwise_element_kernel<DepthwiseInputGrad, DepthwiseInputGradStrip, scalar_t,
-                                   decltype(tag)>(
+          depthwise_strip_kernel<DepthwiseInputGradStrip, scalar_t, decltype(tag)>(
               launcher, call, grad_output.const_data_ptr<scalar_t>(),
               weight.const_data_ptr<scalar_t>(), grad_input.mutable_data_ptr<scalar_t>(),
               /*output_grid=*/false, total, call.shape.height);
@@ -130,9 +99,8 @@ void launch_depthwise_input_grad(Launcher& launcher, const char* op, const at::T
 
 // The weight gradient through a scratch buffer, slice by slice of output channels: `Thread`s
 // (threads_per_channel of them per channel of the slice: SliceLaneThread, a thread per tap and
-// lane, or SliceTapLanesThread, a thread per lane and kernel row, or per lane) write the lanes
-// into scratch [channels * taps, kSumLanes] (opmath), then each entry's tree sum goes into
-// grad_weight.
+// lane, or SliceRowLanesThread, a thread per kernel row and lane) write the lanes into scratch
+// [channels * taps, kSumLanes] (opmath), then each entry's tree sum goes into grad_weight.
 template <typename Thread, typename scalar_t, typename index_t, class Launcher>
 void depthwise_weight_grad_in_slices(Launcher& launcher, const at::Tensor& input,
                                      const at::Tensor& grad_output,
@@ -161,15 +129,10 @@ template <int K, typename scalar_t, typename index_t, class Launcher>
 void depthwise_weight_grad_kernels(Launcher& launcher, const at::Tensor& input,
                                    const at::Tensor& grad_output,
                                    const DepthwiseDims<index_t>& dims,
-                                   const at::Tensor& grad_weight, const DepthwisePlan& plan) {
-  if constexpr (K > 0) {  // a kernel row's taps, or all of a channel's, in one thread per lane
-    if (plan.kernel_rows == 1) {
-      depthwise_weight_grad_in_slices<SliceTapLanesThread<K, 1, scalar_t, index_t>, scalar_t>(
-          launcher, input, grad_output, dims, grad_weight, int64_t{K} * kSumLanes);
-    } else {
-      depthwise_weight_grad_in_slices<SliceTapLanesThread<K, K, scalar_t, index_t>, scalar_t>(
-          launcher, input, grad_output, dims, grad_weight, kSumLanes);
-    }
+                                   const at::Tensor& grad_weight) {
+  if constexpr (K > 0) {  // a thread per (channel, kernel row, lane)
+    depthwise_weight_grad_in_slices<SliceRowLanesThread<K, scalar_t, index_t>, scalar_t>(
+        launcher, input, grad_output, dims, grad_weight, int64_t{K} * kSumLanes);
   } else if (dims.channels_last) {  // a thread per (channel, tap, lane)
     depthwise_weight_grad_in_slices<SliceLaneThread<scalar_t, index_t>, scalar_t>(
         launcher, input, grad_output, dims, grad_weight,
@@ -199,10 +162,9 @@ void launch_depthwise_weight_grad(Launcher& launcher, const char* op, const at::
         launcher.with_index(std::max({input.numel(), grad_output.numel(), lanes}), [&](auto tag) {
           using index_t = decltype(tag);
           const DepthwiseDims<index_t> dims(call.shape, call.channels_last);
-          const DepthwisePlan plan = depthwise_plan();
-          with_compiled_size(call.shape, plan, [&](auto size) {
+          with_compiled_size<scalar_t, index_t>(call.shape, [&](auto size) {
             depthwise_weight_grad_kernels<decltype(size)::value, scalar_t>(
-                launcher, input, grad_output, dims, grad_weight, plan);
+                launcher, input, grad_output, dims, grad_weight);
           });
         });
       });

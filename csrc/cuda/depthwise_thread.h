@@ -71,77 +71,18 @@ C10_HOST_DEVICE inline Element<index_t> element_at(bool channels_last, index_t i
   return {n, nc - n * value_of(channels), h, in_plane - h * value_of(width)};
 }
 
-// The output element at offset i: the sum over the taps, in (ki, kj) order, of weight times input.
-// A function object, the element of an ElementThread (launch.h).
-struct DepthwiseOutput {
-  template <typename scalar_t, typename index_t>
-  C10_HOST_DEVICE scalar_t operator()(const scalar_t* input, const scalar_t* weight,
-                                      const DepthwiseDims<index_t>& s, index_t i) const {
-    using acc_t = at::opmath_type<scalar_t>;
-    const auto e =
-        element_at(s.channels_last, i, s.out_channels, s.out_height * s.out_width, s.out_width);
-    const index_t o = e.c, oh = e.h, ow = e.w;
-    const auto x = plane_of(s.channels_last, e.n, o / s.multiplier, s.channels, s.height, s.width);
-    const scalar_t* w = weight + o * s.kernel_h * s.kernel_w;
-    acc_t sum = 0;
-    for (index_t ki = 0; ki < s.kernel_h; ++ki) {
-      const index_t ih = input_index(oh, s.stride_h, s.pad_h, ki, s.dilation_h);
-      if (ih < 0 || ih >= s.height) continue;
-      for (index_t kj = 0; kj < s.kernel_w; ++kj) {
-        const index_t iw = input_index(ow, s.stride_w, s.pad_w, kj, s.dilation_w);
-        if (iw < 0 || iw >= s.width) continue;
-        sum = multiply_add(static_cast<acc_t>(w[ki * s.kernel_w + kj]),
-                           static_cast<acc_t>(input[x.at(ih, iw)]), sum);
-      }
-    }
-    return static_cast<scalar_t>(sum);
-  }
-};
-
-// The input-gradient element at offset i, as a gather: the sum, in (o, ki, kj) order, of what
-// the forward took from this input element times the output gradient there. No atomics.
-struct DepthwiseInputGrad {
-  template <typename scalar_t, typename index_t>
-  C10_HOST_DEVICE scalar_t operator()(const scalar_t* grad_output, const scalar_t* weight,
-                                      const DepthwiseDims<index_t>& s, index_t i) const {
-    using acc_t = at::opmath_type<scalar_t>;
-    const auto e = element_at(s.channels_last, i, s.channels, s.height * s.width, s.width);
-    const index_t c = e.c, ih = e.h, iw = e.w;
-    // Each axis's first tap found once (its divisions), then copied for every pass over it.
-    const OutputIndexByTap<index_t> first_row(ih, s.pad_h, s.dilation_h, s.stride_h);
-    const OutputIndexByTap<index_t> first_column(iw, s.pad_w, s.dilation_w, s.stride_w);
-    acc_t sum = 0;
-    for (index_t o = c * s.multiplier; o < (c + 1) * s.multiplier; ++o) {
-      const auto dy = plane_of(s.channels_last, e.n, o, s.out_channels, s.out_height, s.out_width);
-      const scalar_t* w = weight + o * s.kernel_h * s.kernel_w;
-      OutputIndexByTap<index_t> row = first_row;
-      for (index_t ki = 0; ki < s.kernel_h; ++ki, row.next()) {
-        const index_t oh = row.at(s.out_height);
-        if (oh < 0) continue;
-        OutputIndexByTap<index_t> column = first_column;
-        for (index_t kj = 0; kj < s.kernel_w; ++kj, column.next()) {
-          const index_t ow = column.at(s.out_width);
-          if (ow < 0) continue;
-          sum = multiply_add(static_cast<acc_t>(w[ki * s.kernel_w + kj]),
-                             static_cast<acc_t>(grad_output[dy.at(oh, ow)]), sum);
-        }
-      }
-    }
-    return static_cast<scalar_t>(sum);
-  }
-};
-
-// The strip kernels below sum as DepthwiseOutput and DepthwiseInputGrad do, with less integer
-// work per tap, which bounded those on the GPU (benchmarks/NOTES.md, sections 72 and 76):
+// The forward and the input gradient. Each result is a sum over the taps: the forward's of
+// weight times input in (ki, kj) order; the input gradient's a gather, in (o, ki, kj) order, of
+// what the forward took from the input element times the output gradient there (no atomics). A
+// thread computes a strip of kStripRows rows of one column; the index work around the taps took
+// most of the instructions of one thread per result (benchmarks/NOTES.md, sections 72 and 76):
 // - the kernel's size known at compile time, K x K (0: the dims' size), so that the tap loops
 //   unroll and a channel's weights wait in registers;
-// - a thread computes a strip of R rows of one column (R results), so that its coordinates, its
-//   planes and its weights are found once for R results;
+// - a strip's coordinates, planes and weights found once for its kStripRows results;
 // - the coordinates split by Divisors fixed at launch (divisor.h);
 // - where all of a result's taps lie inside the plane they read (no padding), the taps read at
-//   constant steps from one address, with no bounds tests.
-// Elsewhere the taps are skipped as the element kernels skip them, in the same order: the same
-// bits.
+//   constant steps from one address, with no bounds tests; elsewhere each is tested.
+constexpr int kStripRows = 4;
 
 // The divisors that split an offset of a grid [N, C, H, W] into (n, c, h, w).
 template <typename index_t>
@@ -161,11 +102,12 @@ template <typename index_t>
 struct DepthwiseStripDims : DepthwiseDims<index_t> {
   GridDivisors<index_t> grid;
   Divisor<index_t> multiplier_divisor;
-  DepthwiseStripDims(const ConvShape& s, bool channels_last, bool output_grid, int64_t rows)
+  DepthwiseStripDims(const ConvShape& s, bool channels_last, bool output_grid)
       : DepthwiseDims<index_t>(s, channels_last),
         grid(output_grid
-                 ? GridDivisors<index_t>(s.out_channels, strips_of(s.out_height, rows), s.out_width)
-                 : GridDivisors<index_t>(s.in_channels, strips_of(s.height, rows), s.width)),
+                 ? GridDivisors<index_t>(s.out_channels, strips_of(s.out_height, kStripRows),
+                                         s.out_width)
+                 : GridDivisors<index_t>(s.in_channels, strips_of(s.height, kStripRows), s.width)),
         multiplier_divisor(s.out_channels / s.in_channels) {}
 };
 
@@ -196,7 +138,7 @@ struct TapWeights<0, scalar_t> {
   }
 };
 
-// Output (oh, ow)'s sum over the taps of plane x of the input, as DepthwiseOutput's.
+// Output (oh, ow)'s sum over the taps of plane x of the input.
 template <int K, typename scalar_t, typename index_t>
 C10_HOST_DEVICE inline at::opmath_type<scalar_t> output_sum(const scalar_t* input,
                                                             const Plane<index_t>& x,
@@ -234,9 +176,9 @@ C10_HOST_DEVICE inline at::opmath_type<scalar_t> output_sum(const scalar_t* inpu
 }
 
 // Input (ih, iw)'s gather from plane dy of the output gradient (one output channel), added to
-// sum, as DepthwiseInputGrad's. At stride 1 its taps read dy at (ih + pad_h - ki * dilation_h,
-// iw + pad_w - kj * dilation_w); where those all lie inside, at constant steps back from the
-// first.
+// sum. Each axis's output index stepped tap by tap (OutputIndexByTap). At stride 1 its taps read dy
+// at (ih + pad_h - ki * dilation_h, iw + pad_w - kj * dilation_w); where those all lie inside, at
+// constant steps back from the first.
 template <int K, typename scalar_t, typename index_t>
 C10_HOST_DEVICE inline at::opmath_type<scalar_t> add_input_grad(
     const scalar_t* grad_output, const Plane<index_t>& dy, const TapWeights<K, scalar_t>& w,
@@ -274,9 +216,9 @@ C10_HOST_DEVICE inline at::opmath_type<scalar_t> add_input_grad(
   return sum;
 }
 
-// The forward's thread i: output rows R * strip, ... (R of them, fewer at the bottom) of column
-// ow of channel o of image n, (n, o, strip, ow) being offset i of the strip grid.
-template <int K, int R, typename scalar_t, typename index_t>
+// The forward's thread i: output rows kStripRows * strip, ... (fewer at the bottom) of column ow
+// of channel o of image n, (n, o, strip, ow) being offset i of the strip grid.
+template <int K, typename scalar_t, typename index_t>
 struct DepthwiseOutputStrip {
   const scalar_t* input;
   const scalar_t* weight;
@@ -288,8 +230,8 @@ struct DepthwiseOutputStrip {
     const auto x = plane_of(s.channels_last, e.n, c, s.channels, s.height, s.width);
     const auto y = plane_of(s.channels_last, e.n, o, s.out_channels, s.out_height, s.out_width);
     const TapWeights<K, scalar_t> w(weight + o * s.kernel_h * s.kernel_w);
-    const index_t first_row = e.h * R;
-    for (int r = 0; r < R; ++r) {
+    const index_t first_row = e.h * kStripRows;
+    for (int r = 0; r < kStripRows; ++r) {
       const index_t oh = first_row + r;
       if (oh >= s.out_height) break;
       output[y.at(oh, e.w)] = static_cast<scalar_t>(output_sum(input, x, w, s, oh, e.w));
@@ -297,10 +239,10 @@ struct DepthwiseOutputStrip {
   }
 };
 
-// The input gradient's thread i: input rows R * strip, ... of column iw of channel c of image n,
-// (n, c, strip, iw) being offset i of the strip grid; each the sum over the channel's output
-// channels o, in order.
-template <int K, int R, typename scalar_t, typename index_t>
+// The input gradient's thread i: input rows kStripRows * strip, ... of column iw of channel c of
+// image n, (n, c, strip, iw) being offset i of the strip grid; each the sum over the channel's
+// output channels o, in order.
+template <int K, typename scalar_t, typename index_t>
 struct DepthwiseInputGradStrip {
   const scalar_t* grad_output;
   const scalar_t* weight;
@@ -315,8 +257,8 @@ struct DepthwiseInputGradStrip {
     const auto first_dy =
         plane_of(s.channels_last, e.n, first_channel, s.out_channels, s.out_height, s.out_width);
     const TapWeights<K, scalar_t> first_w(weight + first_channel * taps);
-    const index_t first_row = e.h * R;
-    for (int r = 0; r < R; ++r) {
+    const index_t first_row = e.h * kStripRows;
+    for (int r = 0; r < kStripRows; ++r) {
       const index_t ih = first_row + r;
       if (ih >= s.height) break;
       acc_t sum = add_input_grad(grad_output, first_dy, first_w, s, ih, e.w, acc_t(0));
@@ -414,82 +356,73 @@ C10_HOST_DEVICE inline SliceLane<index_t> slice_lane(index_t t, index_t first_ch
   return {(first_channel + o) * taps + tap, lane, (o * taps + tap) * kSumLanes + lane};
 }
 
-// Lane `lane` of the taps of KR kernel rows from `first_row` on (KR * K taps) of output channel o
-// of a K x K kernel, at once: the positions of the lane walked once, the output gradient loaded
-// once per position for all those taps, whose sums wait in registers. Each tap's sum takes the
-// same products in the same order as depthwise_weight_grad_lane's: the same bits, with 1 / (KR K)
-// of its index work and output-gradient loads per product. Where a position's taps all lie inside
-// the input, they read at constant steps from one address, with no bounds tests. Writes tap t's
-// sum (t counted from the first row's first tap) to lanes[t * kSumLanes].
-template <int K, int KR, typename scalar_t, typename index_t>
-C10_HOST_DEVICE inline void depthwise_weight_grad_tap_lanes(
-    const scalar_t* input, const scalar_t* grad_output, const DepthwiseDims<index_t>& s, index_t o,
-    index_t first_row, index_t lane, at::opmath_type<scalar_t>* lanes) {
+// Lane `lane` of the K taps of kernel row ki of output channel o of a K x K kernel, at once: the
+// positions of the lane walked once, the output gradient loaded once per position for the row's
+// taps, whose sums wait in registers. Each tap's sum takes the same products in the same order as
+// depthwise_weight_grad_lane's: the same bits, with 1 / K of its index work and output-gradient
+// loads per product. (All K x K taps in one thread left a layer's 128 channels 128 blocks, 12% of
+// the GPU's threads: benchmarks/NOTES.md, section 76.) Where a position's row of taps lies inside
+// the input, they read at constant steps from one address, with no bounds tests. Writes tap kj's
+// sum to lanes[kj * kSumLanes].
+template <int K, typename scalar_t, typename index_t>
+C10_HOST_DEVICE inline void depthwise_weight_grad_row_lanes(const scalar_t* input,
+                                                            const scalar_t* grad_output,
+                                                            const DepthwiseDims<index_t>& s,
+                                                            index_t o, index_t ki, index_t lane,
+                                                            at::opmath_type<scalar_t>* lanes) {
   using acc_t = at::opmath_type<scalar_t>;
-  acc_t sum[KR * K];
-  for (int tap = 0; tap < KR * K; ++tap) sum[tap] = 0;
+  acc_t sum[K];
+  for (int kj = 0; kj < K; ++kj) sum[kj] = 0;
   const index_t c = o / s.multiplier;
   for (LanePositions<index_t> p(lane, s.out_height, s.out_width); p.at.n < s.batch; p.next()) {
     const index_t n = p.at.n, oh = p.at.h, ow = p.at.w;
+    const index_t ih = input_index(oh, s.stride_h, s.pad_h, ki, s.dilation_h);
+    if (ih < 0 || ih >= s.height) continue;
     const auto dy = plane_of(s.channels_last, n, o, s.out_channels, s.out_height, s.out_width);
     const auto x = plane_of(s.channels_last, n, c, s.channels, s.height, s.width);
     const auto g = static_cast<acc_t>(grad_output[dy.at(oh, ow)]);
-    const index_t ih0 = input_index(oh, s.stride_h, s.pad_h, first_row, s.dilation_h);
     const index_t iw0 = input_index(ow, s.stride_w, s.pad_w, index_t(0), s.dilation_w);
-    if (taps_inside(ih0, index_t(KR), s.dilation_h, s.height) &&
-        taps_inside(iw0, index_t(K), s.dilation_w, s.width)) {
-      const scalar_t* first = input + x.at(ih0, iw0);
-      const index_t row_step = s.dilation_h * x.row_stride;
+    if (taps_inside(iw0, index_t(K), s.dilation_w, s.width)) {
+      const scalar_t* first = input + x.at(ih, iw0);
       const index_t column_step = s.dilation_w * x.column_stride;
-      for (int ki = 0; ki < KR; ++ki) {
-        for (int kj = 0; kj < K; ++kj) {
-          sum[ki * K + kj] = multiply_add(
-              g, static_cast<acc_t>(first[ki * row_step + kj * column_step]), sum[ki * K + kj]);
-        }
+      for (int kj = 0; kj < K; ++kj) {
+        sum[kj] = multiply_add(g, static_cast<acc_t>(first[kj * column_step]), sum[kj]);
       }
       continue;
     }
-    for (int ki = 0; ki < KR; ++ki) {
-      const index_t ih = ih0 + ki * s.dilation_h;
-      if (ih < 0 || ih >= s.height) continue;
-      for (int kj = 0; kj < K; ++kj) {
-        const index_t iw = iw0 + kj * s.dilation_w;
-        if (iw < 0 || iw >= s.width) continue;
-        sum[ki * K + kj] =
-            multiply_add(g, static_cast<acc_t>(input[x.at(ih, iw)]), sum[ki * K + kj]);
-      }
+    for (int kj = 0; kj < K; ++kj) {
+      const index_t iw = iw0 + kj * s.dilation_w;
+      if (iw < 0 || iw >= s.width) continue;
+      sum[kj] = multiply_add(g, static_cast<acc_t>(input[x.at(ih, iw)]), sum[kj]);
     }
   }
-  for (int tap = 0; tap < KR * K; ++tap) lanes[tap * kSumLanes] = sum[tap];
+  for (int kj = 0; kj < K; ++kj) lanes[kj * kSumLanes] = sum[kj];
 }
 
-// Thread t of a slice of `channels` output channels from `first_channel` on: the lane of KR
-// kernel rows of its channel (depthwise_weight_grad_tap_lanes) into the slice's scratch
-// [channels * taps, kSumLanes], as SliceLaneThread's. Adjacent threads take adjacent lanes in NCHW
-// (adjacent positions, adjacent in memory), adjacent channels in NHWC.
-template <int K, int KR, typename scalar_t, typename index_t>
-struct SliceTapLanesThread {
-  static constexpr int kRowGroups = K / KR;  // KR divides K: 1 or K
+// Thread t of a slice of `channels` output channels from `first_channel` on: the lane of a kernel
+// row of its channel (depthwise_weight_grad_row_lanes) into the slice's scratch
+// [channels * taps, kSumLanes], as SliceLaneThread's. Adjacent threads take adjacent lanes in
+// NCHW (adjacent positions, adjacent in memory), adjacent channels in NHWC.
+template <int K, typename scalar_t, typename index_t>
+struct SliceRowLanesThread {
   const scalar_t* input;
   const scalar_t* grad_output;
   at::opmath_type<scalar_t>* scratch;
   DepthwiseDims<index_t> s;
   index_t first_channel, channels;
   C10_HOST_DEVICE void operator()(index_t t) const {
-    index_t o, group, lane;
+    index_t o, ki, lane;
     if (s.channels_last) {
       o = t % channels;
       const index_t rest = t / channels;
-      group = rest % kRowGroups, lane = rest / kRowGroups;
+      ki = rest % K, lane = rest / K;
     } else {
       lane = t % kSumLanes;
       const index_t rest = t / kSumLanes;
-      group = rest % kRowGroups, o = rest / kRowGroups;
+      ki = rest % K, o = rest / K;
     }
-    const index_t first_row = group * KR;
-    depthwise_weight_grad_tap_lanes<K, KR>(
-        input, grad_output, s, first_channel + o, first_row, lane,
-        scratch + (o * (K * K) + first_row * K) * kSumLanes + lane);
+    depthwise_weight_grad_row_lanes<K>(input, grad_output, s, first_channel + o, ki, lane,
+                                       scratch + (o * (K * K) + ki * K) * kSumLanes + lane);
   }
 };
 
