@@ -172,7 +172,7 @@ TORCH_CONVBP_WIDE_VECTOR_CLONES void forward_row(const scalar_t* image, const ac
   // (depthwise_nhwc_vectors.h), the rest of the row through the terms.
   Span vector_columns{0, 0};
   int64_t vector_channels = 0;
-  if (m == 1 && s.kernel_h == 3 && s.kernel_w == 3) {
+  if (m == 1 && s.kernel_h == 3 && s.kernel_w == 3 && !std::getenv("TMP_NO_VECTORS")) {
     SourceTaps<3> taps{{}, s.stride_w, -s.pad_w, s.dilation_w, s.width, c};
     for (int ki = 0; ki < 3; ++ki) taps.rows[ki] = input_row(s, oh, ki);
     vector_columns = inner.columns;
@@ -237,7 +237,8 @@ TORCH_CONVBP_WIDE_VECTOR_CLONES void input_grad_row(const scalar_t* grad_image,
   // registers (depthwise_nhwc_vectors.h), the rest of the row through the terms.
   Span vector_columns{0, 0};
   int64_t vector_channels = 0;
-  if (m == 1 && s.kernel_h == 3 && s.kernel_w == 3 && s.stride_h == 1 && s.stride_w == 1) {
+  if (m == 1 && s.kernel_h == 3 && s.kernel_w == 3 && s.stride_h == 1 && s.stride_w == 1 &&
+      !std::getenv("TMP_NO_VECTORS")) {
     SourceTaps<3> taps{{}, 1, s.pad_w, -s.dilation_w, s.out_width, cout};
     OutputIndexByTap<int64_t> row = first_row;
     for (int ki = 0; ki < 3; ++ki, row.next()) taps.rows[ki] = row.at(s.out_height);

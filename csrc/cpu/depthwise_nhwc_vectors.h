@@ -32,12 +32,17 @@ struct SourceTaps {
 };
 
 // `count` result columns from x (count <= kVectorColumns), channels [first, first + lanes): for
-// each, the sum over the taps of w[tap] times the source vector the tap reads, into result (the
-// result row, `result_channels` channels a pixel).
+// each, the sum over the taps of the tap's weights (w_by_tap: [taps, result_channels] in acc_t)
+// times the source vector the tap reads, into result (the result row, `result_channels` channels
+// a pixel).
 template <class Ops, int K, int count, typename acc_t, typename V, typename scalar_t>
-TORCH_CONVBP_INLINE void sum_columns(const scalar_t* source, const V (&w)[K * K],
+TORCH_CONVBP_INLINE void sum_columns(const scalar_t* source, const acc_t* w_by_tap,
                                      const SourceTaps<K>& taps, int64_t x, int64_t first,
                                      scalar_t* result, int64_t result_channels) {
+  V w[K * K];
+  for (int tap = 0; tap < K * K; ++tap) {
+    w[tap] = load_vector<acc_t, V>(w_by_tap + tap * result_channels + first);
+  }
   V sums[count];
   for (int j = 0; j < count; ++j) sums[j] = Ops::template splat<V>(acc_t(0));
 #pragma GCC unroll 3
@@ -69,21 +74,25 @@ struct InnerColumns {
                                       int64_t result_channels, int64_t* done) {
     using V = typename Vector<acc_t, Ops::kBytes>::type;
     constexpr int64_t lanes = Vector<acc_t, Ops::kBytes>::lanes;
-    int64_t first = 0;
-    for (; first + lanes <= result_channels; first += lanes) {
-      V w[K * K];
-      for (int tap = 0; tap < K * K; ++tap) {
-        w[tap] = load_vector<acc_t, V>(w_by_tap + tap * result_channels + first);
-      }
-      int64_t x = columns.begin;
-      for (; x + kVectorColumns <= columns.end; x += kVectorColumns) {
-        sum_columns<Ops, K, kVectorColumns, acc_t>(source, w, taps, x, first, result,
-                                                   result_channels);
-      }
-      for (; x < columns.end; ++x) {
-        sum_columns<Ops, K, 1, acc_t>(source, w, taps, x, first, result, result_channels);
+    // A group of columns at a time, all its vectors of channels before the next group: the
+    // source rows stay in the cache (a vector of channels at a time along the whole row read
+    // them from L2 once per vector: benchmarks/NOTES.md, section 77). (Loops, not a lambda: GCC
+    // compiles a lambda for the default target, where Ops's operations are calls.)
+    const int64_t vectors = result_channels / lanes;
+    int64_t x = columns.begin;
+    for (; x + kVectorColumns <= columns.end; x += kVectorColumns) {
+      for (int64_t v = 0; v < vectors; ++v) {
+        sum_columns<Ops, K, kVectorColumns, acc_t, V>(source, w_by_tap, taps, x, v * lanes, result,
+                                                      result_channels);
       }
     }
+    for (; x < columns.end; ++x) {
+      for (int64_t v = 0; v < vectors; ++v) {
+        sum_columns<Ops, K, 1, acc_t, V>(source, w_by_tap, taps, x, v * lanes, result,
+                                         result_channels);
+      }
+    }
+    const int64_t first = vectors * lanes;
     *done = first;
   }
 };
