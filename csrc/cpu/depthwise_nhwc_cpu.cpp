@@ -21,7 +21,6 @@
 #include "../summation.h"
 #include "cpu_kernels.h"
 #include "depthwise_nhwc_cpu.h"
-#include "depthwise_nhwc_vectors.h"
 
 namespace torch_convbp {
 namespace {
@@ -129,15 +128,15 @@ TORCH_CONVBP_INLINE void sum_any_block(const Terms& terms, const acc_t* w, const
 }
 
 // result[b] = the sum over the terms, in order, of w[b * step] * operand[b * step] for the
-// channels b in [from, channels) of one pixel, kChannelBlock channels at a time. The channels of
-// the weights and operands are `step` apart (the multiplier m for the input gradient's view of
-// the output channels, 1 otherwise). The forward with m > 1 reads input channel o / m, which
+// channels b of one pixel, kChannelBlock channels at a time. The channels of the weights and
+// operands are `step` apart (the multiplier m for the input gradient's view of the output
+// channels, 1 otherwise). The forward with m > 1 reads input channel o / m, which
 // `operand_channel` maps.
 template <typename scalar_t, typename acc_t, typename Channel>
 TORCH_CONVBP_INLINE void sum_terms(const Terms& terms, const acc_t* w, const scalar_t* operand,
-                                   int64_t from, int64_t channels, int64_t step,
-                                   Channel operand_channel, scalar_t* result) {
-  for (int64_t first = from; first < channels; first += kChannelBlock) {
+                                   int64_t channels, int64_t step, Channel operand_channel,
+                                   scalar_t* result) {
+  for (int64_t first = 0; first < channels; first += kChannelBlock) {
     const int64_t block = std::min(kChannelBlock, channels - first);
     if (block == kChannelBlock && step == 1) {
       sum_full_block(terms, w, operand, first, operand_channel, result);
@@ -168,31 +167,15 @@ TORCH_CONVBP_WIDE_VECTOR_CLONES void forward_row(const scalar_t* image, const ac
       }
     }
   };
-  // A 3x3 kernel with m == 1: the inner columns' whole vectors of channels in registers
-  // (depthwise_nhwc_vectors.h), the rest of the row through the terms.
-  Span vector_columns{0, 0};
-  int64_t vector_channels = 0;
-  if (m == 1 && s.kernel_h == 3 && s.kernel_w == 3 && !std::getenv("TMP_NO_VECTORS")) {
-    SourceTaps<3> taps{{}, s.stride_w, -s.pad_w, s.dilation_w, s.width, c};
-    for (int ki = 0; ki < 3; ++ki) taps.rows[ki] = input_row(s, oh, ki);
-    vector_columns = inner.columns;
-    with_vector_ops([&](auto ops) {
-      run_compiled_for<InnerColumns<3>>(ops, image, w_by_tap, taps, vector_columns, out, cout,
-                                        &vector_channels);
-    });
-  }
   for (int64_t ow = 0; ow < s.out_width; ++ow) {
-    const bool in_vectors = ow >= vector_columns.begin && ow < vector_columns.end;
-    const int64_t from = in_vectors ? vector_channels : 0;
-    if (from == cout) continue;
     // (sum_terms is called here, not from a lambda, so that it is compiled into this clone)
     const RowTerms::Use use = row_terms.for_pixel(ow, inner, build);
     const scalar_t* x = image + use.operand_shift;
     scalar_t* y = out + ow * cout;
     if (m == 1) {
-      sum_terms(use.terms, w_by_tap, x, from, cout, 1, [](int64_t o) { return o; }, y);
+      sum_terms(use.terms, w_by_tap, x, cout, 1, [](int64_t o) { return o; }, y);
     } else {
-      sum_terms(use.terms, w_by_tap, x, from, cout, 1, [m](int64_t o) { return o / m; }, y);
+      sum_terms(use.terms, w_by_tap, x, cout, 1, [m](int64_t o) { return o / m; }, y);
     }
   }
 }
@@ -233,29 +216,11 @@ TORCH_CONVBP_WIDE_VECTOR_CLONES void input_grad_row(const scalar_t* grad_image,
       }
     }
   };
-  // A 3x3 kernel at stride 1 with m == 1: the inner columns' whole vectors of channels in
-  // registers (depthwise_nhwc_vectors.h), the rest of the row through the terms.
-  Span vector_columns{0, 0};
-  int64_t vector_channels = 0;
-  if (m == 1 && s.kernel_h == 3 && s.kernel_w == 3 && s.stride_h == 1 && s.stride_w == 1 &&
-      !std::getenv("TMP_NO_VECTORS")) {
-    SourceTaps<3> taps{{}, 1, s.pad_w, -s.dilation_w, s.out_width, cout};
-    OutputIndexByTap<int64_t> row = first_row;
-    for (int ki = 0; ki < 3; ++ki, row.next()) taps.rows[ki] = row.at(s.out_height);
-    vector_columns = inner;
-    with_vector_ops([&](auto ops) {
-      run_compiled_for<InnerColumns<3>>(ops, grad_image, w_by_tap, taps, vector_columns, grad_in, c,
-                                        &vector_channels);
-    });
-  }
   for (int64_t iw = 0; iw < s.width; ++iw) {
-    const bool in_vectors = iw >= vector_columns.begin && iw < vector_columns.end;
-    const int64_t from = in_vectors ? vector_channels : 0;
-    if (from == c) continue;
     const RowTerms::Use use = row_terms.for_pixel(iw, repeating, build);
     sum_terms(
-        use.terms, w_by_tap, grad_image + use.operand_shift, from, c, m,
-        [](int64_t o) { return o; }, grad_in + iw * c);
+        use.terms, w_by_tap, grad_image + use.operand_shift, c, m, [](int64_t o) { return o; },
+        grad_in + iw * c);
   }
 }
 
