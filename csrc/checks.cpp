@@ -1,7 +1,7 @@
 // Every check of the operators' arguments, in one place (declared in checks.h).
 // The fake (meta) kernels in torch_convbp/_meta.py mirror these checks for torch.compile.
-#include <ATen/ATen.h>
 #include <ATen/MemoryOverlap.h>
+#include <ATen/core/Tensor.h>
 
 #include <algorithm>
 #include <optional>

@@ -20,8 +20,11 @@
 // its route computed in.
 #include "conv2d.h"
 
-#include <ATen/ATen.h>
 #include <ATen/OpMathType.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/add.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
 
 #include <algorithm>
 #include <optional>

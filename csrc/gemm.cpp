@@ -1,9 +1,11 @@
 // Single-threaded GEMMs in blocks fixed by the sizes (see gemm.h).
 #include "gemm.h"
 
-#include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <ATen/ThreadLocalState.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/bmm.h>
+#include <ATen/ops/empty.h>
 #include <ATen/record_function.h>
 
 #include <algorithm>

@@ -1,6 +1,8 @@
 // An operand or result changed between NCHW and channels last (layout.h).
 #include "layout.h"
 
+#include <ATen/ops/empty.h>
+
 #include <vector>
 
 #include "device_kernels.h"

@@ -1,7 +1,7 @@
 // The operands and results of an operator in the layout its route computes in (route.h).
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 
 #include "scratch.h"
 #include "shape.h"

@@ -2,6 +2,7 @@
 #include "matrices.h"
 
 #include <ATen/TensorUtils.h>
+#include <ATen/ops/empty.h>
 
 #include <algorithm>
 #include <vector>

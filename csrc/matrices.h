@@ -12,7 +12,7 @@
 // memory order of a channels_last weight's rows.
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 
 #include <optional>
 

@@ -2,7 +2,8 @@
 // workspace limit, which is process-wide state rather than an operator, the choice of route for
 // torch_convbp.explain(), and the torch version it was compiled against (torch has no stable C++
 // ABI: __init__.py refuses another version).
-#include <torch/extension.h>
+#include <torch/python.h>
+#include <torch/version.h>
 
 #include <string>
 #include <tuple>
@@ -107,7 +108,7 @@ PYBIND11_MODULE(_C, m) {
                                std::to_string(TORCH_VERSION_MINOR) + "." +
                                std::to_string(TORCH_VERSION_PATCH);
 #else
-  m.attr("built_with_torch") = py::none();
+#error "torch/version.h did not define TORCH_VERSION_MAJOR/MINOR/PATCH: the import check needs them"
 #endif
   // The CUDA architectures the kernels were compiled for (setup.py: sm_80+compute_90+...), empty
   // without CUDA kernels.

@@ -6,9 +6,9 @@
 // thread runs it (its GEMMs are single-threaded: gemm.h).
 #pragma once
 
-#include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <ATen/ThreadLocalState.h>
+#include <ATen/core/Tensor.h>
 
 #include <algorithm>
 

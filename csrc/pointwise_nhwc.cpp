@@ -13,7 +13,8 @@
 // AVX-512 kernels (gemm_choice.h, Float32Gemms); the weight gradient's follow the CPU's rule.
 #include "pointwise_nhwc.h"
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 
 #include "gemm.h"
 

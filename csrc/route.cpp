@@ -2,7 +2,7 @@
 // behind each threshold are measurements, in the benchmarks/NOTES.md sections named below.
 #include "route.h"
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 
 #include <optional>
 #include <string_view>

@@ -1,7 +1,9 @@
 // The pool of CPU scratch memory (scratch.h).
 #include "scratch.h"
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/from_blob.h>
 
 #include <algorithm>
 #include <cstdlib>

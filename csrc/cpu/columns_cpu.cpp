@@ -2,10 +2,10 @@
 //
 // Both are parallel over independent pieces of output (at::parallel_for), so they are race-free,
 // and every sum is taken in a fixed order, so they are deterministic whatever the thread count.
-#include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
 #include <torch/library.h>
 
 #include <algorithm>

@@ -13,10 +13,10 @@
 // are taken in opmath (float for float16 and bfloat16). These kernels read NCHW; a call whose
 // activations are channels_last goes to depthwise_nhwc_cpu.cpp, which keeps the same orders. (The
 // route sends NCHW calls with small planes there too, through layout copies: route.cpp.)
-#include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
 #include <torch/library.h>
 
 #include <algorithm>

@@ -10,10 +10,10 @@
 //
 // Output channel o reads input channel o / m (channel multiplier m = Cout / C). The weight is
 // used transposed, as [kh*kw, Cout] in opmath, so that a tap's weights are adjacent too.
-#include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
 
 #include <algorithm>
 #include <vector>

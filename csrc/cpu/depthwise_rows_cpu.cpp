@@ -13,10 +13,10 @@
 // registers along the row (vector_ops.h: AVX-512, AVX2 or any CPU, each lane rounded alike):
 // for a 3x3 kernel all the taps' sums of two vectors of channels at once, for any other kernel
 // a tap at a time; the row's x and dy stay in the cache across its taps.
-#include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
 
 #include <algorithm>
 #include <cstring>

@@ -20,10 +20,10 @@
 // a term is then a vector of the spread times a vector of weights [kh*kw, C/G, Cout] (the whole
 // layer as one group). Each element keeps its terms and their order (benchmarks/NOTES.md,
 // section 49). The vectors are 32 bytes, or 64 where the CPU has AVX-512 (section 51).
-#include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
 #include <torch/library.h>
 
 #include <algorithm>

@@ -24,10 +24,10 @@
 // a task takes a slice of the output channels of several groups, spreads each image's input over
 // them, and each term is a vector of the spread times a vector of output gradients, every lane
 // working. The entries' terms and their order stay as above (benchmarks/NOTES.md, section 49).
-#include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
 #include <torch/library.h>
 
 #include <algorithm>

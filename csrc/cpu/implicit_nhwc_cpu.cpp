@@ -19,8 +19,9 @@
 // runs its tile, and whichever rows share the tile: the bits depend neither on the thread count
 // nor on the tiles. bfloat16 of stride 1 and one group takes padded rows instead (below): kernel
 // rows of kw taps in one call, blocks of pixels across rows.
-#include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 #include <torch/library.h>
 
 #include <algorithm>

@@ -23,8 +23,8 @@
 // order, in the micro-kernel's order within a block. A task owns whole (group, channel block,
 // output channel block, tap) tiles of dW, and a thread walks the pixel blocks once for all its
 // tiles, so the bits depend neither on the thread count nor on which thread runs a tile.
-#include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
 #include <torch/library.h>
 
 #include <algorithm>

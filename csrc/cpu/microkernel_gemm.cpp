@@ -24,7 +24,7 @@
 // C sums its products tile by tile in increasing k, the same way whichever thread runs the GEMM.
 #include "../microkernel_gemm.h"
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 
 #include <algorithm>
 #include <type_traits>

@@ -13,9 +13,10 @@
 // So every result is bitwise the same on every run, and the same as the CPU's, in either layout.
 #pragma once
 
-#include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 
 #include <algorithm>
 #include <cstdint>

@@ -8,9 +8,11 @@
 //   of at most kImagePartialElements); the last pass writes the weight gradient.
 #pragma once
 
-#include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
 
 #include <algorithm>
 

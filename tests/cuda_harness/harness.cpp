@@ -10,6 +10,7 @@
 //
 // The operators take the real operators' arguments, plus index_bits, and live in the namespace
 // torch_convbp_cuda_harness.
+#include <ATen/ops/empty_like.h>
 #include <torch/library.h>
 
 #include <vector>
