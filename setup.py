@@ -21,6 +21,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 
 import torch
 from setuptools import setup
@@ -95,7 +96,7 @@ def extension():
         extension = CppExtension(
             "torch_convbp._C", sources, extra_compile_args={"cxx": cxx_flags}, extra_link_args=link_flags
         )
-        return extension, BuildExtension
+        return extension, with_kept_objects(BuildExtension, build_variant(cuda=False))
     if not os.environ.get("TORCH_CUDA_ARCH_LIST") and not torch.cuda.is_available():
         os.environ["TORCH_CUDA_ARCH_LIST"] = DEFAULT_CUDA_ARCHS
         print(f"torch_convbp: no GPU visible, building the CUDA kernels for {DEFAULT_CUDA_ARCHS}")
@@ -115,7 +116,29 @@ def extension():
         extra_compile_args={"cxx": [*cxx_flags, archs], "nvcc": ["-O3"]},
         extra_link_args=link_flags,
     )
-    return extension, BuildExtension
+    return extension, with_kept_objects(BuildExtension, build_variant(cuda=True))
+
+
+def with_kept_objects(build_ext_class, variant):
+    """build_ext_class, compiling into build/objects-<variant> (the Python, the torch release and
+    the kind of build) instead of the directory setuptools gives it. An editable install
+    (pip install -e .) is given a new temporary one each time, so every install compiled every
+    file again, and a wheel built after it too; kept here, ninja compiles again only what changed
+    (it compares each object's command line and the headers it read)."""
+
+    class BuildExtensionKeepingObjects(build_ext_class):
+        def finalize_options(self):
+            super().finalize_options()
+            self.build_temp = os.path.join(os.path.dirname(os.path.abspath(__file__)), "build", f"objects-{variant}")
+
+    return BuildExtensionKeepingObjects
+
+
+def build_variant(cuda: bool) -> str:
+    """What the objects of a build depend on beyond its sources: cp311-torch2.13.0-cpu, say."""
+    release = re.match(r"\d+\.\d+\.\d+", torch.__version__).group(0)
+    sanitized = "-sanitize" if os.environ.get("TORCH_CONVBP_SANITIZE") == "1" else ""
+    return f"{sys.implementation.cache_tag}-torch{release}-{'cuda' if cuda else 'cpu'}{sanitized}"
 
 
 def cutlass_include_dir():
