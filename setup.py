@@ -135,7 +135,7 @@ def with_kept_objects(build_ext_class, variant):
 
 
 def build_variant(cuda: bool) -> str:
-    """What the objects of a build depend on beyond its sources: cp311-torch2.13.0-cpu, say."""
+    """What the objects of a build depend on beyond its sources: cpython-311-torch2.13.0-cpu, say."""
     release = re.match(r"\d+\.\d+\.\d+", torch.__version__).group(0)
     sanitized = "-sanitize" if os.environ.get("TORCH_CONVBP_SANITIZE") == "1" else ""
     return f"{sys.implementation.cache_tag}-torch{release}-{'cuda' if cuda else 'cpu'}{sanitized}"
