@@ -136,9 +136,8 @@ def with_kept_objects(build_ext_class, variant):
 
 def build_variant(cuda: bool) -> str:
     """What the objects of a build depend on beyond its sources: cpython-311-torch2.13.0-cpu, say."""
-    release = re.match(r"\d+\.\d+\.\d+", torch.__version__).group(0)
     sanitized = "-sanitize" if os.environ.get("TORCH_CONVBP_SANITIZE") == "1" else ""
-    return f"{sys.implementation.cache_tag}-torch{release}-{'cuda' if cuda else 'cpu'}{sanitized}"
+    return f"{sys.implementation.cache_tag}-torch{torch_release()}-{'cuda' if cuda else 'cpu'}{sanitized}"
 
 
 def cutlass_include_dir():
@@ -169,8 +168,12 @@ def cuda_architectures():
 def torch_requirement():
     """The torch this build runs with: the release it was compiled against (torch has no stable C++
     ABI, so the wheel pins it, and pip refuses a mismatched torch at install time)."""
-    release = re.match(r"\d+\.\d+\.\d+", torch.__version__).group(0)  # 2.13.0 of 2.13.0+cpu
-    return f"torch=={release}"
+    return f"torch=={torch_release()}"
+
+
+def torch_release():
+    """The installed torch's release: 2.13.0 of 2.13.0+cpu."""
+    return re.match(r"\d+\.\d+\.\d+", torch.__version__).group(0)
 
 
 ext, build_ext = extension()

@@ -103,13 +103,10 @@ PYBIND11_MODULE(_C, m) {
         py::arg("stride"), py::arg("padding"), py::arg("dilation"), py::arg("groups"),
         py::arg("activations"),
         "(route, layout, reason) of one operator for a convolution and its activation operands.");
-#if defined(TORCH_VERSION_MAJOR) && defined(TORCH_VERSION_MINOR) && defined(TORCH_VERSION_PATCH)
+  // From torch/version.h (included above: without it these names do not compile).
   m.attr("built_with_torch") = std::to_string(TORCH_VERSION_MAJOR) + "." +
                                std::to_string(TORCH_VERSION_MINOR) + "." +
                                std::to_string(TORCH_VERSION_PATCH);
-#else
-#error "torch/version.h did not define TORCH_VERSION_MAJOR/MINOR/PATCH: the import check needs them"
-#endif
   // The CUDA architectures the kernels were compiled for (setup.py: sm_80+compute_90+...), empty
   // without CUDA kernels.
 #if defined(TORCH_CONVBP_CUDA_ARCHS)
