@@ -190,52 +190,72 @@ void build_taps(const ConvShape& s, int64_t oh, int64_t ow, bool all_columns,
   }
 }
 
-// What a task keeps from band to band: the taps of a run of columns, and the spread of the band's
-// input rows where the groups are summed across.
+// A run of output pixels that share their taps relative to their own: along row `oh` (the inner
+// columns, or one edge column), or down edge column `ow` from row `oh` (its inner rows). `span`
+// is the run's columns along a row, or [0, its rows) down a column; `all_inside`, that every
+// column of the run reads its taps inside the width.
+struct PixelRun {
+  int64_t oh, ow;
+  Span span;
+  bool all_inside, down;
+};
+
+// What a task keeps from band to band: the runs of a band and the taps of one, and the spread of
+// the band's input rows where the groups are summed across.
 template <typename acc_t>
 struct BandScratch {
+  std::vector<PixelRun> runs;
   std::vector<TapOffsets> taps;
   std::vector<acc_t> spread;
 };
 
-// The output rows `rows`, all columns of the channels [0, d.group_out) that `out` (the image's
-// output) starts at, from an operand whose rows start at image row `first_row`, `pixel_size`
-// elements a pixel. The inner columns of a row share one list of taps and go as runs along the
-// row. The edge columns of the inner rows go as runs down the column, each column with its own
-// taps: one pixel at a time, as the other edge pixels go, a block was a single chain of
-// multiply-adds, waiting on each one's latency, and 2 to 3 of every 7 to 14 columns of ResNeXt's
-// small images took most of their time (benchmarks/NOTES.md, section 51).
-template <class Ops, bool Spread, typename operand_t, typename scalar_t, typename acc_t>
-TORCH_CONVBP_INLINE void sum_rows(const operand_t* operand, int64_t first_row, int64_t pixel_size,
-                                  const acc_t* w, Span rows, std::vector<TapOffsets>& taps,
-                                  scalar_t* out, const ConvShape& s, const RowDims& d) {
+// The output rows `rows` as runs (appended to `runs`): the inner columns of a row share one list
+// of taps and go as a run along the row. The edge columns of the inner rows go as runs down the
+// column, each column with its own taps: one pixel at a time, as the other edge pixels go, a
+// block was a single chain of multiply-adds, waiting on each one's latency, and 2 to 3 of every 7
+// to 14 columns of ResNeXt's small images took most of their time (benchmarks/NOTES.md,
+// section 51).
+inline void band_runs(const ConvShape& s, Span rows, std::vector<PixelRun>& runs) {
   const Span inner = inner_columns(s), all_inner_rows = inner_rows(s);
   const Span down{std::max(rows.begin, all_inner_rows.begin),
                   std::max(rows.begin, std::min(rows.end, all_inner_rows.end))};
-  const int64_t weight_tap_size = d.group_in * d.weight_row;
   const auto is_edge = [&](int64_t ow) { return ow < inner.begin || ow >= inner.end; };
+  runs.clear();
   for (int64_t oh = rows.begin; oh < rows.end; ++oh) {
     const bool inner_row = oh >= down.begin && oh < down.end;
     for (int64_t ow = 0; ow < s.out_width;) {
       const bool is_inner = ow == inner.begin && inner.end > inner.begin;
       const Span run = is_inner ? inner : Span{ow, ow + 1};  // the inner columns, or an edge one
-      if (!(inner_row && is_edge(ow))) {
-        build_taps(s, oh, ow, is_inner, weight_tap_size, first_row, pixel_size, taps);
-        sum_group<Ops, Spread>(taps, run, operand + run.begin * d.input_pixel_step, w, d,
-                               out + (oh * s.out_width + run.begin) * s.out_channels);
-      }
+      if (!(inner_row && is_edge(ow))) runs.push_back({oh, ow, run, is_inner, false});
       ow = run.end;
     }
   }
   if (down.end == down.begin) return;
+  for (int64_t ow = 0; ow < s.out_width; ++ow) {
+    if (is_edge(ow)) runs.push_back({down.begin, ow, Span{0, down.end - down.begin}, false, true});
+  }
+}
+
+// The output rows `rows`, all columns of the channels [0, d.group_out) that `out` (the image's
+// output) starts at, from an operand whose rows start at image row `first_row`, `pixel_size`
+// elements a pixel, run by run (band_runs). One call of sum_group for both kinds of run: its
+// blocks are compiled once per kind of band, not twice (benchmarks/NOTES.md, section 78).
+template <class Ops, bool Spread, typename operand_t, typename scalar_t, typename acc_t>
+TORCH_CONVBP_INLINE void sum_rows(const operand_t* operand, int64_t first_row, int64_t pixel_size,
+                                  const acc_t* w, Span rows, BandScratch<acc_t>& scratch,
+                                  scalar_t* out, const ConvShape& s, const RowDims& d) {
+  const int64_t weight_tap_size = d.group_in * d.weight_row;
   RowDims column = d;  // a run down a column: the next pixel is a row on
   column.input_pixel_step = s.stride_h * s.width * pixel_size;
   column.out_channels = s.out_width * s.out_channels;
-  for (int64_t ow = 0; ow < s.out_width; ++ow) {
-    if (!is_edge(ow)) continue;
-    build_taps(s, down.begin, ow, false, weight_tap_size, first_row, pixel_size, taps);
-    sum_group<Ops, Spread>(taps, Span{0, down.end - down.begin}, operand + ow * d.input_pixel_step,
-                           w, column, out + (down.begin * s.out_width + ow) * s.out_channels);
+  band_runs(s, rows, scratch.runs);
+  for (const PixelRun& run : scratch.runs) {
+    const int64_t first_column = run.down ? run.ow : run.span.begin;
+    build_taps(s, run.oh, run.ow, run.all_inside, weight_tap_size, first_row, pixel_size,
+               scratch.taps);
+    sum_group<Ops, Spread>(scratch.taps, run.span, operand + first_column * d.input_pixel_step, w,
+                           run.down ? column : d,
+                           out + (run.oh * s.out_width + first_column) * s.out_channels);
   }
 }
 
@@ -251,8 +271,8 @@ TORCH_CONVBP_INLINE void band_by_groups(const scalar_t* image, const acc_t* w, i
   const int64_t weight_group_size = s.kernel_h * s.kernel_w * d.group_in * d.weight_row;
   for (int64_t g = 0; g < s.groups; ++g) {
     sum_rows<Ops, false>(image + g * d.group_in, 0, s.in_channels, w + g * weight_group_size,
-                         Span{first_row, first_row + rows}, scratch.taps,
-                         out_image + g * d.group_out, s, d);
+                         Span{first_row, first_row + rows}, scratch, out_image + g * d.group_out, s,
+                         d);
   }
 }
 
@@ -283,7 +303,7 @@ TORCH_CONVBP_INLINE void band_across_groups(const scalar_t* image, const acc_t* 
   const int64_t pixel_size = d.input_pixel_step / s.stride_w;
   const acc_t* spread = spread_rows<Ops>(image, input_rows, s, d, pixel_size, scratch.spread);
   sum_rows<Ops, true>(spread, input_rows.begin, pixel_size, w, Span{first_row, first_row + rows},
-                      scratch.taps, out_image, s, d);
+                      scratch, out_image, s, d);
 }
 
 // The band, by groups or across them, compiled for each set of vector operations (run_compiled_for,
