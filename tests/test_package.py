@@ -47,3 +47,20 @@ def test_an_error_from_cpp_that_formats_numbers_raises():
     x, w = torch.randn(1, 3, 8, 8), torch.randn(4, 2, 3, 3)
     with pytest.raises(RuntimeError, match=r"weight of size \[4, 2, 3, 3\].*input of size \[1, 3, 8, 8\]"):
         torch.ops.torch_convbp.conv2d(x, w, None, [1, 1], [0, 0], [1, 1], 1)
+
+
+@pytest.mark.parametrize("cpuinfo, has", [
+    ("processor\t: 0\nflags\t\t: fpu sse2 avx2 fma avx512f avx512bw\n", True),
+    ("processor\t: 0\nflags\t\t: fpu sse2 avx2 fma avx512_vnni_but_not_f\n", False),
+    ("processor\t: 0\nFeatures\t: fp asimd\n", True),  # no x86 flags line: nothing is left out
+    (None, True),  # unreadable: nothing is left out
+])
+def test_the_sanitizers_build_leaves_out_avx512_kernels_only_where_the_cpu_has_no_avx512(tmp_path, cpuinfo, has):
+    """setup.py's sanitized build compiles the AVX-512 kernels only where avx512f is among the
+    CPU's flags: where it is not, they could never run under the sanitizers."""
+    from torch_convbp._build_flags import cpu_has_avx512
+
+    path = tmp_path / "cpuinfo"
+    if cpuinfo is not None:
+        path.write_text(cpuinfo)
+    assert cpu_has_avx512(str(path)) is has

@@ -14,3 +14,16 @@ def shared_libstdcxx() -> list:
     crashed Python with SIGSEGV instead of raising. Naming the shared runtime by its file name
     links it whatever the toolchain's default; elsewhere it is what -lstdc++ finds anyway."""
     return ["-l:libstdc++.so.6"] if sys.platform.startswith("linux") else []
+
+
+def cpu_has_avx512(cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """Whether the CPU this runs on has AVX-512 (avx512f among /proc/cpuinfo's flags). True where
+    that cannot be read: a build leaves out only kernels its CPU cannot run (setup.py, the
+    sanitizers' build)."""
+    try:
+        with open(cpuinfo) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return True
+    flags = [line.split(":", 1)[1].split() for line in lines if line.startswith("flags") and ":" in line]
+    return not flags or "avx512f" in flags[0]

@@ -42,9 +42,11 @@ inline double lanes_used(const ConvShape& s, int64_t lanes) {
 // kernels size their vectors, blocks and layouts by Ops::kBytes; every choice gives the same bits.
 template <typename acc_t, typename Run>
 inline void with_ops_for_groups(const ConvShape& s, Run&& run) {
-#ifdef TORCH_CONVBP_AVX2_BANDS
+#ifdef TORCH_CONVBP_AVX512_BANDS
   constexpr int64_t narrow = 32 / sizeof(acc_t), wide = 64 / sizeof(acc_t);
   if (cpu_has_avx512() && lanes_used(s, wide) >= lanes_used(s, narrow)) return run(Avx512Ops{});
+#endif
+#ifdef TORCH_CONVBP_AVX2_BANDS
   if (cpu_has_avx2_fma()) return run(Avx2Ops{});
 #endif
   run(LaneOps{});

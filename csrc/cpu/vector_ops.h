@@ -18,6 +18,12 @@
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
 #define TORCH_CONVBP_AVX2_BANDS 1
 #include <immintrin.h>
+// A build for a CPU without AVX-512 may leave the AVX-512 kernels out
+// (TORCH_CONVBP_NO_AVX512_KERNELS, setup.py): the sanitizers' build does, as it checks the code
+// the CPU it runs on can run. cpu_has_avx512() is then false there anyway.
+#ifndef TORCH_CONVBP_NO_AVX512_KERNELS
+#define TORCH_CONVBP_AVX512_BANDS 1
+#endif
 #endif
 
 // The vectors below are returned by value from always-inlined helpers only; GCC's note that
@@ -173,8 +179,10 @@ inline bool cpu_has_avx512() {
 // Runs run(ops) with the widest vector operations this CPU runs: Avx512Ops, Avx2Ops or LaneOps.
 template <class Run>
 void with_vector_ops(Run&& run) {
-#ifdef TORCH_CONVBP_AVX2_BANDS
+#ifdef TORCH_CONVBP_AVX512_BANDS
   if (cpu_has_avx512()) return run(Avx512Ops{});
+#endif
+#ifdef TORCH_CONVBP_AVX2_BANDS
   if (cpu_has_avx2_fma()) return run(Avx2Ops{});
 #endif
   run(LaneOps{});
