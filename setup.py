@@ -123,6 +123,66 @@ def extension():
     return extension, with_kept_objects(BuildExtension, build_variant(cuda=True))
 
 
+def with_precompiled_torch_headers():
+    """Compiles csrc/torch_headers.h once per build with the flags ninja gives every C++ file, into
+    the build's objects directory, and has each file read it first (-include): parsing torch's
+    headers took 6 to 10 s of each file's compile (benchmarks/NOTES.md, section 79). It wraps
+    torch's function that writes the ninja file, whose arguments hold those flags. GCC uses the
+    precompiled header only where the flags match, and says so otherwise (-Winvalid-pch); where
+    torch's function takes other arguments, or the header does not compile, the build goes on
+    without it, as before. TORCH_CONVBP_PCH=0 turns it off."""
+    import torch.utils.cpp_extension as cpp_extension
+
+    write_and_compile = cpp_extension._write_ninja_file_and_compile_objects
+
+    def with_header(*args, **kwargs):
+        if not args and {"cflags", "post_cflags", "build_directory"} <= kwargs.keys():
+            header = precompile_torch_headers(kwargs["cflags"], kwargs["post_cflags"], kwargs["build_directory"])
+            if header is not None:
+                kwargs["post_cflags"] = kwargs["post_cflags"] + precompiled_header_flags(header)
+        return write_and_compile(*args, **kwargs)
+
+    if os.environ.get("TORCH_CONVBP_PCH", "1") != "0":
+        cpp_extension._write_ninja_file_and_compile_objects = with_header
+
+
+def precompiled_header_flags(header=None):
+    """Torch's headers as system headers (GCC applies their diagnostic pragmas to templates
+    instantiated from a precompiled header as to system headers only), no note on GCC 4.6's
+    vector ABI (vector_ops.h's pragma for it is likewise lost), and the header read first."""
+    from torch.utils.cpp_extension import include_paths
+
+    flags = [f"-isystem{path}" for path in include_paths()] + ["-Wno-psabi", "-Winvalid-pch"]
+    return flags + (["-include", header] if header else [])
+
+
+def precompile_torch_headers(cflags, post_cflags, build_directory):
+    """The path of build_directory/pch/torch_headers.h, with its .gch beside it, compiled again
+    when the header or the flags change; None where it does not compile (the build goes on)."""
+    import json
+    import shlex
+
+    from torch.utils.cpp_extension import get_cxx_compiler
+
+    source = os.path.join(os.path.dirname(os.path.abspath(__file__)), "csrc", "torch_headers.h")
+    header = os.path.join(build_directory, "pch", "torch_headers.h")
+    flags = shlex.split(" ".join([*cflags, *post_cflags])) + precompiled_header_flags()
+    command = [get_cxx_compiler(), *flags, "-x", "c++-header", header, "-o", header + ".gch"]
+    with open(source) as f:
+        stamp = json.dumps([command, f.read()])
+    stamp_path = header + ".stamp"
+    if os.path.exists(header + ".gch") and os.path.exists(stamp_path) and open(stamp_path).read() == stamp:
+        return header
+    os.makedirs(os.path.dirname(header), exist_ok=True)
+    shutil.copyfile(source, header)
+    if subprocess.run(command).returncode != 0:
+        print("torch_convbp: the precompiled header did not compile; building without it")
+        return None
+    with open(stamp_path, "w") as f:
+        f.write(stamp)
+    return header
+
+
 def with_kept_objects(build_ext_class, variant):
     """build_ext_class, compiling into build/objects-<variant> (the Python, the torch release and
     the kind of build) instead of the directory setuptools gives it. An editable install
@@ -180,5 +240,6 @@ def torch_release():
     return re.match(r"\d+\.\d+\.\d+", torch.__version__).group(0)
 
 
+with_precompiled_torch_headers()
 ext, build_ext = extension()
 setup(ext_modules=[ext], cmdclass={"build_ext": build_ext}, install_requires=[torch_requirement()])
