@@ -92,7 +92,8 @@ def extension():
         # -g1 (line tables) gives the reports their files and lines, at two thirds of -g's build time.
         cxx_flags = ["-O1", "-g1", "-fno-omit-frame-pointer", "-fno-wrapv", "-fopenmp", *sanitize]
         # It checks the code this CPU runs: without AVX-512 here, the AVX-512 kernels could never
-        # run under it, and they were a quarter of its compile time (benchmarks/NOTES.md, section 79).
+        # run under it; they were a quarter of its grouped kernels' compile time (benchmarks/NOTES.md,
+        # section 79).
         if not build_flags().cpu_has_avx512():
             cxx_flags.append("-DTORCH_CONVBP_NO_AVX512_KERNELS")
         link_flags += sanitize
