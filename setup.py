@@ -13,7 +13,8 @@ For a CUDA build no variable is needed, on machines without a GPU too:
   TORCH_CUDA_ARCH_LIST, if set, wins (on a GPU machine torch builds for the GPUs it sees).
 
 TORCH_CONVBP_SANITIZE=1 builds the C++ code with AddressSanitizer and UndefinedBehaviorSanitizer
-(tools/check_sanitizers.sh runs the tests under them).
+(tools/check_sanitizers.sh runs the tests under them). TORCH_CONVBP_PCH=0 builds without the
+precompiled header of torch's headers (csrc/torch_headers.h).
 """
 import glob
 import importlib.util
@@ -172,8 +173,10 @@ def precompile_torch_headers(cflags, post_cflags, build_directory):
     with open(source) as f:
         stamp = json.dumps([command, f.read()])
     stamp_path = header + ".stamp"
-    if os.path.exists(header + ".gch") and os.path.exists(stamp_path) and open(stamp_path).read() == stamp:
-        return header
+    if os.path.exists(header + ".gch") and os.path.exists(stamp_path):
+        with open(stamp_path) as f:
+            if f.read() == stamp:
+                return header
     os.makedirs(os.path.dirname(header), exist_ok=True)
     shutil.copyfile(source, header)
     if subprocess.run(command).returncode != 0:

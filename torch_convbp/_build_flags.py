@@ -1,6 +1,7 @@
-"""Link flags for every C++ build of this project: the extension (setup.py) and the test harness
-built at test time (tests/test_cuda_threads.py). Plain Python, importable before the extension
-is built (setup.py loads this file by its path)."""
+"""What the C++ builds of this project ask of the machine: link flags for every one (the extension,
+setup.py, and the test harness built at test time, tests/test_cuda_threads.py), and whether the
+CPU has AVX-512 (the sanitizers' build). Plain Python, importable before the extension is built
+(setup.py loads this file by its path)."""
 import sys
 
 
