@@ -244,6 +244,8 @@ def torch_release():
     return re.match(r"\d+\.\d+\.\d+", torch.__version__).group(0)
 
 
-with_precompiled_torch_headers()
 ext, build_ext = extension()
+# After extension(): torch.utils.cpp_extension reads CUDA_HOME, which extension() sets, when it is
+# first imported.
+with_precompiled_torch_headers()
 setup(ext_modules=[ext], cmdclass={"build_ext": build_ext}, install_requires=[torch_requirement()])
