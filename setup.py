@@ -130,15 +130,16 @@ def with_precompiled_torch_headers():
     the build's objects directory, and has each file read it first (-include): parsing torch's
     headers took 6 to 10 s of each file's compile (benchmarks/NOTES.md, section 79). It wraps
     torch's function that writes the ninja file, whose arguments hold those flags. GCC uses the
-    precompiled header only where the flags match, and says so otherwise (-Winvalid-pch); where
-    torch's function takes other arguments, or the header does not compile, the build goes on
-    without it, as before. TORCH_CONVBP_PCH=0 turns it off."""
+    precompiled header only where the flags match, and says so otherwise (-Winvalid-pch); with
+    another compiler (clang refuses a mismatched one), where torch's function takes other
+    arguments, or where the header does not compile, the build goes on without it, as before.
+    TORCH_CONVBP_PCH=0 turns it off."""
     import torch.utils.cpp_extension as cpp_extension
 
     write_and_compile = cpp_extension._write_ninja_file_and_compile_objects
 
     def with_header(*args, **kwargs):
-        if not args and {"cflags", "post_cflags", "build_directory"} <= kwargs.keys():
+        if not args and {"cflags", "post_cflags", "build_directory"} <= kwargs.keys() and compiler_is_gcc():
             header = precompile_torch_headers(kwargs["cflags"], kwargs["post_cflags"], kwargs["build_directory"])
             if header is not None:
                 kwargs["post_cflags"] = kwargs["post_cflags"] + precompiled_header_flags(header)
@@ -146,6 +147,18 @@ def with_precompiled_torch_headers():
 
     if os.environ.get("TORCH_CONVBP_PCH", "1") != "0":
         cpp_extension._write_ninja_file_and_compile_objects = with_header
+
+
+def compiler_is_gcc():
+    """Whether the C++ compiler torch's build uses is GCC (it defines __GNUC__, and not __clang__)."""
+    from torch.utils.cpp_extension import get_cxx_compiler
+
+    try:
+        macros = subprocess.run([get_cxx_compiler(), "-dM", "-E", "-x", "c++", os.devnull],
+                                capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return "__GNUC__" in macros and "__clang__" not in macros
 
 
 def precompiled_header_flags(header=None):
