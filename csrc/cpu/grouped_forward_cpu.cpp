@@ -190,10 +190,10 @@ void build_taps(const ConvShape& s, int64_t oh, int64_t ow, bool all_columns,
   }
 }
 
-// A run of output pixels that share their taps relative to their own: along row `oh` (the inner
-// columns, or one edge column), or down edge column `ow` from row `oh` (its inner rows). `span`
-// is the run's columns along a row, or [0, its rows) down a column; `all_inside`, that every
-// column of the run reads its taps inside the width.
+// A run of output pixels that share their taps relative to their own, from pixel (oh, ow): along
+// row `oh` (the inner columns, or one edge column), or down edge column `ow` (its inner rows).
+// `span` is the run's columns along a row ([ow, ...)), or [0, its rows) down a column;
+// `all_inside`, that every column of the run reads its taps inside the width.
 struct PixelRun {
   int64_t oh, ow;
   Span span;
@@ -250,12 +250,11 @@ TORCH_CONVBP_INLINE void sum_rows(const operand_t* operand, int64_t first_row, i
   column.out_channels = s.out_width * s.out_channels;
   band_runs(s, rows, scratch.runs);
   for (const PixelRun& run : scratch.runs) {
-    const int64_t first_column = run.down ? run.ow : run.span.begin;
     build_taps(s, run.oh, run.ow, run.all_inside, weight_tap_size, first_row, pixel_size,
                scratch.taps);
-    sum_group<Ops, Spread>(scratch.taps, run.span, operand + first_column * d.input_pixel_step, w,
+    sum_group<Ops, Spread>(scratch.taps, run.span, operand + run.ow * d.input_pixel_step, w,
                            run.down ? column : d,
-                           out + (run.oh * s.out_width + first_column) * s.out_channels);
+                           out + (run.oh * s.out_width + run.ow) * s.out_channels);
   }
 }
 
