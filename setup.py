@@ -125,28 +125,37 @@ def extension():
     return extension, with_kept_objects(BuildExtension, build_variant(cuda=True))
 
 
-def with_precompiled_torch_headers():
-    """Compiles csrc/torch_headers.h once per build with the flags ninja gives every C++ file, into
-    the build's objects directory, and has each file read it first (-include): parsing torch's
-    headers took 6 to 10 s of each file's compile (benchmarks/NOTES.md, section 79). It wraps
-    torch's function that writes the ninja file, whose arguments hold those flags. GCC uses the
-    precompiled header only where the flags match, and says so otherwise (-Winvalid-pch); with
-    another compiler (clang refuses a mismatched one), where torch's function takes other
-    arguments, or where the header does not compile, the build goes on without it, as before.
-    TORCH_CONVBP_PCH=0 turns it off."""
-    import torch.utils.cpp_extension as cpp_extension
+def with_precompiled_torch_headers(build_ext_class):
+    """build_ext_class, compiling csrc/torch_headers.h once per build with the flags ninja gives
+    every C++ file, into the build's objects directory, and having each file read it first
+    (-include): parsing torch's headers took 6 to 10 s of each file's compile
+    (benchmarks/NOTES.md, section 79). During its build it wraps torch's function that writes the
+    ninja file, whose arguments hold those flags. GCC uses the precompiled header only where the
+    flags match, and says so otherwise (-Winvalid-pch); with another compiler (clang refuses a
+    mismatched one), where torch's function takes other arguments, or where the header does not
+    compile, the build goes on without it, as before. TORCH_CONVBP_PCH=0 turns it off."""
 
-    write_and_compile = cpp_extension._write_ninja_file_and_compile_objects
+    class BuildExtensionWithPrecompiledHeader(build_ext_class):
+        def build_extensions(self):
+            import torch.utils.cpp_extension as cpp_extension
 
-    def with_header(*args, **kwargs):
-        if not args and {"cflags", "post_cflags", "build_directory"} <= kwargs.keys() and compiler_is_gcc():
-            header = precompile_torch_headers(kwargs["cflags"], kwargs["post_cflags"], kwargs["build_directory"])
-            if header is not None:
-                kwargs["post_cflags"] = kwargs["post_cflags"] + precompiled_header_flags(header)
-        return write_and_compile(*args, **kwargs)
+            write_and_compile = cpp_extension._write_ninja_file_and_compile_objects
 
-    if os.environ.get("TORCH_CONVBP_PCH", "1") != "0":
-        cpp_extension._write_ninja_file_and_compile_objects = with_header
+            def with_header(*args, **kwargs):
+                if not args and {"cflags", "post_cflags", "build_directory"} <= kwargs.keys() and compiler_is_gcc():
+                    header = precompile_torch_headers(kwargs["cflags"], kwargs["post_cflags"], kwargs["build_directory"])
+                    if header is not None:
+                        kwargs["post_cflags"] = kwargs["post_cflags"] + precompiled_header_flags(header)
+                return write_and_compile(*args, **kwargs)
+
+            if os.environ.get("TORCH_CONVBP_PCH", "1") != "0":
+                cpp_extension._write_ninja_file_and_compile_objects = with_header
+            try:
+                super().build_extensions()
+            finally:
+                cpp_extension._write_ninja_file_and_compile_objects = write_and_compile
+
+    return BuildExtensionWithPrecompiledHeader
 
 
 def compiler_is_gcc():
@@ -258,7 +267,5 @@ def torch_release():
 
 
 ext, build_ext = extension()
-# After extension(): torch.utils.cpp_extension reads CUDA_HOME, which extension() sets, when it is
-# first imported.
-with_precompiled_torch_headers()
-setup(ext_modules=[ext], cmdclass={"build_ext": build_ext}, install_requires=[torch_requirement()])
+setup(ext_modules=[ext], cmdclass={"build_ext": with_precompiled_torch_headers(build_ext)},
+      install_requires=[torch_requirement()])

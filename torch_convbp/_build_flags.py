@@ -1,7 +1,7 @@
 """What the C++ builds of this project ask of the machine: link flags for every one (the extension,
-setup.py, and the test harness built at test time, tests/test_cuda_threads.py), and whether the
-CPU has AVX-512 (the sanitizers' build). Plain Python, importable before the extension is built
-(setup.py loads this file by its path)."""
+setup.py, and the test harness built at test time, tests/test_cuda_threads.py), and the CPU's
+flags (whether the sanitizers' build takes the AVX-512 kernels; the benchmarks record them too).
+Plain Python, importable before the extension is built (setup.py loads this file by its path)."""
 import sys
 
 
@@ -17,14 +17,18 @@ def shared_libstdcxx() -> list:
     return ["-l:libstdc++.so.6"] if sys.platform.startswith("linux") else []
 
 
-def cpu_has_avx512(cpuinfo: str = "/proc/cpuinfo") -> bool:
-    """Whether the CPU this runs on has AVX-512 (avx512f among /proc/cpuinfo's flags). True where
-    that cannot be read: a build leaves out only kernels its CPU cannot run (setup.py, the
-    sanitizers' build)."""
+def cpu_flags(cpuinfo: str = "/proc/cpuinfo"):
+    """The flags /proc/cpuinfo gives the CPU (fpu, avx2, avx512f, ...), or None where it cannot be
+    read or has no flags line (not Linux on x86)."""
     try:
         with open(cpuinfo) as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return True
-    flags = [line.split(":", 1)[1].split() for line in lines if line.startswith("flags") and ":" in line]
-    return not flags or "avx512f" in flags[0]
+            return next(line.split(":", 1)[1].split() for line in f if line.startswith("flags") and ":" in line)
+    except (OSError, StopIteration):
+        return None
+
+
+def cpu_has_avx512(cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """Whether the CPU this runs on has AVX-512 (avx512f among its flags). True where that cannot
+    be read: a build leaves out only kernels its CPU cannot run (setup.py, the sanitizers' build)."""
+    flags = cpu_flags(cpuinfo)
+    return flags is None or "avx512f" in flags

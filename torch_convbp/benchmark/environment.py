@@ -8,6 +8,7 @@ import subprocess
 import torch
 
 import torch_convbp
+from torch_convbp import _build_flags
 
 
 def machine_description(device):
@@ -28,11 +29,7 @@ SETTINGS = ("DNNL_MAX_CPU_ISA", "ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "MK
 
 def cpu_flags():
     """The instruction-set extensions of ISA_FLAGS that this CPU reports (/proc/cpuinfo)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next(line.split(":", 1)[1].split() for line in f if line.startswith("flags"))
-    except (OSError, StopIteration):
-        return []
+    flags = _build_flags.cpu_flags() or []
     return [flag for flag in ISA_FLAGS if flag in flags]
 
 
