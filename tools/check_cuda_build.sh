@@ -9,11 +9,10 @@
 # can: tests/test_cuda_threads.py runs it on the CPU. The build happens in a copy of the tree
 # (build/cuda-check/src), so the CPU build of your own checkout is left alone.
 #
-#   tools/check_cuda_build.sh [pytest arguments]     # .ci/run calls it after the test command
+#   tools/check_cuda_build.sh [pytest arguments]     # .ci/run runs it beside the test command
 #
 # Settings: TORCH_CONVBP_CUDA_VENV (default .venv-cuda), TORCH_CONVBP_CUDA_TORCH (the torch to
-# install, default torch==2.14.1, a CUDA 13.0 build), MAX_JOBS (parallel compile jobs),
-# TORCH_CONVBP_CUDA_VENV_ONLY=1 (only make the venv).
+# install, default torch==2.14.1, a CUDA 13.0 build), MAX_JOBS (parallel compile jobs).
 # With CI=true anything missing is a failure; elsewhere the script says what is missing and how
 # to get it, and exits 0 without checking.
 set -euo pipefail
@@ -27,12 +26,6 @@ command -v nvcc >/dev/null ||
 make_venv "$VENV" "$TORCH_SPEC" numpy pytest hypothesis scikit-learn expecttest
 "$VENV/bin/python" -c "import sys, torch; sys.exit(torch.version.cuda is None)" ||
   missing "$TORCH_SPEC in $VENV is not a CUDA build of torch. Name a CUDA build with TORCH_CONVBP_CUDA_TORCH."
-
-# .ci/run makes the venv beside its first stage with TORCH_CONVBP_CUDA_VENV_ONLY=1, then builds.
-if [ "${TORCH_CONVBP_CUDA_VENV_ONLY:-}" = "1" ]; then
-  say "made $VENV"
-  exit 0
-fi
 
 copy_tree "$ROOT/build/cuda-check/src"
 cd "$ROOT/build/cuda-check/src"

@@ -3,14 +3,14 @@
 # C++ projects run it: out-of-bounds reads and writes that give the right answer by luck, use after
 # free, and undefined behaviour such as signed overflow in index arithmetic all stop the run.
 #
-# In a virtual environment (its own by default; CI passes the test venv, which has the same CPU
-# torch), it builds a copy of the tree (build/sanitize/src) with TORCH_CONVBP_SANITIZE=1, installed
-# editable there: a venv shared with the main tree then imports the sanitized copy until the main
-# tree is installed again. It runs the fast tests and a fuzz run with
+# In a virtual environment of its own (the CPU torch), it builds a copy of the tree
+# (build/sanitize/src) with TORCH_CONVBP_SANITIZE=1, installed editable there: a venv shared with
+# the main tree would import the sanitized copy until the main tree is installed again, so CI, which
+# runs this beside the test command, keeps them apart. It runs the fast tests and a fuzz run with
 # the ASan runtime (and libstdc++) preloaded into Python, which is not instrumented, and leak
 # detection off (Python and torch keep memory to the end on purpose).
 #
-#   tools/check_sanitizers.sh             # .ci/run calls it after the test command
+#   tools/check_sanitizers.sh             # .ci/run runs it beside the test command
 #
 # Settings: TORCH_CONVBP_SANITIZE_VENV (default .venv-sanitize), TORCH_CONVBP_FUZZ_EXAMPLES
 # (default 300 here). With CI=true anything missing is a failure; elsewhere it says what.
