@@ -3,11 +3,12 @@
 // With y = conv2d(x, W) and <a, b> the sum of a*b, the two gradient operators are the adjoints
 //     <conv2d(x, W), g> = <x, conv2d_input_grad(g, W)> = <W, conv2d_weight_grad(x, g)>,
 // so each is linear in both of its tensors, and its gradients are again among the three:
-//   conv2d(x, W) + b, incoming g:         dx = conv2d_input_grad(g, W), dW = conv2d_weight_grad(x,
-//   g),
-//                                         db = the sum of g over batch and pixels
-//   conv2d_input_grad(g, W), incoming v:  dg = conv2d(v, W),            dW = conv2d_weight_grad(v,
-//   g) conv2d_weight_grad(x, g), incoming u: dx = conv2d_input_grad(g, u), dg = conv2d(x, u)
+//   conv2d(x, W) + b, incoming g:
+//       dx = conv2d_input_grad(g, W),  dW = conv2d_weight_grad(x, g),  db = sum of g over N, H, W
+//   conv2d_input_grad(g, W), incoming v:
+//       dg = conv2d(v, W),             dW = conv2d_weight_grad(v, g)
+//   conv2d_weight_grad(x, g), incoming u:
+//       dx = conv2d_input_grad(g, u),  dg = conv2d(x, u)
 // The backward functions call the operators through the dispatcher, so each call records its own
 // autograd node when a higher order is asked for: gradients of any order need nothing else.
 // Only the gradients asked for are computed.
@@ -80,8 +81,7 @@ Tensor call_weight_grad(const Tensor& input, const Tensor& grad_output,
   return op.call(input, grad_output, weight_size, stride, padding, dilation, groups);
 }
 
-// ---- What every node saves
-// ------------------------------------------------------------------------
+// ---- What every node saves ---------------------------------------------------------------------
 
 // The convolution's arguments, which every operator takes last and its gradients reuse (2 or 3
 // numbers each: no heap memory).
