@@ -15,17 +15,25 @@
 //
 // These are kernels at the Autograd key, in C++, rather than torch.library.register_autograd in
 // Python: a Python autograd wrapper costs about 70 us of host time per call (benchmarks/NOTES.md
-// section 16), which a GPU layer waits for.
+// section 16), which a GPU layer waits for. Their nodes are written as ATen's generated ones are
+// (a Node with its saved tensors as members), not as torch::autograd::Function, whose general
+// machinery (a context with a hash map of saved data, the outputs' wrapping for views and in-place
+// results, the inputs' and outputs' metadata) cost host time on every call (section 81).
+#include <ATen/FuncTorchTLS.h>
 #include <ATen/core/dispatch/Dispatcher.h>
-#include <torch/autograd.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/functions/utils.h>
 #include <torch/library.h>
+
+#include <type_traits>
 
 namespace torch_convbp {
 namespace {
 
 using at::IntArrayRef;
 using at::Tensor;
-using torch::autograd::AutogradContext;
+using torch::autograd::Node;
+using torch::autograd::SavedVariable;
 using torch::autograd::variable_list;
 
 // ---- The operators, called through the dispatcher ----------------------------------------------
@@ -90,125 +98,117 @@ struct ConvArgs {
   int64_t groups;
 };
 
-// A node saves its operator's two tensors and the convolution's arguments, these as one list
-// [stride..., padding..., dilation..., groups] in one entry of its saved data (an entry costs a
-// hashed string and a list: host time, benchmarks/NOTES.md section 47).
-void save(AutogradContext* ctx, const Tensor& first, const Tensor& second, IntArrayRef stride,
-          IntArrayRef padding, IntArrayRef dilation, int64_t groups) {
-  ctx->save_for_backward({first, second});
-  std::vector<int64_t> args;
-  args.reserve(3 * stride.size() + 1);
-  for (IntArrayRef values : {stride, padding, dilation}) {
-    args.insert(args.end(), values.begin(), values.end());
-  }
-  args.push_back(groups);
-  ctx->saved_data["args"] = std::move(args);
-}
+// A node of one of the three operators: its two tensors (the operator's inputs, never its output)
+// and the convolution's arguments. Its edges are its operator's tensor inputs, in order.
+struct ConvNode : Node {
+  SavedVariable first, second;
+  ConvArgs args;
 
-ConvArgs saved_args(AutogradContext* ctx) {
-  const c10::List<int64_t> args = ctx->saved_data["args"].toIntList();
-  const size_t dims = (args.size() - 1) / 3;
-  ConvArgs result{{}, {}, {}, args.get(args.size() - 1)};
-  for (size_t i = 0; i < dims; ++i) {
-    result.stride.push_back(args.get(i));
-    result.padding.push_back(args.get(dims + i));
-    result.dilation.push_back(args.get(2 * dims + i));
+  void save(const Tensor& first_tensor, const Tensor& second_tensor, IntArrayRef stride,
+            IntArrayRef padding, IntArrayRef dilation, int64_t groups) {
+    first = SavedVariable(first_tensor, /*is_output=*/false);
+    second = SavedVariable(second_tensor, /*is_output=*/false);
+    args = {{stride.begin(), stride.end()},
+            {padding.begin(), padding.end()},
+            {dilation.begin(), dilation.end()},
+            groups};
   }
-  return result;
-}
 
-// The backward of an operator with two tensor inputs and four convolution arguments: no gradient
-// for the arguments.
-variable_list two_gradients(Tensor first, Tensor second) {
-  return {std::move(first), std::move(second), Tensor(), Tensor(), Tensor(), Tensor(), Tensor()};
-}
+  // After a backward that does not retain the graph: a second one is refused by SavedVariable.
+  void release_variables() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    first.reset_data();
+    second.reset_data();
+  }
+};
 
 // ---- The three nodes, of either dimension ------------------------------------------------------
+//
+// Each computes only the gradients asked for, and none for an undefined incoming gradient (a zero
+// one). Each locks the node's mutex in apply, as every node that reads saved state must (two
+// backwards through one graph may run in two threads).
 
 template <int Dims>
-struct ForwardNode : torch::autograd::Function<ForwardNode<Dims>> {
-  static Tensor forward(AutogradContext* ctx, const Tensor& input, const Tensor& weight,
-                        const std::optional<Tensor>& bias, IntArrayRef stride, IntArrayRef padding,
-                        IntArrayRef dilation, int64_t groups) {
-    save(ctx, input, weight, stride, padding, dilation, groups);
-    ctx->saved_data["has_bias"] = bias.has_value() && bias->defined();
-    at::AutoDispatchBelowADInplaceOrView below_autograd;
-    return call_forward<Dims>(input, weight, bias, stride, padding, dilation, groups);
+struct ForwardBackward final : ConvNode {
+  bool has_bias = false;
+
+  std::string name() const override {
+    return Dims == 2 ? "torch_convbp::Conv2dBackward" : "torch_convbp::Conv3dBackward";
   }
 
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const auto saved = ctx->get_saved_variables();
-    const Tensor &input = saved[0], &weight = saved[1], &grad = grads[0];
-    const auto [stride, padding, dilation, groups] = saved_args(ctx);
-    Tensor grad_input, grad_weight, grad_bias;
-    if (ctx->needs_input_grad(0)) {
-      grad_input =
+  // Edges: input, weight, bias.
+  variable_list apply(variable_list&& grads) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    variable_list result(3);
+    const Tensor& grad = grads[0];
+    if (!grad.defined()) return result;
+    const Tensor input = first.unpack(), weight = second.unpack();
+    const auto& [stride, padding, dilation, groups] = args;
+    if (should_compute_output(0)) {
+      result[0] =
           call_input_grad<Dims>(grad, weight, input.sym_sizes(), stride, padding, dilation, groups);
     }
-    if (ctx->needs_input_grad(1)) {
-      grad_weight = call_weight_grad<Dims>(input, grad, weight.sym_sizes(), stride, padding,
-                                           dilation, groups);
+    if (should_compute_output(1)) {
+      result[1] = call_weight_grad<Dims>(input, grad, weight.sym_sizes(), stride, padding, dilation,
+                                         groups);
     }
-    // The bias is an edge only when it was given; its gradient sums the batch and the pixels.
-    if (ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2)) {
-      grad_bias = Dims == 2 ? grad.sum({0, 2, 3}) : grad.sum({0, 2, 3, 4});
+    // The bias's gradient sums the batch and the pixels.
+    if (has_bias && should_compute_output(2)) {
+      result[2] = Dims == 2 ? grad.sum({0, 2, 3}) : grad.sum({0, 2, 3, 4});
     }
-    return {grad_input, grad_weight, grad_bias, Tensor(), Tensor(), Tensor(), Tensor()};
+    return result;
   }
 };
 
 template <int Dims>
-struct InputGradNode : torch::autograd::Function<InputGradNode<Dims>> {
-  static Tensor forward(AutogradContext* ctx, const Tensor& grad_output, const Tensor& weight,
-                        c10::SymIntArrayRef input_size, IntArrayRef stride, IntArrayRef padding,
-                        IntArrayRef dilation, int64_t groups) {
-    save(ctx, grad_output, weight, stride, padding, dilation, groups);
-    at::AutoDispatchBelowADInplaceOrView below_autograd;
-    return call_input_grad<Dims>(grad_output, weight, input_size, stride, padding, dilation,
-                                 groups);
+struct InputGradBackward final : ConvNode {
+  std::string name() const override {
+    return Dims == 2 ? "torch_convbp::Conv2dInputGradBackward"
+                     : "torch_convbp::Conv3dInputGradBackward";
   }
 
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const auto saved = ctx->get_saved_variables();
-    const Tensor &grad_output = saved[0], &weight = saved[1], &v = grads[0];
-    const auto [stride, padding, dilation, groups] = saved_args(ctx);
-    Tensor d_grad_output, d_weight;
-    if (ctx->needs_input_grad(0)) {
-      d_grad_output =
-          call_forward<Dims>(v, weight, std::nullopt, stride, padding, dilation, groups);
+  // Edges: grad_output, weight.
+  variable_list apply(variable_list&& grads) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    variable_list result(2);
+    const Tensor& v = grads[0];
+    if (!v.defined()) return result;
+    const Tensor grad_output = first.unpack(), weight = second.unpack();
+    const auto& [stride, padding, dilation, groups] = args;
+    if (should_compute_output(0)) {
+      result[0] = call_forward<Dims>(v, weight, std::nullopt, stride, padding, dilation, groups);
     }
-    if (ctx->needs_input_grad(1)) {
-      d_weight = call_weight_grad<Dims>(v, grad_output, weight.sym_sizes(), stride, padding,
+    if (should_compute_output(1)) {
+      result[1] = call_weight_grad<Dims>(v, grad_output, weight.sym_sizes(), stride, padding,
+                                         dilation, groups);
+    }
+    return result;
+  }
+};
+
+template <int Dims>
+struct WeightGradBackward final : ConvNode {
+  std::string name() const override {
+    return Dims == 2 ? "torch_convbp::Conv2dWeightGradBackward"
+                     : "torch_convbp::Conv3dWeightGradBackward";
+  }
+
+  // Edges: input, grad_output.
+  variable_list apply(variable_list&& grads) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    variable_list result(2);
+    const Tensor& u = grads[0];
+    if (!u.defined()) return result;
+    const Tensor input = first.unpack(), grad_output = second.unpack();
+    const auto& [stride, padding, dilation, groups] = args;
+    if (should_compute_output(0)) {
+      result[0] = call_input_grad<Dims>(grad_output, u, input.sym_sizes(), stride, padding,
                                         dilation, groups);
     }
-    return two_gradients(d_grad_output, d_weight);
-  }
-};
-
-template <int Dims>
-struct WeightGradNode : torch::autograd::Function<WeightGradNode<Dims>> {
-  static Tensor forward(AutogradContext* ctx, const Tensor& input, const Tensor& grad_output,
-                        c10::SymIntArrayRef weight_size, IntArrayRef stride, IntArrayRef padding,
-                        IntArrayRef dilation, int64_t groups) {
-    save(ctx, input, grad_output, stride, padding, dilation, groups);
-    at::AutoDispatchBelowADInplaceOrView below_autograd;
-    return call_weight_grad<Dims>(input, grad_output, weight_size, stride, padding, dilation,
-                                  groups);
-  }
-
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const auto saved = ctx->get_saved_variables();
-    const Tensor &input = saved[0], &grad_output = saved[1], &u = grads[0];
-    const auto [stride, padding, dilation, groups] = saved_args(ctx);
-    Tensor d_input, d_grad_output;
-    if (ctx->needs_input_grad(0)) {
-      d_input = call_input_grad<Dims>(grad_output, u, input.sym_sizes(), stride, padding, dilation,
-                                      groups);
+    if (should_compute_output(1)) {
+      result[1] = call_forward<Dims>(input, u, std::nullopt, stride, padding, dilation, groups);
     }
-    if (ctx->needs_input_grad(1)) {
-      d_grad_output = call_forward<Dims>(input, u, std::nullopt, stride, padding, dilation, groups);
-    }
-    return two_gradients(d_input, d_grad_output);
+    return result;
   }
 };
 
@@ -217,53 +217,113 @@ struct WeightGradNode : torch::autograd::Function<WeightGradNode<Dims>> {
 // Where there is nothing for autograd to record (grad mode off, as in every backward call unless
 // a higher order is asked for, or no operand requiring grad), each calls its operator below the
 // Autograd key straight away, without a node and its saved state: host time that a small GPU layer
-// waits for (benchmarks/NOTES.md, section 32). An operand with a forward-mode tangent still goes
-// through the node, which refuses it by name (the C++ Functions have no jvp).
+// waits for (benchmarks/NOTES.md, section 32). Else it makes the node, saves what the node needs,
+// computes below the Autograd key and makes the node the result's grad_fn.
 
-bool nothing_to_record(std::initializer_list<const Tensor*> operands) {
-  const bool grad_mode = at::GradMode::is_enabled();
+// A new node. Newer torch (2.13, 2.14) holds nodes by c10::intrusive_ptr; older (2.11, on the GPU
+// machine) by std::shared_ptr, deleted by torch::autograd::deleteNode (which frees a long chain of
+// nodes without deep recursion, and is gone where nodes are intrusive). It is called unqualified,
+// on the node's type, so that it is looked up only where that branch is compiled (ADL finds it in
+// the namespace of Node, the node's base).
+template <class NodeType>
+auto new_node() {
+  using NodePointer = decltype(torch::autograd::Edge::function);
+  if constexpr (std::is_same_v<NodePointer, std::shared_ptr<Node>>) {
+    return std::shared_ptr<NodeType>(new NodeType(), [](NodeType* node) { deleteNode(node); });
+  } else {
+    return c10::make_intrusive<NodeType>();
+  }
+}
+
+// The operators are reverse mode only: an operand with a forward-mode tangent (a dual tensor) is
+// refused by name, never its tangent dropped.
+void refuse_tangents(const char* op, std::initializer_list<const Tensor*> operands) {
   for (const Tensor* t : operands) {
-    if (!t->defined()) continue;
-    if ((grad_mode && t->requires_grad()) || t->_fw_grad(/*level=*/0).defined()) return false;
+    TORCH_CHECK(!t->defined() || !t->_fw_grad(/*level=*/0).defined(), op,
+                ": forward-mode AD is not implemented (an operand is a dual tensor, with a "
+                "tangent); differentiate in reverse mode (backward, torch.autograd.grad)");
+  }
+}
+
+bool nothing_to_record(const char* op, std::initializer_list<const Tensor*> operands) {
+  refuse_tangents(op, operands);
+  if (!at::GradMode::is_enabled()) return true;
+  for (const Tensor* t : operands) {
+    if (t->defined() && t->requires_grad()) return false;
   }
   return true;
+}
+
+// `result` computed below the Autograd key, then given `node` as its grad_fn. Under torch.func's
+// transforms (vmap, grad, ...), which see through Python autograd functions only, the call is
+// refused, as for any C++ node.
+template <class NodePointer, class Compute>
+Tensor recorded(const NodePointer& node, Compute compute) {
+  if (const auto& functorch_tls = at::functorch::functorchTLSAccessor()) {
+    functorch_tls->checkSupportsCppAutogradFunction();
+  }
+  Tensor result;
+  {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    result = compute();
+  }
+  torch::autograd::set_history(result, node);
+  return result;
 }
 
 template <int Dims>
 Tensor forward_autograd(const Tensor& input, const Tensor& weight,
                         const std::optional<Tensor>& bias, IntArrayRef stride, IntArrayRef padding,
                         IntArrayRef dilation, int64_t groups) {
-  if (nothing_to_record({&input, &weight, bias ? &*bias : &input})) {
-    at::AutoDispatchBelowADInplaceOrView below_autograd;
+  const Tensor& bias_tensor = bias ? *bias : Tensor();
+  const auto compute = [&] {
     return call_forward<Dims>(input, weight, bias, stride, padding, dilation, groups);
+  };
+  if (nothing_to_record(OperatorNames<Dims>::forward, {&input, &weight, &bias_tensor})) {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    return compute();
   }
-  return ForwardNode<Dims>::apply(input, weight, bias, stride, padding, dilation, groups);
+  auto node = new_node<ForwardBackward<Dims>>();
+  node->set_next_edges(torch::autograd::collect_next_edges(input, weight, bias_tensor));
+  node->save(input, weight, stride, padding, dilation, groups);
+  node->has_bias = bias_tensor.defined();
+  return recorded(node, compute);
 }
 
 template <int Dims>
 Tensor input_grad_autograd(const Tensor& grad_output, const Tensor& weight,
                            c10::SymIntArrayRef input_size, IntArrayRef stride, IntArrayRef padding,
                            IntArrayRef dilation, int64_t groups) {
-  if (nothing_to_record({&grad_output, &weight})) {
-    at::AutoDispatchBelowADInplaceOrView below_autograd;
+  const auto compute = [&] {
     return call_input_grad<Dims>(grad_output, weight, input_size, stride, padding, dilation,
                                  groups);
+  };
+  if (nothing_to_record(OperatorNames<Dims>::input_grad, {&grad_output, &weight})) {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    return compute();
   }
-  return InputGradNode<Dims>::apply(grad_output, weight, input_size, stride, padding, dilation,
-                                    groups);
+  auto node = new_node<InputGradBackward<Dims>>();
+  node->set_next_edges(torch::autograd::collect_next_edges(grad_output, weight));
+  node->save(grad_output, weight, stride, padding, dilation, groups);
+  return recorded(node, compute);
 }
 
 template <int Dims>
 Tensor weight_grad_autograd(const Tensor& input, const Tensor& grad_output,
                             c10::SymIntArrayRef weight_size, IntArrayRef stride,
                             IntArrayRef padding, IntArrayRef dilation, int64_t groups) {
-  if (nothing_to_record({&input, &grad_output})) {
-    at::AutoDispatchBelowADInplaceOrView below_autograd;
+  const auto compute = [&] {
     return call_weight_grad<Dims>(input, grad_output, weight_size, stride, padding, dilation,
                                   groups);
+  };
+  if (nothing_to_record(OperatorNames<Dims>::weight_grad, {&input, &grad_output})) {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    return compute();
   }
-  return WeightGradNode<Dims>::apply(input, grad_output, weight_size, stride, padding, dilation,
-                                     groups);
+  auto node = new_node<WeightGradBackward<Dims>>();
+  node->set_next_edges(torch::autograd::collect_next_edges(input, grad_output));
+  node->save(input, grad_output, stride, padding, dilation, groups);
+  return recorded(node, compute);
 }
 
 }  // namespace

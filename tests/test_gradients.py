@@ -93,5 +93,131 @@ def test_forward_mode_tangents_are_refused_by_name():
     x, w = torch.randn(1, 2, 5, 5), torch.randn(3, 2, 3, 3)
     with fwAD.dual_level():
         dual = fwAD.make_dual(x, torch.randn_like(x))
-        with pytest.raises(RuntimeError, match="jvp is not implemented"):
+        with pytest.raises(RuntimeError, match="forward-mode AD is not implemented"):
             torch_convbp.conv2d(dual, w)
+
+
+# ---- The nodes behave as every autograd node does ------------------------------------------------
+
+def _recorded_calls():
+    """(name, a function of fresh leaves returning (result, leaves)) for each operator with a node."""
+    ops = torch.ops.torch_convbp
+    args2, args3 = ([1, 2], [1, 0], [1, 1], 1), ([1, 1, 2], [0, 1, 0], [1, 1, 1], 1)
+
+    def leaves(*shapes):
+        return [torch.randn(*shape, dtype=torch.float64, requires_grad=True) for shape in shapes]
+
+    def conv2d():
+        x, w, b = leaves((2, 3, 7, 6), (4, 3, 3, 2), (4,))
+        return torch_convbp.conv2d(x, w, b, stride=(1, 2), padding=(1, 0)), (x, w, b)
+
+    def conv3d():
+        x, w, b = leaves((1, 2, 4, 5, 6), (3, 2, 2, 3, 2), (3,))
+        return torch_convbp.conv3d(x, w, b, stride=(1, 1, 2), padding=(0, 1, 0)), (x, w, b)
+
+    def conv2d_input_grad():
+        g, w = leaves((2, 4, 7, 3), (4, 3, 3, 2))
+        return ops.conv2d_input_grad(g, w, [2, 3, 7, 6], *args2), (g, w)
+
+    def conv2d_weight_grad():
+        x, g = leaves((2, 3, 7, 6), (2, 4, 7, 3))
+        return ops.conv2d_weight_grad(x, g, [4, 3, 3, 2], *args2), (x, g)
+
+    def conv3d_input_grad():
+        g, w = leaves((1, 3, 3, 5, 3), (3, 2, 2, 3, 2))
+        return ops.conv3d_input_grad(g, w, [1, 2, 4, 5, 6], *args3), (g, w)
+
+    def conv3d_weight_grad():
+        x, g = leaves((1, 2, 4, 5, 6), (1, 3, 3, 5, 3))
+        return ops.conv3d_weight_grad(x, g, [3, 2, 2, 3, 2], *args3), (x, g)
+
+    return {
+        "Conv2dBackward": conv2d, "Conv3dBackward": conv3d,
+        "Conv2dInputGradBackward": conv2d_input_grad, "Conv2dWeightGradBackward": conv2d_weight_grad,
+        "Conv3dInputGradBackward": conv3d_input_grad, "Conv3dWeightGradBackward": conv3d_weight_grad,
+    }
+
+
+RECORDED = _recorded_calls()
+
+
+@pytest.mark.parametrize("node", RECORDED)
+def test_each_node_is_named_and_has_an_edge_per_tensor_operand(node):
+    result, leaves = RECORDED[node]()
+    assert result.grad_fn.name() == f"torch_convbp::{node}"
+    edges = [fn for fn, _ in result.grad_fn.next_functions]
+    assert len(edges) == len(leaves) and all(type(fn).__name__ == "AccumulateGrad" for fn in edges)
+    assert [fn.variable for fn in edges] == list(leaves)
+
+
+@pytest.mark.parametrize("node", RECORDED)
+def test_a_second_backward_needs_retain_graph(node):
+    """Without retain_graph the node's saved tensors are released and a second backward is refused;
+    with it, the second backward adds the same gradients again."""
+    result, leaves = RECORDED[node]()
+    result.sum().backward(retain_graph=True)
+    first = [t.grad.clone() for t in leaves]
+    result.sum().backward()
+    assert all(torch.equal(t.grad, 2 * g) for t, g in zip(leaves, first))
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        result.sum().backward()
+
+
+def test_an_operand_changed_in_place_after_the_forward_is_refused():
+    """The node's saved tensors are checked against their version counters, as ATen's are."""
+    x, w = torch.randn(1, 2, 5, 5, requires_grad=True), torch.randn(3, 2, 3, 3, requires_grad=True)
+    h = x * 2
+    y = torch_convbp.conv2d(h, w)
+    h.add_(1)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
+
+
+def test_saved_tensor_hooks_see_what_the_node_saves():
+    """torch.autograd.graph.saved_tensors_hooks (activation offloading, checkpointing) packs the
+    node's two saved tensors, the input and the weight, and unpacks them in the backward."""
+    x, w = torch.randn(2, 2, 5, 5, requires_grad=True), torch.randn(3, 2, 3, 3, requires_grad=True)
+    packed, unpacked = [], []
+
+    def pack(t):
+        packed.append(t)
+        return t.clone()
+
+    def unpack(t):
+        unpacked.append(t)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+        y = torch_convbp.conv2d(x, w)
+    y.sum().backward()
+    assert len(packed) == 2 and packed[0] is x and packed[1] is w and len(unpacked) == 2
+    expected = torch.autograd.grad(torch.nn.functional.conv2d(x, w).sum(), (x, w))
+    torch.testing.assert_close((x.grad, w.grad), expected)
+
+
+def test_an_undefined_incoming_gradient_gives_none_as_for_f_conv2d():
+    """A node whose result gets no gradient (a zero one, undefined) computes none, as ATen's
+    convolution node does: the leaves' .grad stay None, not zeros."""
+
+    class DropsItsFirstInput(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, dropped, kept):
+            return kept.clone()
+
+        @staticmethod
+        def backward(ctx, grad):
+            return None, grad
+
+    for conv in (torch_convbp.conv2d, torch.nn.functional.conv2d):
+        x, w = torch.randn(1, 2, 5, 5, requires_grad=True), torch.randn(3, 2, 3, 3, requires_grad=True)
+        kept = torch.randn(3, requires_grad=True)
+        DropsItsFirstInput.apply(conv(x, w), kept).sum().backward()
+        assert x.grad is None and w.grad is None and torch.equal(kept.grad, torch.ones(3)), conv
+
+
+def test_torch_func_transforms_that_differentiate_are_refused():
+    """torch.func's grad and vjp see through Python autograd functions only: a C++ node is refused
+    with torch's message, never differentiated wrongly."""
+    x, w = torch.randn(1, 2, 5, 5), torch.randn(3, 2, 3, 3)
+    with pytest.raises(RuntimeError, match="functorch transforms"):
+        torch.func.grad(lambda x: torch_convbp.conv2d(x, w).sum())(x)
