@@ -134,6 +134,12 @@ def channels_last_format(rank: int):
     return torch.channels_last_3d if rank == 5 else channels_last
 
 
+def cuda_result_contiguous(input) -> bool:
+    """Whether F's result on CUDA is contiguous whatever the operands' formats: where cuDNN would
+    not run channels_last (float64, or cuDNN disabled; seen on an H100 with torch 2.11)."""
+    return input.is_cuda and (input.dtype == torch.float64 or not torch.backends.cudnn.enabled)
+
+
 def output_memory_format(input, weight):
     """channels_last (channels_last_3d for volumes) when the input or the weight is, as
     torch.nn.functional decides (except for an empty batch, whose output it leaves contiguous;
@@ -145,7 +151,7 @@ def output_memory_format(input, weight):
     from oneDNN to ATen's own kernels (float64, oneDNN disabled, a batch of one small volume on
     some thread counts), those return contiguous tensors; here the format never depends on the
     dtype or the thread count (docs/design.md, "Memory formats")."""
-    if input.is_cuda and (input.dtype == torch.float64 or not torch.backends.cudnn.enabled):
+    if cuda_result_contiguous(input):
         return torch.contiguous_format
     if input.device.type == "meta":  # F.conv2d's meta kernel returns contiguous tensors
         return torch.contiguous_format

@@ -20,8 +20,8 @@ from ._args import (
     check_groups,
     check_input_rank,
     check_weight_rank,
+    cuda_result_contiguous,
     int_tuple,
-    output_memory_format,
     string_padding,
 )
 
@@ -102,7 +102,7 @@ def _convolution(op, dims, input, weight, bias, stride, padding, dilation, group
     )
     convolution, _ = _operators(dims)
     output = convolution(input, weight, bias, stride, padding, dilation, groups)
-    return _as_given(output, dims, unbatched, input, weight)
+    return _as_given(output, dims, unbatched, input)
 
 
 def convolution_arguments(op, dims, input, weight, bias, stride, padding, dilation, groups):
@@ -167,16 +167,19 @@ def _transposed_convolution(op, dims, input, weight, bias, stride, padding, outp
         output = F.pad(output, [n for pair in reversed(crop) for n in pair])
     if bias is not None:
         output = output + bias.view(1, -1, *[1] * (output.dim() - 2))
-    return _as_given(output, dims, unbatched, input, weight)
+    return _as_given(output, dims, unbatched, input)
 
 
-def _as_given(output, dims, unbatched, input, weight):
+def _as_given(output, dims, unbatched, input):
     """The operator's result in the form of the call: without the unit height of a 1-D call,
     without the batch dimension of an unbatched one, and in torch.nn.functional's memory format."""
     if dims == 1:
         output = output.squeeze(2)
-    elif input.is_cuda:  # elsewhere the operators' format is F's already (output_memory_format)
-        output = output.contiguous(memory_format=output_memory_format(input, weight))
+    elif cuda_result_contiguous(input):
+        # Everywhere else the operators' format is F's already (output_memory_format); tested
+        # here rather than by output_memory_format and a copy call on every CUDA call, which cost
+        # 10 us of host time on a slow CPU (benchmarks/NOTES.md, section 82).
+        output = output.contiguous()
     return output.squeeze(0) if unbatched else output
 
 
