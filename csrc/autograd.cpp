@@ -120,13 +120,23 @@ struct ConvNode : Node {
     first.reset_data();
     second.reset_data();
   }
+
+  // The gradients of the operator's tensor operands (one per edge), for a defined incoming
+  // gradient `grad`, each only where should_compute_output asks for it.
+  virtual void gradients(const Tensor& grad, const Tensor& first_tensor,
+                         const Tensor& second_tensor, variable_list& result) = 0;
+
+  // None for an undefined incoming gradient (a zero one). The node's mutex is held, as every node
+  // that reads saved state must hold it (two backwards through one graph may run in two threads).
+  variable_list apply(variable_list&& grads) final {
+    std::lock_guard<std::mutex> lock(mutex_);
+    variable_list result(num_outputs());
+    if (grads[0].defined()) gradients(grads[0], first.unpack(), second.unpack(), result);
+    return result;
+  }
 };
 
 // ---- The three nodes, of either dimension ------------------------------------------------------
-//
-// Each computes only the gradients asked for, and none for an undefined incoming gradient (a zero
-// one). Each locks the node's mutex in apply, as every node that reads saved state must (two
-// backwards through one graph may run in two threads).
 
 template <int Dims>
 struct ForwardBackward final : ConvNode {
@@ -137,12 +147,8 @@ struct ForwardBackward final : ConvNode {
   }
 
   // Edges: input, weight, bias.
-  variable_list apply(variable_list&& grads) override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    variable_list result(3);
-    const Tensor& grad = grads[0];
-    if (!grad.defined()) return result;
-    const Tensor input = first.unpack(), weight = second.unpack();
+  void gradients(const Tensor& grad, const Tensor& input, const Tensor& weight,
+                 variable_list& result) override {
     const auto& [stride, padding, dilation, groups] = args;
     if (should_compute_output(0)) {
       result[0] =
@@ -156,7 +162,6 @@ struct ForwardBackward final : ConvNode {
     if (has_bias && should_compute_output(2)) {
       result[2] = Dims == 2 ? grad.sum({0, 2, 3}) : grad.sum({0, 2, 3, 4});
     }
-    return result;
   }
 };
 
@@ -167,13 +172,9 @@ struct InputGradBackward final : ConvNode {
                      : "torch_convbp::Conv3dInputGradBackward";
   }
 
-  // Edges: grad_output, weight.
-  variable_list apply(variable_list&& grads) override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    variable_list result(2);
-    const Tensor& v = grads[0];
-    if (!v.defined()) return result;
-    const Tensor grad_output = first.unpack(), weight = second.unpack();
+  // Edges: grad_output, weight; the incoming gradient v.
+  void gradients(const Tensor& v, const Tensor& grad_output, const Tensor& weight,
+                 variable_list& result) override {
     const auto& [stride, padding, dilation, groups] = args;
     if (should_compute_output(0)) {
       result[0] = call_forward<Dims>(v, weight, std::nullopt, stride, padding, dilation, groups);
@@ -182,7 +183,6 @@ struct InputGradBackward final : ConvNode {
       result[1] = call_weight_grad<Dims>(v, grad_output, weight.sym_sizes(), stride, padding,
                                          dilation, groups);
     }
-    return result;
   }
 };
 
@@ -193,13 +193,9 @@ struct WeightGradBackward final : ConvNode {
                      : "torch_convbp::Conv3dWeightGradBackward";
   }
 
-  // Edges: input, grad_output.
-  variable_list apply(variable_list&& grads) override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    variable_list result(2);
-    const Tensor& u = grads[0];
-    if (!u.defined()) return result;
-    const Tensor input = first.unpack(), grad_output = second.unpack();
+  // Edges: input, grad_output; the incoming gradient u.
+  void gradients(const Tensor& u, const Tensor& input, const Tensor& grad_output,
+                 variable_list& result) override {
     const auto& [stride, padding, dilation, groups] = args;
     if (should_compute_output(0)) {
       result[0] = call_input_grad<Dims>(grad_output, u, input.sym_sizes(), stride, padding,
@@ -208,7 +204,6 @@ struct WeightGradBackward final : ConvNode {
     if (should_compute_output(1)) {
       result[1] = call_forward<Dims>(input, u, std::nullopt, stride, padding, dilation, groups);
     }
-    return result;
   }
 };
 
