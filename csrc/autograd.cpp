@@ -140,8 +140,6 @@ struct ConvNode : Node {
 
 template <int Dims>
 struct ForwardBackward final : ConvNode {
-  bool has_bias = false;
-
   std::string name() const override {
     return Dims == 2 ? "torch_convbp::Conv2dBackward" : "torch_convbp::Conv3dBackward";
   }
@@ -158,8 +156,9 @@ struct ForwardBackward final : ConvNode {
       result[1] = call_weight_grad<Dims>(input, grad, weight.sym_sizes(), stride, padding, dilation,
                                          groups);
     }
-    // The bias's gradient sums the batch and the pixels.
-    if (has_bias && should_compute_output(2)) {
+    // The bias's gradient sums the batch and the pixels (without a bias its edge is invalid, and
+    // should_compute_output says no).
+    if (should_compute_output(2)) {
       result[2] = Dims == 2 ? grad.sum({0, 2, 3}) : grad.sum({0, 2, 3, 4});
     }
   }
@@ -213,7 +212,7 @@ struct WeightGradBackward final : ConvNode {
 // a higher order is asked for, or no operand requiring grad), each calls its operator below the
 // Autograd key straight away, without a node and its saved state: host time that a small GPU layer
 // waits for (benchmarks/NOTES.md, section 32). Else it makes the node, saves what the node needs,
-// computes below the Autograd key and makes the node the result's grad_fn.
+// computes below the Autograd key and makes the node the result's grad_fn (autograd_kernel).
 
 // A new node. Newer torch (2.13, 2.14) holds nodes by c10::intrusive_ptr; older (2.11, on the GPU
 // machine) by std::shared_ptr, deleted by torch::autograd::deleteNode (which frees a long chain of
@@ -249,14 +248,31 @@ bool nothing_to_record(const char* op, std::initializer_list<const Tensor*> oper
   return true;
 }
 
-// `result` computed below the Autograd key, then given `node` as its grad_fn. Under torch.func's
-// transforms (vmap, grad, ...), which see through Python autograd functions only, the call is
-// refused, as for any C++ node.
-template <class NodePointer, class Compute>
-Tensor recorded(const NodePointer& node, Compute compute) {
+// An operator's kernel at the Autograd key: `compute` below the Autograd key, and where there is
+// something to record, a new NodeType as the result's grad_fn, whose edges are `operands` (the
+// operator's tensor inputs, in order; an undefined one, no bias, gets an invalid edge) and which
+// saves the first two and the convolution's arguments. Under torch.func's transforms (vmap, grad,
+// ...), which see through Python autograd functions only, a recorded call is refused, as for any
+// C++ node.
+template <class NodeType, class Compute>
+Tensor autograd_kernel(const char* op, std::initializer_list<const Tensor*> operands,
+                       IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
+                       int64_t groups, Compute compute) {
+  if (nothing_to_record(op, operands)) {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    return compute();
+  }
   if (const auto& functorch_tls = at::functorch::functorchTLSAccessor()) {
     functorch_tls->checkSupportsCppAutogradFunction();
   }
+  auto node = new_node<NodeType>();
+  torch::autograd::edge_list edges;
+  for (const Tensor* t : operands) {
+    edges.push_back(t->defined() ? torch::autograd::impl::gradient_edge(*t)
+                                 : torch::autograd::Edge());
+  }
+  node->set_next_edges(std::move(edges));
+  node->save(*operands.begin()[0], *operands.begin()[1], stride, padding, dilation, groups);
   Tensor result;
   {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
@@ -271,54 +287,34 @@ Tensor forward_autograd(const Tensor& input, const Tensor& weight,
                         const std::optional<Tensor>& bias, IntArrayRef stride, IntArrayRef padding,
                         IntArrayRef dilation, int64_t groups) {
   const Tensor& bias_tensor = bias ? *bias : Tensor();
-  const auto compute = [&] {
-    return call_forward<Dims>(input, weight, bias, stride, padding, dilation, groups);
-  };
-  if (nothing_to_record(OperatorNames<Dims>::forward, {&input, &weight, &bias_tensor})) {
-    at::AutoDispatchBelowADInplaceOrView below_autograd;
-    return compute();
-  }
-  auto node = new_node<ForwardBackward<Dims>>();
-  node->set_next_edges(torch::autograd::collect_next_edges(input, weight, bias_tensor));
-  node->save(input, weight, stride, padding, dilation, groups);
-  node->has_bias = bias_tensor.defined();
-  return recorded(node, compute);
+  return autograd_kernel<ForwardBackward<Dims>>(
+      OperatorNames<Dims>::forward, {&input, &weight, &bias_tensor}, stride, padding, dilation,
+      groups,
+      [&] { return call_forward<Dims>(input, weight, bias, stride, padding, dilation, groups); });
 }
 
 template <int Dims>
 Tensor input_grad_autograd(const Tensor& grad_output, const Tensor& weight,
                            c10::SymIntArrayRef input_size, IntArrayRef stride, IntArrayRef padding,
                            IntArrayRef dilation, int64_t groups) {
-  const auto compute = [&] {
-    return call_input_grad<Dims>(grad_output, weight, input_size, stride, padding, dilation,
-                                 groups);
-  };
-  if (nothing_to_record(OperatorNames<Dims>::input_grad, {&grad_output, &weight})) {
-    at::AutoDispatchBelowADInplaceOrView below_autograd;
-    return compute();
-  }
-  auto node = new_node<InputGradBackward<Dims>>();
-  node->set_next_edges(torch::autograd::collect_next_edges(grad_output, weight));
-  node->save(grad_output, weight, stride, padding, dilation, groups);
-  return recorded(node, compute);
+  return autograd_kernel<InputGradBackward<Dims>>(
+      OperatorNames<Dims>::input_grad, {&grad_output, &weight}, stride, padding, dilation, groups,
+      [&] {
+        return call_input_grad<Dims>(grad_output, weight, input_size, stride, padding, dilation,
+                                     groups);
+      });
 }
 
 template <int Dims>
 Tensor weight_grad_autograd(const Tensor& input, const Tensor& grad_output,
                             c10::SymIntArrayRef weight_size, IntArrayRef stride,
                             IntArrayRef padding, IntArrayRef dilation, int64_t groups) {
-  const auto compute = [&] {
-    return call_weight_grad<Dims>(input, grad_output, weight_size, stride, padding, dilation,
-                                  groups);
-  };
-  if (nothing_to_record(OperatorNames<Dims>::weight_grad, {&input, &grad_output})) {
-    at::AutoDispatchBelowADInplaceOrView below_autograd;
-    return compute();
-  }
-  auto node = new_node<WeightGradBackward<Dims>>();
-  node->set_next_edges(torch::autograd::collect_next_edges(input, grad_output));
-  node->save(input, grad_output, stride, padding, dilation, groups);
-  return recorded(node, compute);
+  return autograd_kernel<WeightGradBackward<Dims>>(
+      OperatorNames<Dims>::weight_grad, {&input, &grad_output}, stride, padding, dilation, groups,
+      [&] {
+        return call_weight_grad<Dims>(input, grad_output, weight_size, stride, padding, dilation,
+                                      groups);
+      });
 }
 
 }  // namespace
