@@ -74,9 +74,10 @@ Tensor column_kernel_operand(const Tensor& column_matrix, Layout layout) {
 
 Tensor weight_matrices(const Tensor& weight, const ConvShape& s, Layout layout) {
   const std::vector<int64_t> matrices{s.groups, s.out_channels / s.groups, -1};
+  if (layout == Layout::nchw) return weight.contiguous().view(matrices);
   const Tensor nhwc_rows = weight.movedim(1, -1);  // [Cout, (kd,) kh, kw, C/G]
-  if (layout == Layout::nchw || nhwc_rows.is_contiguous() || s.taps() == 1 || weight.size(1) == 1) {
-    return (layout == Layout::nchw ? weight : nhwc_rows).contiguous().view(matrices);
+  if (nhwc_rows.is_contiguous() || s.taps() == 1 || weight.size(1) == 1) {
+    return nhwc_rows.contiguous().view(matrices);
   }
   return transposed_per_channel(weight.contiguous(), weight.size(1), s.taps()).view(matrices);
 }
