@@ -48,12 +48,14 @@ say "the fast tests under the sanitizers"
 # (volumes too, their bands and thread counts; not the large #128947 call, whose code paths the
 # small banded cases take too), the transposing copy between layouts, the 1x1 weight gradient by
 # products per image (the GPU's route, taken on the CPU by its tests), the GEMM driver on the
-# micro-kernel in every orientation (where this CPU has it) and the pool of scratch memory.
+# micro-kernel in every orientation (where this CPU has it) and the pool of scratch memory. Not
+# opcheck: it calls the operators on the values tests' inputs again, under torch's tracing and
+# fake tensors (Python), and took 139 of these tests' 182 s (benchmarks/NOTES.md, section 84).
 under_sanitizers "$VENV/bin/python" -m pytest -q -p no:cacheprovider \
   tests/test_values.py tests/test_ops.py tests/test_errors.py tests/test_docs.py tests/test_dtypes.py \
   tests/test_family.py tests/test_family_3d.py tests/test_transpose_copy.py \
   tests/test_route_pointwise_by_images.py tests/test_gemm_engines.py tests/test_scratch.py \
-  -k "not gradcheck and not compile and not 128947"
+  -k "not gradcheck and not compile and not opcheck and not 128947"
 say "a fuzz run under the sanitizers"
 TORCH_CONVBP_FUZZ_EXAMPLES="${TORCH_CONVBP_FUZZ_EXAMPLES:-300}" under_sanitizers "$VENV/bin/python" -m pytest -q \
   -p no:cacheprovider tests/test_reliability.py -k "random or non_finite or threads"
