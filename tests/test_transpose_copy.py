@@ -1,6 +1,6 @@
 """The transposing copy, target[b, j, i] = source[b, i, j]: how an operand or a result changes
 between NCHW and channels_last inside the operators (csrc/layout.cpp). A copy moves bits: every
-dtype, every size around the kernel's 32 x 32 tiles and its squares of registers, views with
+dtype, every size around the kernel's tiles (64 source rows by 32 columns) and its squares of registers, views with
 gaps between rows, and the operators' results through it are bitwise those of the operands
 already in the route's layout."""
 import pytest
@@ -14,7 +14,8 @@ ops = torch.ops.torch_convbp
 # [B, R, C]: smaller than a tile, a tile's edge, across tile edges, one long and one short side;
 # whole squares of registers (8 x 8 16-bit elements, 4 x 4 of 32 bits, 2 x 2 of 64) with and
 # without edges beside them
-SIZES = [(1, 1, 1), (2, 5, 7), (1, 32, 32), (3, 33, 65), (2, 3, 500), (2, 500, 3), (1, 64, 1000),
+SIZES = [(1, 1, 1), (2, 5, 7), (1, 32, 32), (1, 64, 32), (3, 33, 65), (2, 65, 33), (1, 129, 31),
+         (2, 3, 500), (2, 500, 3), (1, 64, 1000),
          (1, 8, 8), (2, 9, 17), (1, 16, 40), (1, 7, 24)]
 DTYPES = [torch.bool, torch.uint8, torch.bfloat16, torch.float16, torch.float32, torch.int32, torch.float64, torch.int64]
 

@@ -3,7 +3,9 @@
 // GEMM driver lays out an operand it reads the other way (microkernel_gemm.cpp). ATen's copy
 // walks one of the two tensors with a long stride, and took 5-15x a copy's time on the video
 // layers' activations (benchmarks/NOTES.md, section 30). Here the matrices are cut into tiles of
-// 32 x 32 elements, which sit in L1 while they are transposed in squares of registers: 8 x 8
+// 64 source rows by 32 columns, which sit in L1 while they are transposed in squares of
+// registers, and whose 64 rows make each target row's run 256 bytes of float32: from memory that
+// took 0.8-0.9x the time of 32 x 32 tiles' runs of 128 bytes (section 85). The squares: 8 x 8
 // 16-bit elements, 4 x 4 of 32 bits, 2 x 2 of 64 (SSE2's unpacks, which every x86-64 CPU has),
 // the edges and 8-bit elements one at a time. Element by element, a 16-bit tile's strided reads
 // took 10% of a bfloat16 weight gradient (section 60). A copy moves bits: the kernel sees
@@ -26,8 +28,10 @@ namespace {
 
 using at::Tensor;
 
+// A matrix's tiles: kTileRows x kTileColumns; the taps' copies take pieces of kTile.
+constexpr int64_t kTileRows = 64, kTileColumns = 32;
 constexpr int64_t kTile = 32;
-constexpr int64_t kTilesPerTask = 16;  // 16K elements: enough for a thread
+constexpr int64_t kTileElementsPerTask = 16 * 1024;  // enough for a thread
 
 // The side of the square of Bits that Square<Bits>::transpose moves through registers: none (0)
 // without SSE2, or for bytes.
@@ -95,7 +99,8 @@ struct Square<uint64_t> {
 };
 #endif
 
-// One tile (at most kTile x kTile, or kTile rows of a kernel's taps for transpose_taps_cpu): its
+// One tile (at most kTileRows x kTileColumns, or kTile rows of a kernel's taps for
+// transpose_taps_cpu): its
 // whole squares through registers, the rest one by one.
 template <class Bits>
 void transpose_tile(const Bits* from, int64_t from_stride, Bits* to, int64_t to_stride,
@@ -124,10 +129,10 @@ void transpose_tile(const Bits* from, int64_t from_stride, Bits* to, int64_t to_
 template <class Bits>
 void transpose_by_tiles(const Bits* from, int64_t from_stride, Bits* to, int64_t to_stride,
                         int64_t rows, int64_t cols) {
-  for (int64_t i0 = 0; i0 < rows; i0 += kTile) {
-    for (int64_t j0 = 0; j0 < cols; j0 += kTile) {
+  for (int64_t i0 = 0; i0 < rows; i0 += kTileRows) {
+    for (int64_t j0 = 0; j0 < cols; j0 += kTileColumns) {
       transpose_tile(from + i0 * from_stride + j0, from_stride, to + j0 * to_stride + i0, to_stride,
-                     std::min(kTile, rows - i0), std::min(kTile, cols - j0));
+                     std::min(kTileRows, rows - i0), std::min(kTileColumns, cols - j0));
     }
   }
 }
@@ -155,14 +160,18 @@ struct Matrices {
 template <class Bits>
 void transpose_tiles(Matrices<const Bits> source, Matrices<Bits> target, int64_t batch,
                      int64_t rows, int64_t cols) {
-  const int64_t row_tiles = (rows + kTile - 1) / kTile, col_tiles = (cols + kTile - 1) / kTile;
+  const int64_t row_tiles = (rows + kTileRows - 1) / kTileRows;
+  const int64_t col_tiles = (cols + kTileColumns - 1) / kTileColumns;
   const int64_t tiles_per_matrix = row_tiles * col_tiles;
-  at::parallel_for(0, batch * tiles_per_matrix, kTilesPerTask, [&](int64_t first, int64_t last) {
+  const int64_t tiles_per_task = kTileElementsPerTask / (kTileRows * kTileColumns);
+  at::parallel_for(0, batch * tiles_per_matrix, tiles_per_task, [&](int64_t first, int64_t last) {
     for (int64_t t = first; t < last; ++t) {
       const int64_t b = t / tiles_per_matrix;
-      const int64_t i0 = t % tiles_per_matrix / col_tiles * kTile, j0 = t % col_tiles * kTile;
+      const int64_t i0 = t % tiles_per_matrix / col_tiles * kTileRows;
+      const int64_t j0 = t % col_tiles * kTileColumns;
       transpose_tile(source.row(b, i0) + j0, source.row_stride, target.row(b, j0) + i0,
-                     target.row_stride, std::min(kTile, rows - i0), std::min(kTile, cols - j0));
+                     target.row_stride, std::min(kTileRows, rows - i0),
+                     std::min(kTileColumns, cols - j0));
     }
   });
 }
@@ -228,7 +237,7 @@ void transpose_taps_cpu(const Tensor& source, const Tensor& target, bool reverse
   // a piece: one (g, a) where B is last, else kTile rows a (A last) or columns b (taps last)
   const int64_t per_group = b_last ? a_size : ((a_last ? a_size : b_size) + kTile - 1) / kTile;
   const int64_t piece_size = b_last ? b_size * taps : kTile * (a_last ? b_size : a_size) * taps;
-  const int64_t grain = std::max<int64_t>(1, kTilesPerTask * kTile * kTile / piece_size);
+  const int64_t grain = std::max<int64_t>(1, kTileElementsPerTask / piece_size);
   with_bits(source.element_size(), op, [&](auto bits) {
     using Bits = decltype(bits);
     const Bits* from = static_cast<const Bits*>(source.const_data_ptr());
