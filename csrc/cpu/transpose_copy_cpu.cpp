@@ -28,7 +28,8 @@ namespace {
 
 using at::Tensor;
 
-// A matrix's tiles: kTileRows x kTileColumns; the taps' copies take pieces of kTile.
+// A matrix's tiles: kTileRows x kTileColumns (also each (g, a)'s [B, taps] of transpose_taps
+// where B is the target's contiguous dimension); the taps' other copies take pieces of kTile.
 constexpr int64_t kTileRows = 64, kTileColumns = 32;
 constexpr int64_t kTile = 32;
 constexpr int64_t kTileElementsPerTask = 16 * 1024;  // enough for a thread
@@ -100,8 +101,7 @@ struct Square<uint64_t> {
 #endif
 
 // One tile (at most kTileRows x kTileColumns, or kTile rows of a kernel's taps for
-// transpose_taps_cpu): its
-// whole squares through registers, the rest one by one.
+// transpose_taps_cpu): its whole squares through registers, the rest one by one.
 template <class Bits>
 void transpose_tile(const Bits* from, int64_t from_stride, Bits* to, int64_t to_stride,
                     int64_t rows, int64_t cols) {
