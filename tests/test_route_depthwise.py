@@ -34,7 +34,19 @@ DEPTHWISE = [
     ("wide rows, strided and dilated along them", (1, 18, 14, 40), 1, (3, 3), (1, 2), (1, 3), (1, 2)),
     ("stride 3, multiplier 2, wide rows", (1, 8, 24, 50), 2, (3, 4), (1, 3), (1, 2), (1, 1)),
     ("rows narrower than the kernel's reach", (2, 16, 60, 3), 1, (3, 5), (1, 1), (1, 3), (1, 1)),
+    # 3x3 planes of 256 pixels or more, stride 1 along the rows: float32 NCHW calls sum each pixel
+    # in vector registers (csrc/cpu/depthwise_cpu.cpp, PlaneOfVectors), the last vector of a row
+    # overlapping the one before, or one by one where a row's inner pixels fill no vector
+    ("3x3 in vectors, dilated, the last vector overlapping", (2, 4, 18, 29), 1, (3, 3), (1, 1), (2, 2), (2, 2)),
+    ("3x3 in vectors, rows strided, multiplier 2", (1, 3, 33, 17), 2, (3, 3), (2, 1), (1, 1), (1, 1)),
+    ("3x3 unpadded, inner pixels in whole vectors", (1, 4, 18, 18), 1, (3, 3), (1, 1), (0, 0), (1, 1)),
+    ("3x3, fewer inner pixels a row than a vector", (2, 4, 40, 9), 1, (3, 3), (1, 1), (1, 1), (1, 1)),
 ]
+
+# the cases of DEPTHWISE whose float32 NCHW forward (and, at stride 1 with multiplier 1, input
+# gradient) sum in vector registers
+PLANES_OF_VECTORS = [d for d in DEPTHWISE if d[0].startswith("3x3 in vectors") or d[0].startswith("3x3 unpadded")
+                     or d[0].startswith("3x3, fewer") or d[0] == "large planes"]
 
 
 def depthwise_operands(shape, multiplier, kernel, stride, padding, dilation, dtype, device):
@@ -203,3 +215,30 @@ def test_the_order_of_rows_gives_the_same_bits_on_every_vector_width(tmp_path, s
     subprocess.run([sys.executable, "-c", script, os.path.dirname(__file__), str(tmp_path)], env=env, check=True)
     for ours, theirs in zip(rows_order_results(cases), torch.load(tmp_path / "results.pt")):
         assert torch.equal(ours, theirs)
+
+
+def nchw_plane_results(cases):
+    """The NCHW forward and input gradient of each (x, weight, dy, args)."""
+    return [(ops.conv2d(x, weight, None, *args), ops.conv2d_input_grad(dy, weight, list(x.shape), *args))
+            for x, weight, dy, args in cases]
+
+
+@pytest.mark.parametrize("switch", ["TORCH_CONVBP_NO_AVX2", "TORCH_CONVBP_NO_AVX512"])
+def test_the_nchw_planes_give_the_same_bits_on_every_vector_width(tmp_path, switch):
+    """The float32 NCHW forward and input gradient of 3x3 planes sum in vector registers of
+    AVX-512, AVX2 or any x86-64 CPU (vector_ops.h), picked as it runs, each lane rounding alike:
+    a fresh process under the switch gives the same bits (the NHWC kernels' too, by the test
+    above)."""
+    cases = []
+    for name, shape, multiplier, kernel, stride, padding, dilation in PLANES_OF_VECTORS:
+        x, weight, dy = depthwise_operands(shape, multiplier, kernel, stride, padding, dilation, torch.float32, "cpu")
+        cases.append((x, weight, dy, (list(stride), list(padding), list(dilation), shape[1])))
+    torch.save(cases, tmp_path / "cases.pt")
+    script = (
+        "import sys, torch; sys.path.insert(0, sys.argv[1]); from test_route_depthwise import nchw_plane_results; "
+        "torch.save(nchw_plane_results(torch.load(sys.argv[2] + '/cases.pt')), sys.argv[2] + '/results.pt')"
+    )
+    subprocess.run([sys.executable, "-c", script, os.path.dirname(__file__), str(tmp_path)],
+                   env={**os.environ, switch: "1"}, check=True)
+    for ours, theirs in zip(nchw_plane_results(cases), torch.load(tmp_path / "results.pt")):
+        assert torch.equal(ours[0], theirs[0]) and torch.equal(ours[1], theirs[1])
