@@ -228,7 +228,7 @@ def test_the_nchw_planes_give_the_same_bits_on_every_vector_width(tmp_path, swit
     """The float32 NCHW forward and input gradient of 3x3 planes sum in vector registers of
     AVX-512, AVX2 or any x86-64 CPU (vector_ops.h), picked as it runs, each lane rounding alike:
     a fresh process under the switch gives the same bits (the NHWC kernels' too, by the test
-    above)."""
+    above). On a CPU without AVX-512 the second compares the AVX2 code with itself."""
     cases = []
     for name, shape, multiplier, kernel, stride, padding, dilation in PLANES_OF_VECTORS:
         x, weight, dy = depthwise_operands(shape, multiplier, kernel, stride, padding, dilation, torch.float32, "cpu")

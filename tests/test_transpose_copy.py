@@ -1,8 +1,8 @@
 """The transposing copy, target[b, j, i] = source[b, i, j]: how an operand or a result changes
 between NCHW and channels_last inside the operators (csrc/layout.cpp). A copy moves bits: every
-dtype, every size around the kernel's tiles (64 source rows by 32 columns) and its squares of registers, views with
-gaps between rows, and the operators' results through it are bitwise those of the operands
-already in the route's layout."""
+dtype, every size around the kernel's tiles (64 source rows by 32 columns) and its squares of
+registers, views with gaps between rows, and the operators' results through it are bitwise those
+of the operands already in the route's layout."""
 import pytest
 import torch
 from torch.library import opcheck
