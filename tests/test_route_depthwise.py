@@ -43,10 +43,17 @@ DEPTHWISE = [
     ("3x3, fewer inner pixels a row than a vector", (2, 4, 40, 9), 1, (3, 3), (1, 1), (1, 1), (1, 1)),
 ]
 
-# the cases of DEPTHWISE whose float32 NCHW forward (and, at stride 1 with multiplier 1, input
-# gradient) sum in vector registers
-PLANES_OF_VECTORS = [d for d in DEPTHWISE if d[0].startswith("3x3 in vectors") or d[0].startswith("3x3 unpadded")
-                     or d[0].startswith("3x3, fewer") or d[0] == "large planes"]
+
+
+def sums_in_vectors(shape, multiplier, kernel, stride, padding, dilation):
+    """Whether a case's float32 NCHW forward sums in vector registers on the CPU: a 3x3 kernel at
+    stride 1 along the rows, output planes of 256 pixels or more (smaller ones go to NHWC)."""
+    out = [(size + 2 * p - d * (k - 1) - 1) // st + 1
+           for size, k, st, p, d in zip(shape[2:], kernel, stride, padding, dilation)]
+    return tuple(kernel) == (3, 3) and stride[1] == 1 and out[0] * out[1] >= 256
+
+
+PLANES_OF_VECTORS = [d for d in DEPTHWISE if sums_in_vectors(*d[1:])]
 
 
 def depthwise_operands(shape, multiplier, kernel, stride, padding, dilation, dtype, device):

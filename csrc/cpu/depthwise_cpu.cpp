@@ -65,11 +65,12 @@ struct PlaneOfVectors {
     using V = typename Vector<float, Ops::kBytes>::type;
     constexpr int64_t lanes = Vector<float, Ops::kBytes>::lanes;
     int64_t offsets[3];
-    int64_t inner_begin = 0, inner_end = c.target_width;
+    int64_t inner_begin = 0, inner_end = c.target_width;  // the columns every tap reads inside
     for (int kj = 0; kj < 3; ++kj) {
       offsets[kj] = c.column_base + kj * c.column_step;
-      inner_begin = std::max(inner_begin, -offsets[kj]);
-      inner_end = std::min(inner_end, c.source_width - offsets[kj]);
+      const Span inside = valid_columns(offsets[kj], 1, c.source_width, c.target_width);
+      inner_begin = std::max(inner_begin, inside.begin);
+      inner_end = std::min(inner_end, inside.end);
     }
     V weights[9];
     for (int t = 0; t < 9; ++t) weights[t] = Ops::template splat<V>(w[t]);
@@ -121,6 +122,20 @@ struct PlaneOfVectors {
     }
   }
 };
+
+// PlaneOfVectors over the planes [0, planes), in parallel on the CPU's widest vectors: plane p
+// reads source(p) with the weights weights(p) and writes target(p) whole.
+template <class Source, class Weights, class Target>
+void planes_of_vectors(int64_t planes, int64_t grain, const Correlation& c, Source source,
+                       Weights weights, Target target) {
+  with_vector_ops([&](auto ops) {
+    at::parallel_for(0, planes, grain, [&](int64_t begin, int64_t end) {
+      for (int64_t p = begin; p < end; ++p) {
+        run_compiled_for<PlaneOfVectors>(ops, source(p), weights(p), target(p), c);
+      }
+    });
+  });
+}
 
 // One output plane: out = sum over the taps of w[tap] * (x shifted by the tap), where x is the
 // input plane it reads and acc an out_plane-sized scratch buffer.
@@ -215,16 +230,14 @@ void forward_kernel(const scalar_t* input, const scalar_t* weight, scalar_t* out
     if (plane_of_vectors(s)) {
       const Correlation c{s.height, s.width,      s.out_height, s.out_width, s.stride_h,
                           -s.pad_h, s.dilation_h, -s.pad_w,     s.dilation_w};
-      return with_vector_ops([&](auto ops) {
-        at::parallel_for(0, planes, grain_for(out_plane * taps), [&](int64_t begin, int64_t end) {
-          for (int64_t plane = begin; plane < end; ++plane) {
+      return planes_of_vectors(
+          planes, grain_for(out_plane * taps), c,
+          [&](int64_t plane) {  // (n, o) reads the input's plane (n, o / m)
             const int64_t n = plane / s.out_channels, o = plane % s.out_channels;
-            const float* x = input + (n * s.in_channels + o / multiplier) * s.height * s.width;
-            run_compiled_for<PlaneOfVectors>(ops, x, weight + o * taps, output + plane * out_plane,
-                                             c);
-          }
-        });
-      });
+            return input + (n * s.in_channels + o / multiplier) * s.height * s.width;
+          },
+          [&](int64_t plane) { return weight + plane % s.out_channels * taps; },
+          [&](int64_t plane) { return output + plane * out_plane; });
     }
   }
   at::parallel_for(0, planes, grain_for(out_plane * taps), [&](int64_t begin, int64_t end) {
@@ -252,15 +265,11 @@ void input_grad_kernel(const scalar_t* grad_output, const scalar_t* weight, scal
       // at stride 1, input pixel (ih, iw) reads dY at (ih + pad_h - ki d_h, iw + pad_w - kj d_w)
       const Correlation c{s.out_height, s.out_width,   s.height, s.width,      1,
                           s.pad_h,      -s.dilation_h, s.pad_w,  -s.dilation_w};
-      return with_vector_ops([&](auto ops) {
-        at::parallel_for(0, planes, grain, [&](int64_t begin, int64_t end) {
-          for (int64_t plane = begin; plane < end; ++plane) {  // (n, c): dY's plane (n, c) too
-            run_compiled_for<PlaneOfVectors>(ops, grad_output + plane * out_plane,
-                                             weight + plane % s.in_channels * taps,
-                                             grad_input + plane * plane_size, c);
-          }
-        });
-      });
+      return planes_of_vectors(
+          planes, grain, c,
+          [&](int64_t plane) { return grad_output + plane * out_plane; },  // (n, c): dY's (n, c)
+          [&](int64_t plane) { return weight + plane % s.in_channels * taps; },
+          [&](int64_t plane) { return grad_input + plane * plane_size; });
     }
   }
   at::parallel_for(0, planes, grain, [&](int64_t begin, int64_t end) {
