@@ -41,16 +41,24 @@ DEPTHWISE = [
     ("3x3 in vectors, rows strided, multiplier 2", (1, 3, 33, 17), 2, (3, 3), (2, 1), (1, 1), (1, 1)),
     ("3x3 unpadded, inner pixels in whole vectors", (1, 4, 18, 18), 1, (3, 3), (1, 1), (0, 0), (1, 1)),
     ("3x3, fewer inner pixels a row than a vector", (2, 4, 40, 9), 1, (3, 3), (1, 1), (1, 1), (1, 1)),
+    # strided along the rows, at most 9 taps: the forward sums in vectors over the phases of the
+    # input's rows, the input gradient phase by phase (csrc/cpu/depthwise_planes_cpu.cpp)
+    ("3x3 stride 2 in phases, odd sizes", (2, 4, 37, 35), 1, (3, 3), (2, 2), (1, 1), (1, 1)),
+    ("3x3 stride 3, dilated, in phases", (1, 3, 50, 53), 1, (3, 3), (3, 3), (2, 1), (2, 2)),
+    ("1x3 strided along the rows only", (1, 2, 30, 41), 1, (1, 3), (1, 2), (0, 2), (1, 1)),
+    ("2x2 stride 2 unpadded, the last row and column reached by no tap", (1, 2, 33, 33), 1, (2, 2), (2, 2), (0, 0), (1, 1)),
 ]
 
 
 
 def sums_in_vectors(shape, multiplier, kernel, stride, padding, dilation):
     """Whether a case's float32 NCHW forward sums in vector registers on the CPU: a 3x3 kernel at
-    stride 1 along the rows, output planes of 256 pixels or more (smaller ones go to NHWC)."""
+    stride 1 along the rows, or at most 9 taps strided along them; output planes of 256 pixels or
+    more (smaller ones go to NHWC)."""
     out = [(size + 2 * p - d * (k - 1) - 1) // st + 1
            for size, k, st, p, d in zip(shape[2:], kernel, stride, padding, dilation)]
-    return tuple(kernel) == (3, 3) and stride[1] == 1 and out[0] * out[1] >= 256
+    taken = (tuple(kernel) == (3, 3) and stride[1] == 1) or (stride[1] > 1 and kernel[0] * kernel[1] <= 9)
+    return taken and out[0] * out[1] >= 256
 
 
 PLANES_OF_VECTORS = [d for d in DEPTHWISE if sums_in_vectors(*d[1:])]
@@ -232,8 +240,9 @@ def nchw_plane_results(cases):
 
 @pytest.mark.parametrize("switch", ["TORCH_CONVBP_NO_AVX2", "TORCH_CONVBP_NO_AVX512"])
 def test_the_nchw_planes_give_the_same_bits_on_every_vector_width(tmp_path, switch):
-    """The float32 NCHW forward and input gradient of 3x3 planes sum in vector registers of
-    AVX-512, AVX2 or any x86-64 CPU (vector_ops.h), picked as it runs, each lane rounding alike:
+    """The float32 NCHW forward and input gradient of 3x3 planes, and of strided planes of at most 9
+    taps, sum in vector registers of AVX-512, AVX2 or any x86-64 CPU (vector_ops.h), picked as it
+    runs, each lane rounding alike:
     a fresh process under the switch gives the same bits (the NHWC kernels' too, by the test
     above). On a CPU without AVX-512 the second compares the AVX2 code with itself."""
     cases = []

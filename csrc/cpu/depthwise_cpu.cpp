@@ -10,7 +10,9 @@
 // the CUDA kernels' (checked by the CPU harness of tests/cuda_harness/). The weight gradient's
 // default on the CPU is another order, of rows (summation.h, depthwise_rows_cpu.cpp): NHWC,
 // NCHW operands copied to it; TORCH_CONVBP_CPU_DEPTHWISE_ORDER=lanes selects these kernels. Sums
-// are taken in opmath (float for float16 and bfloat16). These kernels read NCHW; a call whose
+// are taken in opmath (float for float16 and bfloat16). The float32 forward and input gradient
+// sum in vector registers where depthwise_planes_cpu.cpp takes them (3x3 kernels, and strided
+// kernels of at most 9 taps), in the same order. These kernels read NCHW; a call whose
 // activations are channels_last goes to depthwise_nhwc_cpu.cpp, which keeps the same orders. (The
 // route sends NCHW calls with small planes there too, through layout copies: route.cpp.)
 #include <ATen/Dispatch.h>
@@ -29,113 +31,10 @@
 #include "../summation.h"
 #include "cpu_kernels.h"
 #include "depthwise_nhwc_cpu.h"
-#include "vector_ops.h"
+#include "depthwise_planes_cpu.h"
 
 namespace torch_convbp {
 namespace {
-
-// A 3x3 plane read as a correlation: target pixel (r, c) reads, at tap (ki, kj), the source
-// pixel (r * row_stride + row_base + ki * row_step, c + column_base + kj * column_step), where
-// that lies inside the source. The forward reads the input so; the stride-1 input gradient reads
-// the output gradient so, its taps mirrored (negative steps).
-struct Correlation {
-  int64_t source_height, source_width, target_height, target_width;
-  int64_t row_stride, row_base, row_step, column_base, column_step;
-};
-
-// Whether a float32 plane's taps are summed in vector registers (PlaneOfVectors): a 3x3 kernel
-// read with stride 1 along the rows (the forward at any row stride, the input gradient at
-// stride 1 with one output channel per input channel). The tap-by-tap loops below load and store
-// their float32 accumulator around every product, and on rows of 56 pixels or fewer they paid for
-// each row's loop set-up and remainder too: about 2x the time (benchmarks/NOTES.md, section 87).
-bool plane_of_vectors(const ConvShape& s) {
-  return s.kernel_h == 3 && s.kernel_w == 3 && s.stride_w == 1;
-}
-
-// One 3x3 plane: target = the sum over each pixel's taps inside the source, in (ki, kj) order from
-// zero, each product one multiply-add: the tap-by-tap loops' products in their order, so their
-// bits. Compiled for the target of Ops (run_compiled_for). The pixels whose nine taps all lie
-// inside (the inner columns of the rows whose kernel rows all do) a vector at a time, the nine
-// weights and the sum in registers; where those columns do not fill the last vector, it overlaps
-// the one before, whose pixels it writes again with the same bits. The border pixels one by one.
-struct PlaneOfVectors {
-  template <class Ops>
-  static TORCH_CONVBP_INLINE void run(const float* source, const float* w, float* target,
-                                      const Correlation& c) {
-    using V = typename Vector<float, Ops::kBytes>::type;
-    constexpr int64_t lanes = Vector<float, Ops::kBytes>::lanes;
-    int64_t offsets[3];
-    int64_t inner_begin = 0, inner_end = c.target_width;  // the columns every tap reads inside
-    for (int kj = 0; kj < 3; ++kj) {
-      offsets[kj] = c.column_base + kj * c.column_step;
-      const Span inside = valid_columns(offsets[kj], 1, c.source_width, c.target_width);
-      inner_begin = std::max(inner_begin, inside.begin);
-      inner_end = std::min(inner_end, inside.end);
-    }
-    V weights[9];
-    for (int t = 0; t < 9; ++t) weights[t] = Ops::template splat<V>(w[t]);
-    for (int64_t r = 0; r < c.target_height; ++r) {
-      const float* rows[3];
-      bool every_row = true;
-      for (int ki = 0; ki < 3; ++ki) {
-        const int64_t row = r * c.row_stride + c.row_base + ki * c.row_step;
-        const bool inside = row >= 0 && row < c.source_height;
-        rows[ki] = inside ? source + row * c.source_width : nullptr;
-        every_row = every_row && inside;
-      }
-      float* out = target + r * c.target_width;
-      // the pixels [begin, end) in vectors
-      const bool vectors = every_row && inner_end - inner_begin >= lanes;
-      const int64_t begin = vectors ? inner_begin : 0, end = vectors ? inner_end : 0;
-      for (int64_t col = begin; col < end; col += lanes) {
-        const int64_t at = std::min(col, end - lanes);
-        V sum = Ops::template splat<V>(0.0f);
-        for (int ki = 0; ki < 3; ++ki) {
-          for (int kj = 0; kj < 3; ++kj) {
-            V x;
-            std::memcpy(&x, rows[ki] + at + offsets[kj], sizeof(V));
-            sum = Ops::multiply_add(weights[ki * 3 + kj], x, sum);
-          }
-        }
-        std::memcpy(out + at, &sum, sizeof(V));
-      }
-      one_by_one(rows, offsets, w, out, c.source_width, 0, begin);
-      one_by_one(rows, offsets, w, out, c.source_width, end, c.target_width);
-    }
-  }
-
-  // The pixels [first, last) of a row: each tap inside the source (rows[ki] null for a kernel
-  // row outside), in (ki, kj) order.
-  static TORCH_CONVBP_INLINE void one_by_one(const float* const* rows, const int64_t* offsets,
-                                             const float* w, float* out, int64_t source_width,
-                                             int64_t first, int64_t last) {
-    for (int64_t col = first; col < last; ++col) {
-      float sum = 0;
-      for (int ki = 0; ki < 3; ++ki) {
-        if (rows[ki] == nullptr) continue;
-        for (int kj = 0; kj < 3; ++kj) {
-          const int64_t at = col + offsets[kj];
-          if (at >= 0 && at < source_width) sum = multiply_add(w[ki * 3 + kj], rows[ki][at], sum);
-        }
-      }
-      out[col] = sum;
-    }
-  }
-};
-
-// PlaneOfVectors over the planes [0, planes), in parallel on the CPU's widest vectors: plane p
-// reads source(p) with the weights weights(p) and writes target(p) whole.
-template <class Source, class Weights, class Target>
-void planes_of_vectors(int64_t planes, int64_t grain, const Correlation& c, Source source,
-                       Weights weights, Target target) {
-  with_vector_ops([&](auto ops) {
-    at::parallel_for(0, planes, grain, [&](int64_t begin, int64_t end) {
-      for (int64_t p = begin; p < end; ++p) {
-        run_compiled_for<PlaneOfVectors>(ops, source(p), weights(p), target(p), c);
-      }
-    });
-  });
-}
 
 // One output plane: out = sum over the taps of w[tap] * (x shifted by the tap), where x is the
 // input plane it reads and acc an out_plane-sized scratch buffer.
@@ -227,18 +126,7 @@ void forward_kernel(const scalar_t* input, const scalar_t* weight, scalar_t* out
   const int64_t taps = s.kernel_h * s.kernel_w, out_plane = s.out_height * s.out_width;
   const int64_t planes = s.batch * s.out_channels;
   if constexpr (std::is_same_v<scalar_t, float>) {
-    if (plane_of_vectors(s)) {
-      const Correlation c{s.height, s.width,      s.out_height, s.out_width, s.stride_h,
-                          -s.pad_h, s.dilation_h, -s.pad_w,     s.dilation_w};
-      return planes_of_vectors(
-          planes, grain_for(out_plane * taps), c,
-          [&](int64_t plane) {  // (n, o) reads the input's plane (n, o / m)
-            const int64_t n = plane / s.out_channels, o = plane % s.out_channels;
-            return input + (n * s.in_channels + o / multiplier) * s.height * s.width;
-          },
-          [&](int64_t plane) { return weight + plane % s.out_channels * taps; },
-          [&](int64_t plane) { return output + plane * out_plane; });
-    }
+    if (vector_planes_take_forward(s)) return vector_planes_forward(input, weight, output, s);
   }
   at::parallel_for(0, planes, grain_for(out_plane * taps), [&](int64_t begin, int64_t end) {
     std::vector<acc_t> acc(out_plane);
@@ -261,15 +149,8 @@ void input_grad_kernel(const scalar_t* grad_output, const scalar_t* weight, scal
   const int64_t plane_size = s.height * s.width, planes = s.batch * s.in_channels;
   const int64_t grain = grain_for(out_plane * taps * multiplier);
   if constexpr (std::is_same_v<scalar_t, float>) {
-    if (multiplier == 1 && s.stride_h == 1 && plane_of_vectors(s)) {
-      // at stride 1, input pixel (ih, iw) reads dY at (ih + pad_h - ki d_h, iw + pad_w - kj d_w)
-      const Correlation c{s.out_height, s.out_width,   s.height, s.width,      1,
-                          s.pad_h,      -s.dilation_h, s.pad_w,  -s.dilation_w};
-      return planes_of_vectors(
-          planes, grain, c,
-          [&](int64_t plane) { return grad_output + plane * out_plane; },  // (n, c): dY's (n, c)
-          [&](int64_t plane) { return weight + plane % s.in_channels * taps; },
-          [&](int64_t plane) { return grad_input + plane * plane_size; });
+    if (vector_planes_take_input_grad(s)) {
+      return vector_planes_input_grad(grad_output, weight, grad_input, s);
     }
   }
   at::parallel_for(0, planes, grain, [&](int64_t begin, int64_t end) {
