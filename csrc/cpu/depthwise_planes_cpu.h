@@ -7,9 +7,9 @@
 
 namespace torch_convbp {
 
-// Whether these compute the forward (any channel multiplier, stride and dilation) and the input
-// gradient (one output channel per input channel) of this depthwise convolution: a kernel of at
-// most 9 taps.
+// Whether these compute the forward (any channel multiplier and dilation) and the input gradient
+// (one output channel per input channel) of this depthwise convolution: a 3x3 kernel at stride 1
+// along the rows (the input gradient: stride 1), or a kernel of at most 9 taps strided.
 bool vector_planes_take_forward(const ConvShape& s);
 bool vector_planes_take_input_grad(const ConvShape& s);
 
