@@ -122,7 +122,9 @@ struct ConvNode : Node {
   }
 
   // The gradients of the operator's tensor operands (one per edge), for a defined incoming
-  // gradient `grad`, each only where should_compute_output asks for it.
+  // gradient `grad`, each only where task_should_compute_output asks for it: where the edge
+  // requires grad and the backward needs it (torch.autograd.grad(y, x) asks for x's only), as
+  // ATen's nodes do.
   virtual void gradients(const Tensor& grad, const Tensor& first_tensor,
                          const Tensor& second_tensor, variable_list& result) = 0;
 
@@ -148,17 +150,17 @@ struct ForwardBackward final : ConvNode {
   void gradients(const Tensor& grad, const Tensor& input, const Tensor& weight,
                  variable_list& result) override {
     const auto& [stride, padding, dilation, groups] = args;
-    if (should_compute_output(0)) {
+    if (task_should_compute_output(0)) {
       result[0] =
           call_input_grad<Dims>(grad, weight, input.sym_sizes(), stride, padding, dilation, groups);
     }
-    if (should_compute_output(1)) {
+    if (task_should_compute_output(1)) {
       result[1] = call_weight_grad<Dims>(input, grad, weight.sym_sizes(), stride, padding, dilation,
                                          groups);
     }
     // The bias's gradient sums the batch and the pixels (without a bias its edge is invalid, and
-    // should_compute_output says no).
-    if (should_compute_output(2)) {
+    // task_should_compute_output says no).
+    if (task_should_compute_output(2)) {
       result[2] = Dims == 2 ? grad.sum({0, 2, 3}) : grad.sum({0, 2, 3, 4});
     }
   }
@@ -175,10 +177,10 @@ struct InputGradBackward final : ConvNode {
   void gradients(const Tensor& v, const Tensor& grad_output, const Tensor& weight,
                  variable_list& result) override {
     const auto& [stride, padding, dilation, groups] = args;
-    if (should_compute_output(0)) {
+    if (task_should_compute_output(0)) {
       result[0] = call_forward<Dims>(v, weight, std::nullopt, stride, padding, dilation, groups);
     }
-    if (should_compute_output(1)) {
+    if (task_should_compute_output(1)) {
       result[1] = call_weight_grad<Dims>(v, grad_output, weight.sym_sizes(), stride, padding,
                                          dilation, groups);
     }
@@ -196,11 +198,11 @@ struct WeightGradBackward final : ConvNode {
   void gradients(const Tensor& u, const Tensor& input, const Tensor& grad_output,
                  variable_list& result) override {
     const auto& [stride, padding, dilation, groups] = args;
-    if (should_compute_output(0)) {
+    if (task_should_compute_output(0)) {
       result[0] = call_input_grad<Dims>(grad_output, u, input.sym_sizes(), stride, padding,
                                         dilation, groups);
     }
-    if (should_compute_output(1)) {
+    if (task_should_compute_output(1)) {
       result[1] = call_forward<Dims>(input, u, std::nullopt, stride, padding, dilation, groups);
     }
   }

@@ -44,7 +44,8 @@ def test_gradient_operators_are_twice_differentiable(case, device):
 
 def test_only_needed_gradients_are_computed():
     """With a frozen weight, backward calls the grad-input operator only; with a frozen input,
-    the grad-weight operator only."""
+    the grad-weight operator only; and torch.autograd.grad asked for some of the operands computes
+    theirs only, as F.conv2d's node does."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     operators = {"conv2d", "conv2d_input_grad", "conv2d_weight_grad"}
@@ -66,6 +67,14 @@ def test_only_needed_gradients_are_computed():
         with RecordOperators() as recorded:
             y.sum().backward()
         assert recorded.calls == expected
+    x_, w_, b = x.clone().requires_grad_(), w.clone().requires_grad_(), torch.zeros(4, requires_grad=True)
+    loss = torch_convbp.conv2d(x_, w_, b).sum()
+    for inputs, expected in (((x_,), ["conv2d_input_grad"]), ((w_,), ["conv2d_weight_grad"]), ((b,), []),
+                             ((x_, w_), ["conv2d_input_grad", "conv2d_weight_grad"])):
+        with RecordOperators() as recorded:
+            grads = torch.autograd.grad(loss, inputs, retain_graph=True)
+        assert recorded.calls == expected
+        assert all(g.shape == i.shape for g, i in zip(grads, inputs))
 
 
 @pytest.mark.parametrize("no_graph", ["no_grad", "nothing_requires_grad"])
