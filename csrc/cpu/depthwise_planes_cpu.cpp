@@ -262,9 +262,9 @@ int64_t phase_width(int64_t width, int64_t stride, int64_t p) {
 }
 
 // The forward: tap (ki, kj) of output pixel (oh, ow) reads input pixel (oh * stride_h - pad_h +
-// ki * dilation_h, ow * stride_w + q), q = kj * dilation_w - pad_w. At stride_w 1 that is the input
-// plane's row shifted by q; otherwise column ow + q / stride_w (rounded down) of the row's phase
-// q mod stride_w. The sources are those phases, one per residue that some tap reads.
+// ki * dilation_h, ow * stride_w + q), q = kj * dilation_w - pad_w: with stride_w > 1, column
+// ow + q / stride_w (rounded down) of the row's phase q mod stride_w. The sources are those
+// phases, one per residue that some tap reads.
 struct ForwardPlanes {
   TermPlane terms;
   int64_t residues[kMaxTerms];  // source i is the phase residues[i]
@@ -288,14 +288,9 @@ struct ForwardPlanes {
     terms.split();
   }
 
-  // The sources of the input plane x [H, W]: x itself at stride_w 1, else its phases, copied
-  // into scratch.
+  // The sources of the input plane x [H, W]: its phases, copied into scratch.
   void sources(const float* x, const ConvShape& s, std::vector<float>& scratch,
                const float** out) const {
-    if (s.stride_w == 1) {
-      out[0] = x;
-      return;
-    }
     const int64_t phase_size = s.height * phase_width(s.width, s.stride_w, 0);  // the widest
     scratch.resize(phases * phase_size);
     for (int i = 0; i < phases; ++i) {
