@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "../summation.h"
+#include "../taps.h"
 #include "cpu_kernels.h"
 #include "vector_ops.h"
 
@@ -278,11 +279,13 @@ struct ForwardPlanes {
     const int64_t stride = s.stride_w;
     for (int64_t ki = 0; ki < s.kernel_h; ++ki) {
       for (int64_t kj = 0; kj < s.kernel_w; ++kj) {
-        const int64_t q = kj * s.dilation_w - s.pad_w, residue = floor_mod(q, stride);
+        const int64_t q = input_index(int64_t{0}, int64_t{1}, s.pad_w, kj, s.dilation_w);
+        const int64_t residue = floor_mod(q, stride);
         const int source = int(std::find(residues, residues + phases, residue) - residues);
         if (source == phases) residues[phases++] = residue;
         terms.add(source, int(ki * s.kernel_w + kj), phase_width(s.width, stride, residue),
-                  ki * s.dilation_h - s.pad_h, floor_div(q, stride));
+                  input_index(int64_t{0}, int64_t{1}, s.pad_h, ki, s.dilation_h),
+                  floor_div(q, stride));
       }
     }
     terms.split();
@@ -307,24 +310,22 @@ struct ForwardPlanes {
 
 // The input gradient, one output channel per input channel, phase by phase: its pixels (ih, iw) =
 // (i * stride_h + rh, j * stride_w + rw) of phase (rh, rw), a plane over (i, j). Tap (ki, kj)
-// reaches input pixel (ih, iw) from output pixel (oh, ow) where oh * stride_h = ih + pad_h - ki *
-// dilation_h = i * stride_h + a, a = rh + pad_h - ki * dilation_h, and likewise ow with b: over a
-// phase that holds at every pixel (when stride_h divides a, at oh = i + a / stride_h) or at none.
-// The one source is the output gradient's plane.
+// reaches input row ih from output row oh where oh * stride_h = ih + pad_h - ki * dilation_h
+// (OutputIndexByTap, taps.h): for the first row of the phase, ih = rh, at oh = out where the
+// remainder is 0, and one output row on for each row of the phase; at no row of it where the
+// remainder is not 0. Likewise the columns. The one source is the output gradient's plane.
 TermPlane input_grad_phase(const ConvShape& s, int64_t rh, int64_t rw) {
   TermPlane p;
   p.source_height = s.out_height;
   p.row_stride = 1;
   p.target_height = phase_width(s.height, s.stride_h, rh);
   p.target_width = phase_width(s.width, s.stride_w, rw);
-  for (int64_t ki = 0; ki < s.kernel_h; ++ki) {
-    const int64_t a = rh + s.pad_h - ki * s.dilation_h;
-    if (floor_mod(a, s.stride_h) != 0) continue;
-    for (int64_t kj = 0; kj < s.kernel_w; ++kj) {
-      const int64_t b = rw + s.pad_w - kj * s.dilation_w;
-      if (floor_mod(b, s.stride_w) != 0) continue;
-      p.add(0, int(ki * s.kernel_w + kj), s.out_width, floor_div(a, s.stride_h),
-            floor_div(b, s.stride_w));
+  OutputIndexByTap<int64_t> row(rh, s.pad_h, s.dilation_h, s.stride_h);
+  for (int64_t ki = 0; ki < s.kernel_h; ++ki, row.next()) {
+    if (row.rest != 0) continue;
+    OutputIndexByTap<int64_t> column(rw, s.pad_w, s.dilation_w, s.stride_w);
+    for (int64_t kj = 0; kj < s.kernel_w; ++kj, column.next()) {
+      if (column.rest == 0) p.add(0, int(ki * s.kernel_w + kj), s.out_width, row.out, column.out);
     }
   }
   p.split();
