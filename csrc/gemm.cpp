@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "blas_gemm.h"
 #include "gemm_choice.h"
 #include "microkernel_gemm.h"
 #include "scratch.h"
@@ -97,7 +98,8 @@ bool on_microkernel(const Tensor& out, const Tensor& a,
 }
 
 // out = a @ b (beta 0) or out += a @ b, for [G, M, K] @ [G, K, N]: on the micro-kernel where
-// gemm_engine says so, else ATen's GEMM (a plain mm for one group).
+// gemm_engine says so, else ATen's GEMM: for one group on the CPU, its BLAS call without the
+// operator (blas_gemm.h), else a plain mm for one group.
 void gemm_one_block(const Tensor& out, const Tensor& a, const Tensor& b, bool accumulate,
                     Float32Gemms float32 = Float32Gemms::cpu_rule) {
   if (on_microkernel(out, a, float32)) {
@@ -108,6 +110,8 @@ void gemm_one_block(const Tensor& out, const Tensor& a, const Tensor& b, bool ac
              a.scalar_type()) {  // a float32 accumulator of half-precision GEMMs
     const Tensor product = at::bmm(a, b);
     accumulate ? out.add_(product) : out.copy_(product);
+  } else if (blas_gemm(out, a, b, accumulate)) {
+    return;
   } else if (a.size(0) == 1) {
     Tensor out_matrix = only_matrix(out);
     out_matrix.addmm_(only_matrix(a), only_matrix(b), accumulate ? 1 : 0);

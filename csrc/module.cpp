@@ -9,6 +9,7 @@
 #include <tuple>
 #include <vector>
 
+#include "blas_gemm.h"
 #include "checks.h"
 #include "cpu_features.h"
 #include "gemm_choice.h"
@@ -68,6 +69,18 @@ void microkernel_gemm_checked(const at::Tensor& out, const at::Tensor& a, const 
   torch_convbp::microkernel_gemm(out, a, b, accumulate);
 }
 
+// out (+)= a @ b on BLAS without at::addmm_ (blas_gemm.h), for its tests: CPU tensors [1, M, K] @
+// [1, K, N] -> [1, M, N]; false where blas_gemm leaves the product to at::addmm_.
+bool blas_gemm_checked(const at::Tensor& out, const at::Tensor& a, const at::Tensor& b,
+                       bool accumulate) {
+  TORCH_CHECK(out.dim() == 3 && a.dim() == 3 && b.dim() == 3 && a.size(0) == out.size(0) &&
+                  b.size(0) == out.size(0) && a.size(1) == out.size(1) &&
+                  b.size(2) == out.size(2) && a.size(2) == b.size(1),
+              "torch_convbp._C._blas_gemm: cannot multiply ", a.sizes(), " by ", b.sizes(),
+              " into ", out.sizes());
+  return torch_convbp::blas_gemm(out, a, b, accumulate);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
@@ -99,6 +112,10 @@ PYBIND11_MODULE(_C, m) {
       "What runs the GEMMs for operands of this dtype on this device: 'aten' or 'microkernel'.");
   m.def("_microkernel_gemm", &microkernel_gemm_checked, py::arg("out"), py::arg("a"), py::arg("b"),
         py::arg("accumulate"), "out (+)= a @ b on the micro-kernel GEMM driver, for its tests.");
+  m.def("_blas_gemm", &blas_gemm_checked, py::arg("out"), py::arg("a"), py::arg("b"),
+        py::arg("accumulate"),
+        "out (+)= a @ b on BLAS without at::addmm_, for its tests: [1, M, K] @ [1, K, N]; "
+        "False where it leaves the product to at::addmm_.");
   m.def("_route", &route, py::arg("op"), py::arg("input_size"), py::arg("weight_size"),
         py::arg("stride"), py::arg("padding"), py::arg("dilation"), py::arg("groups"),
         py::arg("activations"),

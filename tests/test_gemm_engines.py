@@ -1,5 +1,6 @@
-"""The two GEMM engines: ATen's GEMM (MKL on the CPU) and our driver on oneDNN's micro-kernel
-(csrc/cpu/microkernel_gemm.cpp), which runs float32 CPU GEMMs where gemm_engine() says so.
+"""The two GEMM engines: ATen's GEMM (MKL on the CPU, small products of one group called on it
+straight) and our driver on oneDNN's micro-kernel (csrc/cpu/microkernel_gemm.cpp), which runs
+float32 CPU GEMMs where gemm_engine() says so.
 
 The driver takes matrices in any orientation (NHWC's transposed views, a weight gradient's
 transposed columns), cuts them into tiles fixed by the sizes, and must give the product for every
@@ -21,17 +22,17 @@ ops = torch.ops.torch_convbp
 needs_microkernel = pytest.mark.skipif(not has_microkernel(), reason="no GEMM micro-kernel here (x86 with AVX2, oneDNN on)")
 
 
-def matrices(g, rows, cols, orientation, generator):
-    """[g, rows, cols] float32: row-major, column-major (a transposed view), strided in both
+def matrices(g, rows, cols, orientation, generator, dtype=torch.float32):
+    """[g, rows, cols]: row-major, column-major (a transposed view), strided in both
     dimensions (every other element of a larger tensor), or one matrix broadcast over g."""
     if orientation == "row_major":
-        return torch.randn(g, rows, cols, generator=generator)
+        return torch.randn(g, rows, cols, generator=generator, dtype=dtype)
     if orientation == "column_major":
-        return torch.randn(g, cols, rows, generator=generator).transpose(1, 2)
+        return torch.randn(g, cols, rows, generator=generator, dtype=dtype).transpose(1, 2)
     if orientation == "strided":
-        return torch.randn(g, 2 * rows, 2 * cols, generator=generator)[:, ::2, ::2]
+        return torch.randn(g, 2 * rows, 2 * cols, generator=generator, dtype=dtype)[:, ::2, ::2]
     assert orientation == "broadcast"
-    return torch.randn(1, rows, cols, generator=generator).expand(g, rows, cols)
+    return torch.randn(1, rows, cols, generator=generator, dtype=dtype).expand(g, rows, cols)
 
 
 ORIENTATIONS = ("row_major", "column_major", "strided")
@@ -115,6 +116,45 @@ def test_the_drivers_entry_refuses_what_it_cannot_multiply():
         _C._microkernel_gemm(torch.empty(1, 2, 3), torch.empty(1, 2, 4, dtype=torch.bfloat16), torch.empty(1, 4, 3), False)
     with pytest.raises(RuntimeError, match=r"cannot multiply \[1, 2, 4\] by \[1, 5, 3\] into \[1, 2, 3\]"):
         _C._microkernel_gemm(torch.empty(1, 2, 3), torch.empty(1, 2, 4), torch.empty(1, 5, 3), False)
+
+
+# ATen's engine: a small product of one group goes to BLAS straight, without at::addmm_ around it
+# (host time: csrc/cpu/blas_gemm_cpu.cpp), with the BLAS call at::addmm_ makes, so its bits.
+# (M, N, K): sides of 1, whose leading dimensions BLAS still checks, and the largest product taken
+BLAS_SIZES = [(5, 7, 3), (1, 1, 1), (1, 9, 4), (9, 1, 4), (6, 5, 1), (16, 16, 16)]
+blas_runs = _C._blas_gemm(torch.zeros(1, 1, 1), torch.ones(1, 1, 1), torch.ones(1, 1, 1), False)
+
+
+@pytest.mark.skipif(not blas_runs, reason="no BLAS that at::addmm_ calls for small products here (x86-64 with MKL)")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("accumulate", [False, True], ids=["write", "accumulate"])
+@pytest.mark.parametrize("out_o, a_o, b_o", list(itertools.product(ORIENTATIONS, repeat=3)))
+@pytest.mark.parametrize("m, n, k", BLAS_SIZES, ids=[f"{m}x{n}x{k}" for m, n, k in BLAS_SIZES])
+def test_a_small_product_on_blas_has_the_bits_of_addmm(m, n, k, out_o, a_o, b_o, accumulate, dtype):
+    """Row- or column-major matrices: the product of at::addmm_ on the same matrices, bit for
+    bit. A matrix strided in both dimensions, which at::addmm_ copies first, is left to it."""
+    gen = torch.Generator().manual_seed(m * 1000 + n * 10 + k)
+    a, b = matrices(1, m, k, a_o, gen, dtype), matrices(1, k, n, b_o, gen, dtype)
+    out = matrices(1, m, n, out_o, gen, dtype)
+    expected = out.clone()
+    expected[0].addmm_(a[0], b[0], beta=1 if accumulate else 0)
+    took = _C._blas_gemm(out, a, b, accumulate)
+    assert took == ("strided" not in (out_o, a_o, b_o))
+    if took:
+        assert torch.equal(out, expected)
+
+
+@pytest.mark.skipif(not blas_runs, reason="no BLAS that at::addmm_ calls for small products here (x86-64 with MKL)")
+@pytest.mark.parametrize("out, a, b", [
+    (torch.zeros(1, 17, 16), torch.ones(1, 17, 16), torch.ones(1, 16, 16)),  # over 16^3 multiply-adds
+    (torch.zeros(2, 4, 5), torch.ones(2, 4, 3), torch.ones(2, 3, 5)),  # two groups: at::bmm's
+    (torch.zeros(1, 4, 5, dtype=torch.bfloat16), torch.ones(1, 4, 3, dtype=torch.bfloat16),
+     torch.ones(1, 3, 5, dtype=torch.bfloat16)),
+    (torch.zeros(1, 4, 5), torch.ones(1, 4, 0), torch.ones(1, 0, 5)),  # K = 0: at::addmm_'s zeros
+], ids=["large", "groups", "bfloat16", "empty"])
+def test_other_products_are_left_to_addmm(out, a, b):
+    assert not _C._blas_gemm(out, a, b, False)
+    assert not out.any()
 
 
 # (name, input size, out channels, kernel, stride, padding, dilation, groups)
