@@ -20,12 +20,13 @@
 // machinery (a context with a hash map of saved data, the outputs' wrapping for views and in-place
 // results, the inputs' and outputs' metadata) cost host time on every call (section 81).
 #include <ATen/FuncTorchTLS.h>
-#include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/utils.h>
 #include <torch/library.h>
 
 #include <type_traits>
+
+#include "operators.h"
 
 namespace torch_convbp {
 namespace {
@@ -35,59 +36,6 @@ using at::Tensor;
 using torch::autograd::Node;
 using torch::autograd::SavedVariable;
 using torch::autograd::variable_list;
-
-// ---- The operators, called through the dispatcher ----------------------------------------------
-
-// The names of the operators of each dimension (2: conv2d..., 3: conv3d...).
-template <int Dims>
-struct OperatorNames;
-template <>
-struct OperatorNames<2> {
-  static constexpr const char* forward = "torch_convbp::conv2d";
-  static constexpr const char* input_grad = "torch_convbp::conv2d_input_grad";
-  static constexpr const char* weight_grad = "torch_convbp::conv2d_weight_grad";
-};
-template <>
-struct OperatorNames<3> {
-  static constexpr const char* forward = "torch_convbp::conv3d";
-  static constexpr const char* input_grad = "torch_convbp::conv3d_input_grad";
-  static constexpr const char* weight_grad = "torch_convbp::conv3d_weight_grad";
-};
-
-template <class Signature>
-c10::TypedOperatorHandle<Signature> handle(const char* name) {
-  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Signature>();
-}
-
-template <int Dims>
-Tensor call_forward(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias,
-                    IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation, int64_t groups) {
-  static const auto op =
-      handle<Tensor(const Tensor&, const Tensor&, const std::optional<Tensor>&, IntArrayRef,
-                    IntArrayRef, IntArrayRef, int64_t)>(OperatorNames<Dims>::forward);
-  return op.call(input, weight, bias, stride, padding, dilation, groups);
-}
-
-// The sizes are SymInt, so that a traced graph (torch.compile, torch.export) keeps them symbolic.
-template <int Dims>
-Tensor call_input_grad(const Tensor& grad_output, const Tensor& weight,
-                       c10::SymIntArrayRef input_size, IntArrayRef stride, IntArrayRef padding,
-                       IntArrayRef dilation, int64_t groups) {
-  static const auto op =
-      handle<Tensor(const Tensor&, const Tensor&, c10::SymIntArrayRef, IntArrayRef, IntArrayRef,
-                    IntArrayRef, int64_t)>(OperatorNames<Dims>::input_grad);
-  return op.call(grad_output, weight, input_size, stride, padding, dilation, groups);
-}
-
-template <int Dims>
-Tensor call_weight_grad(const Tensor& input, const Tensor& grad_output,
-                        c10::SymIntArrayRef weight_size, IntArrayRef stride, IntArrayRef padding,
-                        IntArrayRef dilation, int64_t groups) {
-  static const auto op =
-      handle<Tensor(const Tensor&, const Tensor&, c10::SymIntArrayRef, IntArrayRef, IntArrayRef,
-                    IntArrayRef, int64_t)>(OperatorNames<Dims>::weight_grad);
-  return op.call(input, grad_output, weight_size, stride, padding, dilation, groups);
-}
 
 // ---- What every node saves ---------------------------------------------------------------------
 

@@ -1,7 +1,7 @@
 // The Python module torch_convbp._C: loading it registers the operators; it also carries the
-// workspace limit, which is process-wide state rather than an operator, the choice of route for
-// torch_convbp.explain(), and the torch version it was compiled against (torch has no stable C++
-// ABI: __init__.py refuses another version).
+// operators' direct calls for eager code, the workspace limit, which is process-wide state rather
+// than an operator, the choice of route for torch_convbp.explain(), and the torch version it was
+// compiled against (torch has no stable C++ ABI: __init__.py refuses another version).
 #include <torch/python.h>
 #include <torch/version.h>
 
@@ -14,6 +14,7 @@
 #include "cpu_features.h"
 #include "gemm_choice.h"
 #include "microkernel_gemm.h"
+#include "operators.h"
 #include "plan.h"
 #include "route.h"
 #include "scratch.h"
@@ -85,6 +86,26 @@ bool blas_gemm_checked(const at::Tensor& out, const at::Tensor& a, const at::Ten
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "torch_convbp: im2col + GEMM 2-D convolution operators (torch.ops.torch_convbp)";
+  // The operators that torch_convbp.functional calls, called through the dispatcher as torch.ops
+  // calls them, with the same arguments, but without the torch.ops packet's matching of the
+  // arguments against the schema and their boxing: host time that a small layer waits for
+  // (benchmarks/NOTES.md, section 90). The Python functions call torch.ops where torch.compile
+  // traces them and where an operand has __torch_function__ (functional.py, _operators).
+  for (const auto& [name, forward] : {std::pair{"conv2d", &torch_convbp::call_forward<2>},
+                                      std::pair{"conv3d", &torch_convbp::call_forward<3>}}) {
+    m.def(name, forward, py::arg("input"), py::arg("weight"), py::arg("bias"), py::arg("stride"),
+          py::arg("padding"), py::arg("dilation"), py::arg("groups"),
+          py::call_guard<py::gil_scoped_release>(),
+          "torch.ops.torch_convbp's operator, called directly.");
+  }
+  for (const auto& [name, input_grad] :
+       {std::pair{"conv2d_input_grad", &torch_convbp::call_input_grad<2>},
+        std::pair{"conv3d_input_grad", &torch_convbp::call_input_grad<3>}}) {
+    m.def(name, input_grad, py::arg("grad_output"), py::arg("weight"), py::arg("input_size"),
+          py::arg("stride"), py::arg("padding"), py::arg("dilation"), py::arg("groups"),
+          py::call_guard<py::gil_scoped_release>(),
+          "torch.ops.torch_convbp's operator, called directly.");
+  }
   m.def("set_workspace_limit", &torch_convbp::set_workspace_limit, py::arg("nbytes"),
         "Largest column buffer (plus staging) one call may allocate, in bytes.");
   m.def("workspace_limit", &torch_convbp::workspace_limit, "The workspace limit in bytes.");

@@ -214,6 +214,67 @@ def test_torch_compile_fullgraph_converted_model():
         torch.testing.assert_close(g, p.grad)
 
 
+# The functions and the operators they call: conv2d/conv1d, conv3d, and the transposed ones
+# (the input gradients, plus the bias in Python). (function, input size, weight size)
+FUNCTION_CALLS = [
+    ("conv2d", (1, 3, 6, 6), (4, 3, 3, 3), "conv2d"),
+    ("conv1d", (1, 3, 6), (4, 3, 3), "conv2d"),
+    ("conv_transpose2d", (1, 3, 6, 6), (3, 4, 3, 3), "conv2d_input_grad"),
+    ("conv3d", (1, 3, 4, 4, 4), (4, 3, 3, 3, 3), "conv3d"),
+    ("conv_transpose3d", (1, 3, 4, 4, 4), (3, 4, 3, 3, 3), "conv3d_input_grad"),
+]
+
+
+class RecordingTensor(torch.Tensor):
+    """A tensor subclass whose __torch_function__ records what is called on it."""
+
+    calls = []
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        cls.calls.append(func)
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+class RecordingMode(torch.overrides.TorchFunctionMode):
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.calls.append(func)
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("function, input_size, weight_size, operator", FUNCTION_CALLS, ids=[c[0] for c in FUNCTION_CALLS])
+def test_eager_calls_skip_torch_ops_unless_torch_function_would_see_it(function, input_size, weight_size, operator,
+                                                                        monkeypatch):
+    """In eager code the functions call the operators directly (_C.conv2d, ...: less host time,
+    benchmarks/NOTES.md section 90), every dispatch key still seeing them. Where __torch_function__
+    would be offered the torch.ops call (a tensor subclass's, a torch function mode's), they call
+    torch.ops, and the subclass comes back as from F."""
+    ours, theirs = getattr(torch_convbp, function), getattr(F, function)
+    x, w, b = torch.randn(input_size), torch.randn(weight_size), torch.randn(4)
+    direct = []
+    from torch_convbp import functional
+
+    for dims, calls in list(functional._DIRECT_CALLS.items()):
+        recorded = [lambda *args, call=call, name=call.__name__: direct.append(name) or call(*args) for call in calls]
+        monkeypatch.setitem(functional._DIRECT_CALLS, dims, tuple(recorded))
+    torch.testing.assert_close(ours(x, w, b), theirs(x, w, b))
+    assert direct == [operator]
+
+    RecordingTensor.calls = []
+    y = ours(x.as_subclass(RecordingTensor), w, b)
+    assert type(y) is type(theirs(x.as_subclass(RecordingTensor), w, b)) is RecordingTensor
+    assert getattr(ops, operator) in RecordingTensor.calls
+    with RecordingMode() as mode:
+        torch.testing.assert_close(ours(x, w, b), theirs(x, w, b))
+    assert getattr(ops, operator) in mode.calls
+    assert direct == [operator]
+
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_backward_is_bitwise_repeatable(device, dtype):
     torch.manual_seed(0)

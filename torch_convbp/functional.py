@@ -13,7 +13,9 @@ operator.
 """
 import torch
 import torch.nn.functional as F
+from torch.overrides import has_torch_function_variadic
 
+from . import _C
 from ._args import (
     autocast,
     check_tensors,
@@ -88,11 +90,20 @@ def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_paddi
     )
 
 
-def _operators(dims):
-    """(convolution, its input gradient) for 1-D and 2-D calls (as 2-D ones) or 3-D calls."""
-    if dims == 3:
-        return _ops.conv3d, _ops.conv3d_input_grad
-    return _ops.conv2d, _ops.conv2d_input_grad
+# (convolution, its input gradient) for 2-D and 3-D calls: the torch.ops operators, and their
+# direct calls (_C.conv2d, ...), which take the same arguments with less host time
+# (benchmarks/NOTES.md, section 90).
+_OPERATORS = {2: (_ops.conv2d, _ops.conv2d_input_grad), 3: (_ops.conv3d, _ops.conv3d_input_grad)}
+_DIRECT_CALLS = {2: (_C.conv2d, _C.conv2d_input_grad), 3: (_C.conv3d, _C.conv3d_input_grad)}
+
+
+def _operators(dims, input, weight, bias):
+    """(convolution, its input gradient) for 1-D and 2-D calls (as 2-D ones) or 3-D calls: in
+    eager code the direct calls, else torch.ops: torch.compile traces only those, and only they
+    offer the call to __torch_function__ (tensor subclasses, torch function modes)."""
+    if torch.compiler.is_compiling() or has_torch_function_variadic(input, weight, bias):
+        return _OPERATORS[3 if dims == 3 else 2]
+    return _DIRECT_CALLS[3 if dims == 3 else 2]
 
 
 def _convolution(op, dims, input, weight, bias, stride, padding, dilation, groups):
@@ -100,7 +111,7 @@ def _convolution(op, dims, input, weight, bias, stride, padding, dilation, group
     input, weight, bias, stride, padding, dilation = convolution_arguments(
         op, dims, input, weight, bias, stride, padding, dilation, groups
     )
-    convolution, _ = _operators(dims)
+    convolution, _ = _operators(dims, input, weight, bias)
     output = convolution(input, weight, bias, stride, padding, dilation, groups)
     return _as_given(output, dims, unbatched, input)
 
@@ -151,7 +162,7 @@ def _transposed_convolution(op, dims, input, weight, bias, stride, padding, outp
     output_size = _transposed_output_size(op, input, weight, stride, padding, output_padding, dilation, groups)
     _check_transposed_bias(op, input, bias, output_size[1])
 
-    _, input_grad = _operators(dims)
+    _, input_grad = _operators(dims, input, weight, bias)
     if all(o < s for o, s in zip(output_padding, stride)):
         # The usual case: the convolution of this stride and padding maps output_size back onto
         # the input's size, so the input gradient of that convolution is the whole answer.
