@@ -91,19 +91,16 @@ PYBIND11_MODULE(_C, m) {
   // arguments against the schema and their boxing: host time that a small layer waits for
   // (benchmarks/NOTES.md, section 90). The Python functions call torch.ops where torch.compile
   // traces them and where an operand has __torch_function__ (functional.py, _operators).
+  // Positional arguments, as functional.py passes them, in the operators' schema order.
   for (const auto& [name, forward] : {std::pair{"conv2d", &torch_convbp::call_forward<2>},
                                       std::pair{"conv3d", &torch_convbp::call_forward<3>}}) {
-    m.def(name, forward, py::arg("input"), py::arg("weight"), py::arg("bias"), py::arg("stride"),
-          py::arg("padding"), py::arg("dilation"), py::arg("groups"),
-          py::call_guard<py::gil_scoped_release>(),
+    m.def(name, forward, py::call_guard<py::gil_scoped_release>(),
           "torch.ops.torch_convbp's operator, called directly.");
   }
   for (const auto& [name, input_grad] :
        {std::pair{"conv2d_input_grad", &torch_convbp::call_input_grad<2>},
         std::pair{"conv3d_input_grad", &torch_convbp::call_input_grad<3>}}) {
-    m.def(name, input_grad, py::arg("grad_output"), py::arg("weight"), py::arg("input_size"),
-          py::arg("stride"), py::arg("padding"), py::arg("dilation"), py::arg("groups"),
-          py::call_guard<py::gil_scoped_release>(),
+    m.def(name, input_grad, py::call_guard<py::gil_scoped_release>(),
           "torch.ops.torch_convbp's operator, called directly.");
   }
   m.def("set_workspace_limit", &torch_convbp::set_workspace_limit, py::arg("nbytes"),
