@@ -9,8 +9,9 @@ The routes, for operands that are all channels_last (dense, non-empty), else in 
   off the CPU: a product per image, summed in halves, where that costs less than copying the
   images);
 - depthwise (one input channel per group): the depthwise kernels, in either layout (on the CPU
-  small output planes compute in NHWC, through copies, and so does the weight gradient, whose
-  order of rows is an NHWC kernel);
+  the forward and input grad of small output planes compute in NHWC, through copies; so does the
+  weight gradient, in its order of rows, unless it is float32 with one output channel per input
+  channel and output planes of 256 pixels or more);
 - several groups of at most 32 output channels: the direct grouped kernels for the forward and
   weight grad, and for the input grad where it is a stride-1 convolution with narrow groups;
 - the rest: the column matrix, in NHWC where the groups have 16 or more output channels (and,
@@ -68,12 +69,20 @@ ROUTES = [
     ("depthwise contiguous, large planes", dict(k=3, cout=6, h=16, w=16, layout=NCHW), 1, 1, 6,
      ("depthwise/nchw", "depthwise/nchw", "depthwise/small-planes")),
     ("depthwise empty batch", dict(n=0, k=3, cout=6), 1, 1, 6, "depthwise/small-planes"),
+    # the float32 weight gradient with one output channel per input channel takes NCHW operands of
+    # large planes as they are (csrc/cpu/depthwise_rows_nchw_cpu.cpp)
+    ("depthwise contiguous float32, large planes", dict(k=3, cout=6, h=16, w=16, layout=NCHW, dtype=torch.float32),
+     1, 1, 6, "depthwise/nchw"),
+    ("depthwise contiguous float32, small planes", dict(k=3, cout=6, layout=NCHW, dtype=torch.float32), 1, 1, 6,
+     "depthwise/small-planes"),
+    ("depthwise contiguous float32, multiplier 2", dict(k=3, cout=12, h=16, w=16, layout=NCHW, dtype=torch.float32),
+     1, 1, 6, ("depthwise/nchw", "depthwise/nchw", "depthwise/small-planes")),
 ]
 
 
 def expected_routes(expected, device):
     routes = (expected,) * 3 if isinstance(expected, str) else expected
-    small_planes = "nhwc" if device == "cpu" else "nchw"  # and the CPU's depthwise weight gradient
+    small_planes = "nhwc" if device == "cpu" else "nchw"  # and the CPU's other depthwise weight gradients
     by_images = "columns/nchw" if device == "cpu" else "pointwise_by_images/nchw"
     return [r.replace("small-planes", small_planes).replace("by-images-off-cpu", by_images) for r in routes]
 

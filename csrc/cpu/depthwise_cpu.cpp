@@ -32,6 +32,7 @@
 #include "cpu_kernels.h"
 #include "depthwise_nhwc_cpu.h"
 #include "depthwise_planes_cpu.h"
+#include "depthwise_rows.h"
 
 namespace torch_convbp {
 namespace {
@@ -229,6 +230,11 @@ void depthwise_weight_grad_cpu(const Tensor& input, const Tensor& grad_output, I
   const DepthwiseCall call = check_depthwise("torch_convbp.depthwise_weight_grad", input,
                                              grad_weight, grad_output, stride, padding, dilation);
   const ConvShape& s = call.shape;
+  if (!call.channels_last &&
+      cpu_rows_take_nchw(input.scalar_type(), s.in_channels, s.out_channels,
+                         s.kernel_h * s.kernel_w, s.out_height * s.out_width)) {
+    return depthwise_nchw_weight_grad_rows(input, grad_output, s, grad_weight);
+  }
   if (cpu_depthwise_order() == DepthwiseOrder::rows) {  // an NHWC kernel (NCHW operands copied)
     return depthwise_nhwc_weight_grad_rows(in_layout(input, Layout::nhwc),
                                            in_layout(grad_output, Layout::nhwc), s, grad_weight);

@@ -1,11 +1,5 @@
-// The CPU's depthwise weight gradient in the order of rows (summation.h, DepthwiseOrder::rows), on
-// channels_last (NHWC) activations. Weight entry (o, ki, kj) is
-//   the sum over the groups of output rows, in order, of
-//     the sum over the group's rows (n, oh), in order, of
-//       the sum over ow, in increasing order, of dy(n, o, oh, ow) * x(n, o / m, ih, iw)
-// where (ih, iw) is what tap (ki, kj) reads from output pixel (oh, ow), taps in the padding
-// skipped; every sum starts from zero, each product is added by one multiply_add, and the groups
-// of rows are fixed by the number of rows (kRowGroups), never by the thread count.
+// The CPU's depthwise weight gradient in the order of rows (depthwise_rows.h), on channels_last
+// (NHWC) activations.
 //
 // Why: the order of lanes (position j into lane j % 256, then a tree), which the CUDA kernels
 // sum in, made every multiply-add load and store its lane from the L2 cache on the CPU: 2-3x
@@ -26,14 +20,11 @@
 #include "../summation.h"
 #include "cpu_kernels.h"
 #include "depthwise_nhwc_cpu.h"
+#include "depthwise_rows.h"
 #include "vector_ops.h"
 
 namespace torch_convbp {
 namespace {
-
-// Groups of output rows, whose sums are added in order at the end: the pieces of work for the
-// threads (each task a group, all channels), and a count fixed by the number of rows.
-constexpr int64_t kRowGroups = 16;
 
 // One vector of acc_t from p (converted where scalar_t is narrower).
 template <typename acc_t, typename V, typename scalar_t>
@@ -223,32 +214,17 @@ template <int KH, int KW, class Ops, typename scalar_t>
 void weight_grad_rows(Ops ops, const scalar_t* input, const scalar_t* grad_output,
                       scalar_t* grad_weight, const ConvShape& s) {
   using acc_t = at::opmath_type<scalar_t>;
-  const int64_t taps = s.kernel_h * s.kernel_w, cout = s.out_channels;
-  const int64_t rows = s.batch * s.out_height;
-  const int64_t per_group = (rows + kRowGroups - 1) / kRowGroups;
-  const int64_t groups = rows == 0 ? 0 : (rows + per_group - 1) / per_group;
   const int64_t image_size = s.height * s.width * s.in_channels;
-  // each group's sums [taps][Cout]
-  std::vector<acc_t> group_sums(groups * taps * cout, acc_t(0));
-  at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
-    std::vector<acc_t> sums;
-    for (int64_t g = begin; g < end; ++g) {
-      acc_t* totals = group_sums.data() + g * taps * cout;
-      for (int64_t row = g * per_group; row < std::min(rows, (g + 1) * per_group); ++row) {
-        const int64_t n = row / s.out_height, oh = row % s.out_height;
-        const scalar_t* image = input + n * image_size;
-        const scalar_t* grad_row = grad_output + row * s.out_width * cout;
-        add_row<KH, KW>(ops, image, grad_row, oh, totals, sums, s);
-      }
-    }
-  });
-  for (int64_t o = 0; o < cout; ++o) {
-    for (int64_t t = 0; t < taps; ++t) {
-      acc_t total = 0;
-      for (int64_t g = 0; g < groups; ++g) total = total + group_sums[(g * taps + t) * cout + o];
-      grad_weight[o * taps + t] = static_cast<scalar_t>(total);
-    }
-  }
+  weight_grad_in_row_groups<acc_t>(
+      s, grad_weight, [&](int64_t first_row, int64_t end_row, acc_t* totals) {
+        std::vector<acc_t> sums;
+        for (int64_t row = first_row; row < end_row; ++row) {
+          const int64_t n = row / s.out_height, oh = row % s.out_height;
+          const scalar_t* image = input + n * image_size;
+          const scalar_t* grad_row = grad_output + row * s.out_width * s.out_channels;
+          add_row<KH, KW>(ops, image, grad_row, oh, totals, sums, s);
+        }
+      });
 }
 
 // The kernel's size compile-time where it is 3x3 (every tap's sums in registers along a row),
