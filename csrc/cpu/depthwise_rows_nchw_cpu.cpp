@@ -46,12 +46,8 @@ struct TransposedRows {
 
   TransposedRows(const ConvShape& s, int64_t first_row, int64_t end_row, int64_t slack)
       : first(first_row), end(end_row) {
-    int64_t lowest = 0, highest = 0;  // of the kernel rows' shifts
-    for (int64_t ki = 0; ki < s.kernel_h; ++ki) {
-      const int64_t shift = kernel_row(s, ki).shift;
-      lowest = ki == 0 ? shift : std::min(lowest, shift);
-      highest = ki == 0 ? shift : std::max(highest, shift);
-    }
+    // the kernel rows' shifts, which grow with ki
+    const int64_t lowest = kernel_row(s, 0).shift, highest = kernel_row(s, s.kernel_h - 1).shift;
     dy_rows = end - first + slack;
     x_first = first + lowest;
     x_rows = end - first + highest - lowest + slack;
@@ -65,8 +61,9 @@ struct TransposedRows {
     transpose_matrix(dy_plane + first * s.out_width, s.out_width, dy.data(), dy_rows, end - first,
                      s.out_width, sizeof(float));
     for (int64_t p = 0; p < s.stride_h; ++p) {
-      // the rows q of phase p with 0 <= q * stride + p < H, within [x_first, x_first + x_rows)
-      const int64_t q_begin = std::max(x_first, floor_div(-p + s.stride_h - 1, s.stride_h));
+      // the rows q of phase p inside the image, 0 <= q * stride + p < H (so q >= 0), within
+      // [x_first, x_first + x_rows)
+      const int64_t q_begin = std::max<int64_t>(x_first, 0);
       const int64_t q_end = std::min(x_first + x_rows, floor_div(s.height - 1 - p, s.stride_h) + 1);
       if (q_begin >= q_end) continue;
       transpose_matrix(x_plane + (q_begin * s.stride_h + p) * s.width, s.stride_h * s.width,
@@ -77,9 +74,9 @@ struct TransposedRows {
 };
 
 // The sums of one kernel row's taps for NB vectors of rows from output row oh0 (lanes ascending
-// with the rows): for each of the KW taps of columns `taps` (kernel columns kj_first...), each
-// lane's products along ow in increasing order where the tap reads inside the image. Compiled for
-// the target of Ops (run_compiled_for); sums are written to out [NB][KW][lanes].
+// with the rows): for each of the KW taps (ki, kj_first + kj), each lane's products along ow in
+// increasing order where the tap reads inside the image. Compiled for the target of Ops
+// (run_compiled_for); the sums are written to out [NB][KW][lanes].
 template <int KW, int NB>
 struct KernelRowSums {
   template <class Ops>
