@@ -246,15 +246,9 @@ RouteChoice choose_route(Operator op, const ConvShape& s, at::TensorList activat
     const char* why = "one input channel per group: direct kernels, no GEMM";
     if (!channels_last && first.device().is_cpu() && op == Operator::weight_grad &&
         cpu_depthwise_order() == DepthwiseOrder::rows) {
-      if (cpu_rows_take_nchw(first.scalar_type(), s.in_channels, s.out_channels,
-                             s.kernel_h * s.kernel_w, s.out_height * s.out_width)) {
-        return {Route::depthwise, Layout::nchw, why,
-                "the CPU's weight gradient in the order of rows, float32, at most 9 taps, output "
-                "planes of 256 pixels or more: output rows in the vector lanes, no layout copies"};
-      }
-      return {Route::depthwise, Layout::nhwc, why,
-              "the CPU's weight gradient in the order of rows: an NHWC kernel, through layout "
-              "copies"};
+      return {Route::depthwise, Layout::nchw, why,
+              "the CPU's weight gradient in the order of rows: its NHWC kernel on bands of rows "
+              "transposed in cache, no layout copies"};
     }
     if (!channels_last && first.device().is_cpu() &&
         s.out_height * s.out_width < kMinNchwDepthwisePlane) {

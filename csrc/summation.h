@@ -34,21 +34,6 @@ inline DepthwiseOrder cpu_depthwise_order() {
              : DepthwiseOrder::rows;
 }
 
-// Whether the CPU's weight gradient in the order of rows takes NCHW operands as they are (float32,
-// one output channel per input channel, at most 9 taps, output planes of 256 pixels or more:
-// cpu/depthwise_rows_nchw_cpu.cpp) rather than NHWC copies of them. Its lanes are output rows: on
-// smaller planes its groups of rows fill too few of them (1.4-6.8x the time with the copies on
-// 14x14 and 7x7 planes), and each lane's sums are added one by one, which a 5x5 kernel's 25 taps
-// made cost more than the copies (1.10x on 5x5 240@28; 3x3 layers 0.63-1.0x: benchmarks/NOTES.md,
-// section 91).
-constexpr int64_t kMinNchwRowsPlane = 256;
-constexpr int64_t kMaxNchwRowsTaps = 9;
-inline bool cpu_rows_take_nchw(c10::ScalarType dtype, int64_t in_channels, int64_t out_channels,
-                               int64_t taps, int64_t out_plane) {
-  return cpu_depthwise_order() == DepthwiseOrder::rows && dtype == c10::ScalarType::Float &&
-         in_channels == out_channels && taps <= kMaxNchwRowsTaps && out_plane >= kMinNchwRowsPlane;
-}
-
 // a * b + c, rounded once.
 template <typename T>
 C10_HOST_DEVICE inline T multiply_add(T a, T b, T c) {

@@ -3,10 +3,8 @@ depthwise kernels, in NCHW or, for channels_last operands, in NHWC (csrc/cpu/dep
 cuda/depthwise_thread.h). Both layouts sum every entry in the same order, so they give bitwise
 the same results, on both devices. On the CPU output planes under 256 pixels compute in NHWC for
 NCHW operands too, through layout copies. The weight gradient in the CPU's order of rows (its
-default) is an NHWC kernel (csrc/cpu/depthwise_rows_cpu.cpp), which NCHW operands reach through
-copies, except in float32 with one output channel per input channel, at most 9 taps and output
-planes of 256 pixels or more, where an NCHW kernel sums the same way
-(csrc/cpu/depthwise_rows_nchw_cpu.cpp); TORCH_CONVBP_CPU_DEPTHWISE_ORDER=lanes gives the CPU the
+default) is an NHWC kernel (csrc/cpu/depthwise_rows_cpu.cpp), which takes NCHW operands a band of
+rows at a time, transposed in cache; TORCH_CONVBP_CPU_DEPTHWISE_ORDER=lanes gives the CPU the
 CUDA kernels' order, and their bits."""
 import os
 import subprocess
@@ -86,18 +84,15 @@ def test_depthwise_in_nhwc_gives_the_nchw_bits(name, shape, multiplier, kernel, 
     give bitwise the same values in both formats, and channels_last results. On the CPU, NCHW
     calls with output planes of 256 pixels or more take the NCHW kernels (smaller ones the NHWC
     kernels, through copies), so those cases compare the two sets of kernels; the CPU's weight
-    gradient in the order of rows (its default) is an NHWC kernel, which NCHW calls reach through
-    copies, but for float32 with one output channel per input channel, at most 9 taps, on planes
-    of 256 pixels or more (an NCHW kernel)."""
+    gradient in the order of rows (its default) takes NCHW operands as they are."""
     monkeypatch.setenv("TORCH_CONVBP_CPU_DEPTHWISE_ORDER", order)
     x, weight, dy = depthwise_operands(shape, multiplier, kernel, stride, padding, dilation, dtype, device)
     args = (list(stride), list(padding), list(dilation), shape[1])
     small_planes = dy.shape[2] * dy.shape[3] < 256 and device == "cpu"  # NHWC, through copies
     rows = order == "rows" and device == "cpu"
-    rows_in_nchw = rows and dtype == torch.float32 and multiplier == 1 and kernel[0] * kernel[1] <= 9 and not small_planes
     layouts = {r.operator: r.layout for r in torch_convbp.explain(x, weight, *args, grad_output=dy)}
     expected = "nhwc" if small_planes else "nchw"
-    weight_grad = "nchw" if rows_in_nchw else "nhwc" if rows else expected
+    weight_grad = "nchw" if rows else expected
     assert layouts == {"forward": expected, "input_grad": expected, "weight_grad": weight_grad}
     nchw = (ops.conv2d(x, weight, None, *args), ops.conv2d_input_grad(dy, weight, list(shape), *args),
             ops.conv2d_weight_grad(x, dy, list(weight.shape), *args))
@@ -141,10 +136,9 @@ def test_the_depthwise_kernels_refuse_mixed_layouts(device):
 # output channel per input channel, a 3x3 kernel's taps all at once in two vectors of channels
 # (then one), any other kernel a tap at a time in four vectors (then one), the rest of the
 # channels and any channel multiplier channel by channel; the groups of rows fixed by their number
-# (16 at most). Float32 NCHW operands with one output channel per input channel, at most 9 taps,
-# output planes of 256 pixels or more: output rows in the vector lanes
-# (csrc/cpu/depthwise_rows_nchw_cpu.cpp), 16 rows a pass, a 3- or 5-wide kernel row's taps at
-# once, any other a tap at a time; the input's rows by phases of the row stride.
+# (16 at most). NCHW operands: each group's rows of dy, and the input rows they read, transposed to
+# NHWC bands in cache, image by image (a group may hold the end of one image and the start of the
+# next).
 ROWS = [
     ("7x7, four vectors, one and a tail", (2, 88, 9, 10), 1, (7, 7), (1, 1), (3, 3), (1, 1)),
     ("1x1, four vectors", (2, 64, 5, 6), 1, (1, 1), (1, 1), (0, 0), (1, 1)),
@@ -155,10 +149,10 @@ ROWS = [
     ("other kernel, multiplier 3", (2, 5, 8, 9), 3, (2, 4), (1, 2), (1, 0), (1, 1)),
     ("one row", (1, 48, 1, 30), 1, (1, 3), (1, 1), (0, 1), (1, 1)),
     ("rows strided by 3 and dilated", (2, 9, 61, 16), 1, (3, 3), (3, 1), (2, 1), (2, 1)),
-    ("groups of 21 rows: two passes, one across images", (2, 3, 481, 4), 1, (3, 3), (3, 1), (2, 1), (2, 1)),
+    ("groups of 21 rows, one across images", (2, 3, 481, 4), 1, (3, 3), (3, 1), (2, 1), (2, 1)),
     ("1x5, kernel rows past the padding, groups across images", (3, 10, 19, 15), 1, (1, 5), (1, 1), (3, 2), (1, 1)),
     ("2x4 a tap at a time, rows strided by 2 only", (3, 7, 40, 30), 1, (2, 4), (2, 1), (1, 1), (1, 1)),
-    ("5x5 in NHWC through copies, large planes", (2, 8, 17, 16), 1, (5, 5), (1, 1), (2, 2), (1, 1)),
+    ("5x5, large planes", (2, 8, 17, 16), 1, (5, 5), (1, 1), (2, 2), (1, 1)),
 ]
 
 
@@ -197,7 +191,7 @@ def test_the_cpu_weight_gradient_in_either_order(name, shape, multiplier, kernel
 def test_the_order_of_rows_propagates_what_is_not_finite(monkeypatch):
     """An infinity in the input reaches the entries that multiply it, a NaN in the output gradient
     every entry of its channel that reads inside the image, as in the order of lanes; from NCHW
-    operands too (whose kernel computes the rows that read the padding, and adds zero for them)."""
+    operands too."""
     x, weight, dy = depthwise_operands((2, 16, 16, 17), 1, (3, 3), (1, 1), (1, 1), (1, 1), torch.float32, "cpu")
     x[1, 3, 2, 4], dy[0, 5, 0, 0] = float("inf"), float("nan")
     args = ([1, 1], [1, 1], [1, 1], 16)

@@ -9,9 +9,8 @@ The routes, for operands that are all channels_last (dense, non-empty), else in 
   off the CPU: a product per image, summed in halves, where that costs less than copying the
   images);
 - depthwise (one input channel per group): the depthwise kernels, in either layout (on the CPU
-  the forward and input grad of small output planes compute in NHWC, through copies; so does the
-  weight gradient, in its order of rows, unless it is float32 with one output channel per input
-  channel and output planes of 256 pixels or more);
+  the forward and input grad of small output planes compute in NHWC, through copies; the weight
+  gradient, in its order of rows, takes NCHW operands as they are);
 - several groups of at most 32 output channels: the direct grouped kernels for the forward and
   weight grad, and for the input grad where it is a stride-1 convolution with narrow groups;
 - the rest: the column matrix, in NHWC where the groups have 16 or more output channels (and,
@@ -65,24 +64,19 @@ ROUTES = [
     ("depthwise 3x3", dict(k=3, cout=6), 1, 1, 6, "depthwise/nhwc"),
     ("depthwise multiplier 2, strided", dict(k=3, cout=12), 2, 1, 6, "depthwise/nhwc"),
     # output planes under 256 pixels compute in NHWC on the CPU, through copies (the same bits)
-    ("depthwise contiguous, small planes", dict(k=3, cout=6, layout=NCHW), 1, 1, 6, "depthwise/small-planes"),
-    ("depthwise contiguous, large planes", dict(k=3, cout=6, h=16, w=16, layout=NCHW), 1, 1, 6,
-     ("depthwise/nchw", "depthwise/nchw", "depthwise/small-planes")),
-    ("depthwise empty batch", dict(n=0, k=3, cout=6), 1, 1, 6, "depthwise/small-planes"),
-    # the float32 weight gradient with one output channel per input channel takes NCHW operands of
-    # large planes as they are (csrc/cpu/depthwise_rows_nchw_cpu.cpp)
-    ("depthwise contiguous float32, large planes", dict(k=3, cout=6, h=16, w=16, layout=NCHW, dtype=torch.float32),
-     1, 1, 6, "depthwise/nchw"),
-    ("depthwise contiguous float32, small planes", dict(k=3, cout=6, layout=NCHW, dtype=torch.float32), 1, 1, 6,
-     "depthwise/small-planes"),
-    ("depthwise contiguous float32, multiplier 2", dict(k=3, cout=12, h=16, w=16, layout=NCHW, dtype=torch.float32),
-     1, 1, 6, ("depthwise/nchw", "depthwise/nchw", "depthwise/small-planes")),
+    # (the CPU's weight gradient takes NCHW operands as they are: its NHWC kernel on bands of rows
+    # transposed in cache)
+    ("depthwise contiguous, small planes", dict(k=3, cout=6, layout=NCHW), 1, 1, 6,
+     ("depthwise/small-planes", "depthwise/small-planes", "depthwise/nchw")),
+    ("depthwise contiguous, large planes", dict(k=3, cout=6, h=16, w=16, layout=NCHW), 1, 1, 6, "depthwise/nchw"),
+    ("depthwise empty batch", dict(n=0, k=3, cout=6), 1, 1, 6,
+     ("depthwise/small-planes", "depthwise/small-planes", "depthwise/nchw")),
 ]
 
 
 def expected_routes(expected, device):
     routes = (expected,) * 3 if isinstance(expected, str) else expected
-    small_planes = "nhwc" if device == "cpu" else "nchw"  # and the CPU's other depthwise weight gradients
+    small_planes = "nhwc" if device == "cpu" else "nchw"
     by_images = "columns/nchw" if device == "cpu" else "pointwise_by_images/nchw"
     return [r.replace("small-planes", small_planes).replace("by-images-off-cpu", by_images) for r in routes]
 

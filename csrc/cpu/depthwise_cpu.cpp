@@ -27,7 +27,6 @@
 #include <vector>
 
 #include "../checks.h"
-#include "../layout.h"
 #include "../summation.h"
 #include "cpu_kernels.h"
 #include "depthwise_nhwc_cpu.h"
@@ -230,14 +229,9 @@ void depthwise_weight_grad_cpu(const Tensor& input, const Tensor& grad_output, I
   const DepthwiseCall call = check_depthwise("torch_convbp.depthwise_weight_grad", input,
                                              grad_weight, grad_output, stride, padding, dilation);
   const ConvShape& s = call.shape;
-  if (!call.channels_last &&
-      cpu_rows_take_nchw(input.scalar_type(), s.in_channels, s.out_channels,
-                         s.kernel_h * s.kernel_w, s.out_height * s.out_width)) {
-    return depthwise_nchw_weight_grad_rows(input, grad_output, s, grad_weight);
-  }
-  if (cpu_depthwise_order() == DepthwiseOrder::rows) {  // an NHWC kernel (NCHW operands copied)
-    return depthwise_nhwc_weight_grad_rows(in_layout(input, Layout::nhwc),
-                                           in_layout(grad_output, Layout::nhwc), s, grad_weight);
+  if (cpu_depthwise_order() == DepthwiseOrder::rows) {
+    return depthwise_weight_grad_rows(input, grad_output, s, grad_weight,
+                                      call.channels_last ? Layout::nhwc : Layout::nchw);
   }
   if (call.channels_last) return depthwise_nhwc_weight_grad(input, grad_output, s, grad_weight);
   AT_DISPATCH_FLOATING_TYPES_AND2(

@@ -1,5 +1,6 @@
 // The CPU's depthwise weight gradient in the order of rows (depthwise_rows.h), on channels_last
-// (NHWC) activations.
+// (NHWC) activations, or on NCHW ones transposed to NHWC a band of rows at a time, in cache (the
+// group's rows of one image, and the input rows they read): no layout copies of the tensors.
 //
 // Why: the order of lanes (position j into lane j % 256, then a tree), which the CUDA kernels
 // sum in, made every multiply-add load and store its lane from the L2 cache on the CPU: 2-3x
@@ -21,10 +22,40 @@
 #include "cpu_kernels.h"
 #include "depthwise_nhwc_cpu.h"
 #include "depthwise_rows.h"
+#include "transpose_copy_cpu.h"
 #include "vector_ops.h"
 
 namespace torch_convbp {
 namespace {
+
+// Groups of output rows, whose sums are added in order at the end: the pieces of work for the
+// threads (each task a group, all channels), and a count fixed by the number of rows.
+constexpr int64_t kRowGroups = 16;
+
+// The weight gradient [Cout, taps] from the groups' sums: add_rows(first_row, end_row, totals)
+// adds the sums of the rows [first_row, end_row) of N * OH, in order, into totals [taps][Cout]
+// (zeros at first), a group per task; the groups' totals are then added in order.
+template <typename acc_t, typename scalar_t, typename AddRows>
+void weight_grad_in_row_groups(const ConvShape& s, scalar_t* grad_weight, AddRows&& add_rows) {
+  const int64_t taps = s.kernel_h * s.kernel_w, cout = s.out_channels;
+  const int64_t rows = s.batch * s.out_height;
+  const int64_t per_group = (rows + kRowGroups - 1) / kRowGroups;
+  const int64_t groups = rows == 0 ? 0 : (rows + per_group - 1) / per_group;
+  std::vector<acc_t> group_sums(groups * taps * cout, acc_t(0));  // [groups][taps][Cout]
+  at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t g = begin; g < end; ++g) {
+      add_rows(g * per_group, std::min(rows, (g + 1) * per_group),
+               group_sums.data() + g * taps * cout);
+    }
+  });
+  for (int64_t o = 0; o < cout; ++o) {
+    for (int64_t t = 0; t < taps; ++t) {
+      acc_t total = 0;
+      for (int64_t g = 0; g < groups; ++g) total = total + group_sums[(g * taps + t) * cout + o];
+      grad_weight[o * taps + t] = static_cast<scalar_t>(total);
+    }
+  }
+}
 
 // One vector of acc_t from p (converted where scalar_t is narrower).
 template <typename acc_t, typename V, typename scalar_t>
@@ -210,19 +241,54 @@ void add_row(Ops ops, const scalar_t* image, const scalar_t* grad_row, int64_t o
   }
 }
 
+// The rows [first, end) of an NCHW image [C, H', W] (its channels' planes, each H' x W) as an NHWC
+// band [(end - first) * W][C], by one transposing copy of [C][(end - first) * W].
+template <typename scalar_t>
+void nhwc_band(const scalar_t* image, int64_t channels, int64_t height, int64_t width,
+               int64_t first, int64_t end, std::vector<scalar_t>& band) {
+  band.resize((end - first) * width * channels);
+  if (band.empty()) return;
+  transpose_matrix(image + first * width, height * width, band.data(), channels, channels,
+                   (end - first) * width, sizeof(scalar_t));
+}
+
 template <int KH, int KW, class Ops, typename scalar_t>
 void weight_grad_rows(Ops ops, const scalar_t* input, const scalar_t* grad_output,
-                      scalar_t* grad_weight, const ConvShape& s) {
+                      scalar_t* grad_weight, const ConvShape& s, Layout layout) {
   using acc_t = at::opmath_type<scalar_t>;
   const int64_t image_size = s.height * s.width * s.in_channels;
+  const int64_t out_image_size = s.out_height * s.out_width * s.out_channels;
   weight_grad_in_row_groups<acc_t>(
       s, grad_weight, [&](int64_t first_row, int64_t end_row, acc_t* totals) {
         std::vector<acc_t> sums;
-        for (int64_t row = first_row; row < end_row; ++row) {
-          const int64_t n = row / s.out_height, oh = row % s.out_height;
-          const scalar_t* image = input + n * image_size;
-          const scalar_t* grad_row = grad_output + row * s.out_width * s.out_channels;
-          add_row<KH, KW>(ops, image, grad_row, oh, totals, sums, s);
+        if (layout == Layout::nhwc) {
+          for (int64_t row = first_row; row < end_row; ++row) {
+            const int64_t n = row / s.out_height, oh = row % s.out_height;
+            const scalar_t* image = input + n * image_size;
+            const scalar_t* grad_row = grad_output + row * s.out_width * s.out_channels;
+            add_row<KH, KW>(ops, image, grad_row, oh, totals, sums, s);
+          }
+          return;
+        }
+        // NCHW: per image, the group's rows of dy and the input rows they read, as NHWC bands;
+        // the band's shape counts its input rows from the first (the padding grows by as many),
+        // so each row reads what it read in the whole image.
+        std::vector<scalar_t> x_band, dy_band;
+        for (int64_t n = first_row / s.out_height; n * s.out_height < end_row; ++n) {
+          const int64_t first = std::max(first_row - n * s.out_height, int64_t{0});
+          const int64_t end = std::min(end_row - n * s.out_height, s.out_height);
+          const Span rows = band_input_rows(s, first, end - first);
+          nhwc_band(input + n * image_size, s.in_channels, s.height, s.width, rows.begin, rows.end,
+                    x_band);
+          nhwc_band(grad_output + n * out_image_size, s.out_channels, s.out_height, s.out_width,
+                    first, end, dy_band);
+          ConvShape band = s;
+          band.pad_h += rows.begin;
+          band.height = rows.end - rows.begin;
+          for (int64_t oh = first; oh < end; ++oh) {
+            const scalar_t* grad_row = dy_band.data() + (oh - first) * s.out_width * s.out_channels;
+            add_row<KH, KW>(ops, x_band.data(), grad_row, oh, totals, sums, band);
+          }
         }
       });
 }
@@ -232,26 +298,26 @@ void weight_grad_rows(Ops ops, const scalar_t* input, const scalar_t* grad_outpu
 // benchmarks/NOTES.md, section 74), on the CPU's widest vectors.
 template <typename scalar_t>
 void weight_grad_rows_of(const Tensor& input, const Tensor& grad_output, const ConvShape& s,
-                         const Tensor& grad_weight) {
+                         const Tensor& grad_weight, Layout layout) {
   const scalar_t* x = input.const_data_ptr<scalar_t>();
   const scalar_t* dy = grad_output.const_data_ptr<scalar_t>();
   scalar_t* dw = grad_weight.mutable_data_ptr<scalar_t>();
   with_vector_ops([&](auto ops) {
     if (s.kernel_h == 3 && s.kernel_w == 3) {
-      weight_grad_rows<3, 3>(ops, x, dy, dw, s);
+      weight_grad_rows<3, 3>(ops, x, dy, dw, s, layout);
     } else {
-      weight_grad_rows<0, 0>(ops, x, dy, dw, s);
+      weight_grad_rows<0, 0>(ops, x, dy, dw, s, layout);
     }
   });
 }
 
 }  // namespace
 
-void depthwise_nhwc_weight_grad_rows(const Tensor& input, const Tensor& grad_output,
-                                     const ConvShape& s, const Tensor& grad_weight) {
+void depthwise_weight_grad_rows(const Tensor& input, const Tensor& grad_output, const ConvShape& s,
+                                const Tensor& grad_weight, Layout layout) {
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, input.scalar_type(), "depthwise_weight_grad_rows",
-      [&] { weight_grad_rows_of<scalar_t>(input, grad_output, s, grad_weight); });
+      [&] { weight_grad_rows_of<scalar_t>(input, grad_output, s, grad_weight, layout); });
 }
 
 }  // namespace torch_convbp
