@@ -17,7 +17,6 @@
 // TORCH_CONVBP_CPU_DEPTHWISE_ORDER=lanes gives the CPU the CUDA kernels' order, and so their bits.
 #pragma once
 
-#include <c10/core/ScalarType.h>
 #include <c10/macros/Macros.h>
 
 #include <cmath>

@@ -56,10 +56,6 @@ TORCH_CONVBP_INLINE Span valid_columns(int64_t offset, int64_t stride, int64_t w
   return {std::min(begin, end), end};
 }
 
-// x mod d and x / d rounded down, for d > 0.
-inline int64_t floor_mod(int64_t x, int64_t d) { return (x % d + d) % d; }
-inline int64_t floor_div(int64_t x, int64_t d) { return (x - floor_mod(x, d)) / d; }
-
 // Enough multiply-adds per parallel task to be worth a thread.
 constexpr int64_t kGrainWork = 32768;
 inline int64_t grain_for(int64_t work_per_item) {
