@@ -36,8 +36,10 @@ namespace {
 constexpr int64_t kSmallProduct = 16 * 16 * 16;
 
 // A matrix as BLAS reads it: column-major [rows, cols] in memory ('n'), or the column-major
-// [cols, rows] of its transpose ('t'), with the leading dimension of either; none where neither
-// stride is 1 with room for the other side (at::addmm_ copies such a matrix first).
+// [cols, rows] of its transpose ('t'), with the leading dimension of either, chosen as at::addmm_
+// chooses; none where neither stride is 1 with room for the other side (at::addmm_ copies such a
+// matrix first), or where the leading dimension is past BLAS's 32-bit integers (at::addmm_ then
+// computes without BLAS).
 struct BlasMatrix {
   char transpose;
   int leading;
@@ -45,13 +47,14 @@ struct BlasMatrix {
 
 std::optional<BlasMatrix> as_blas(int64_t rows, int64_t cols, int64_t row_stride,
                                   int64_t col_stride) {
-  const auto fits = [](int64_t stride) { return stride <= INT_MAX; };
-  if (row_stride == 1 && col_stride >= std::max<int64_t>(1, rows) && fits(col_stride)) {
-    return BlasMatrix{'n', static_cast<int>(col_stride)};
-  }
-  if (col_stride == 1 && row_stride >= std::max<int64_t>(1, cols) && fits(row_stride)) {
-    return BlasMatrix{'t', static_cast<int>(row_stride)};
-  }
+  const auto blas_matrix = [](char transpose, int64_t leading) -> std::optional<BlasMatrix> {
+    if (leading > INT_MAX) return std::nullopt;
+    return BlasMatrix{transpose, static_cast<int>(leading)};
+  };
+  if (row_stride == 1 && col_stride >= std::max<int64_t>(1, rows))
+    return blas_matrix('n', col_stride);
+  if (col_stride == 1 && row_stride >= std::max<int64_t>(1, cols))
+    return blas_matrix('t', row_stride);
   return std::nullopt;
 }
 
