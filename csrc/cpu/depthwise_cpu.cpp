@@ -31,7 +31,6 @@
 #include "cpu_kernels.h"
 #include "depthwise_nhwc_cpu.h"
 #include "depthwise_planes_cpu.h"
-#include "depthwise_rows.h"
 
 namespace torch_convbp {
 namespace {

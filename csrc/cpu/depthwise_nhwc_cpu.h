@@ -1,8 +1,7 @@
 // The depthwise CPU kernels on channels_last (NHWC) activations (depthwise_nhwc_cpu.cpp), which
 // the registered depthwise kernels (depthwise_cpu.cpp) call for NHWC operands. The forward and
 // input gradient sum in the same orders as the NCHW kernels and the CUDA kernels
-// (cuda/depthwise_thread.h); so does the weight gradient in the order of lanes. (The weight
-// gradient in the order of rows: depthwise_rows.h.)
+// (cuda/depthwise_thread.h); so does the weight gradient in the order of lanes.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -21,5 +20,12 @@ void depthwise_nhwc_input_grad(const Tensor& grad_output, const Tensor& weight, 
                                const Tensor& grad_input);
 void depthwise_nhwc_weight_grad(const Tensor& input, const Tensor& grad_output, const ConvShape& s,
                                 const Tensor& grad_weight);
+
+// The weight gradient in the order of rows (depthwise_rows_cpu.cpp), the CPU's default
+// (cpu_depthwise_order()): not the CUDA kernels' bits, the same on any thread count; from
+// operands in `layout` (NCHW ones a band of rows at a time transposed in cache), the same bits
+// from either.
+void depthwise_weight_grad_rows(const Tensor& input, const Tensor& grad_output, const ConvShape& s,
+                                const Tensor& grad_weight, Layout layout);
 
 }  // namespace torch_convbp

@@ -1,6 +1,12 @@
-// The CPU's depthwise weight gradient in the order of rows (depthwise_rows.h), on channels_last
-// (NHWC) activations, or on NCHW ones transposed to NHWC a band of rows at a time, in cache (the
-// group's rows of one image, and the input rows they read): no layout copies of the tensors.
+// The CPU's depthwise weight gradient in the order of rows (summation.h, DepthwiseOrder::rows), on
+// channels_last (NHWC) activations, or on NCHW ones a band of rows at a time transposed to NHWC in
+// cache (no layout copies of the tensors). Weight entry (o, ki, kj) is
+//   the sum over the groups of output rows, in order, of
+//     the sum over the group's rows (n, oh), in order, of
+//       the sum over ow, in increasing order, of dy(n, o, oh, ow) * x(n, o / m, ih, iw)
+// where (ih, iw) is what tap (ki, kj) reads from output pixel (oh, ow), taps in the padding
+// skipped; every sum starts from zero, each product is added by one multiply_add, and the groups
+// of rows are fixed by the number of rows (kRowGroups), never by the thread count.
 //
 // Why: the order of lanes (position j into lane j % 256, then a tree), which the CUDA kernels
 // sum in, made every multiply-add load and store its lane from the L2 cache on the CPU: 2-3x
@@ -21,7 +27,6 @@
 #include "../summation.h"
 #include "cpu_kernels.h"
 #include "depthwise_nhwc_cpu.h"
-#include "depthwise_rows.h"
 #include "transpose_copy_cpu.h"
 #include "vector_ops.h"
 
@@ -31,31 +36,6 @@ namespace {
 // Groups of output rows, whose sums are added in order at the end: the pieces of work for the
 // threads (each task a group, all channels), and a count fixed by the number of rows.
 constexpr int64_t kRowGroups = 16;
-
-// The weight gradient [Cout, taps] from the groups' sums: add_rows(first_row, end_row, totals)
-// adds the sums of the rows [first_row, end_row) of N * OH, in order, into totals [taps][Cout]
-// (zeros at first), a group per task; the groups' totals are then added in order.
-template <typename acc_t, typename scalar_t, typename AddRows>
-void weight_grad_in_row_groups(const ConvShape& s, scalar_t* grad_weight, AddRows&& add_rows) {
-  const int64_t taps = s.kernel_h * s.kernel_w, cout = s.out_channels;
-  const int64_t rows = s.batch * s.out_height;
-  const int64_t per_group = (rows + kRowGroups - 1) / kRowGroups;
-  const int64_t groups = rows == 0 ? 0 : (rows + per_group - 1) / per_group;
-  std::vector<acc_t> group_sums(groups * taps * cout, acc_t(0));  // [groups][taps][Cout]
-  at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t g = begin; g < end; ++g) {
-      add_rows(g * per_group, std::min(rows, (g + 1) * per_group),
-               group_sums.data() + g * taps * cout);
-    }
-  });
-  for (int64_t o = 0; o < cout; ++o) {
-    for (int64_t t = 0; t < taps; ++t) {
-      acc_t total = 0;
-      for (int64_t g = 0; g < groups; ++g) total = total + group_sums[(g * taps + t) * cout + o];
-      grad_weight[o * taps + t] = static_cast<scalar_t>(total);
-    }
-  }
-}
 
 // One vector of acc_t from p (converted where scalar_t is narrower).
 template <typename acc_t, typename V, typename scalar_t>
@@ -252,45 +232,67 @@ void nhwc_band(const scalar_t* image, int64_t channels, int64_t height, int64_t 
                    (end - first) * width, sizeof(scalar_t));
 }
 
+// Adds the output rows [first_row, end_row) of N * OH, in order, into totals [taps][Cout]. NCHW
+// operands per image: the rows of dy and the input rows they read as NHWC bands, whose shape
+// counts its input rows from the band's first (the padding grown by as many), so that each row
+// reads what it read in the whole image.
+template <int KH, int KW, class Ops, typename scalar_t, typename acc_t>
+void add_rows(Ops ops, const scalar_t* input, const scalar_t* grad_output, int64_t first_row,
+              int64_t end_row, acc_t* totals, std::vector<acc_t>& sums, const ConvShape& s,
+              Layout layout) {
+  const int64_t image_size = s.height * s.width * s.in_channels;
+  const int64_t out_row_size = s.out_width * s.out_channels;
+  if (layout == Layout::nhwc) {
+    for (int64_t row = first_row; row < end_row; ++row) {
+      const int64_t n = row / s.out_height, oh = row % s.out_height;
+      add_row<KH, KW>(ops, input + n * image_size, grad_output + row * out_row_size, oh, totals,
+                      sums, s);
+    }
+    return;
+  }
+  std::vector<scalar_t> x_band, dy_band;
+  for (int64_t n = first_row / s.out_height; n * s.out_height < end_row; ++n) {
+    const int64_t first = std::max(first_row - n * s.out_height, int64_t{0});
+    const int64_t end = std::min(end_row - n * s.out_height, s.out_height);
+    const Span rows = band_input_rows(s, first, end - first);
+    nhwc_band(input + n * image_size, s.in_channels, s.height, s.width, rows.begin, rows.end,
+              x_band);
+    nhwc_band(grad_output + n * s.out_height * out_row_size, s.out_channels, s.out_height,
+              s.out_width, first, end, dy_band);
+    ConvShape band = s;
+    band.pad_h += rows.begin;
+    band.height = rows.end - rows.begin;
+    for (int64_t oh = first; oh < end; ++oh) {
+      add_row<KH, KW>(ops, x_band.data(), dy_band.data() + (oh - first) * out_row_size, oh, totals,
+                      sums, band);
+    }
+  }
+}
+
 template <int KH, int KW, class Ops, typename scalar_t>
 void weight_grad_rows(Ops ops, const scalar_t* input, const scalar_t* grad_output,
                       scalar_t* grad_weight, const ConvShape& s, Layout layout) {
   using acc_t = at::opmath_type<scalar_t>;
-  const int64_t image_size = s.height * s.width * s.in_channels;
-  const int64_t out_image_size = s.out_height * s.out_width * s.out_channels;
-  weight_grad_in_row_groups<acc_t>(
-      s, grad_weight, [&](int64_t first_row, int64_t end_row, acc_t* totals) {
-        std::vector<acc_t> sums;
-        if (layout == Layout::nhwc) {
-          for (int64_t row = first_row; row < end_row; ++row) {
-            const int64_t n = row / s.out_height, oh = row % s.out_height;
-            const scalar_t* image = input + n * image_size;
-            const scalar_t* grad_row = grad_output + row * s.out_width * s.out_channels;
-            add_row<KH, KW>(ops, image, grad_row, oh, totals, sums, s);
-          }
-          return;
-        }
-        // NCHW: per image, the group's rows of dy and the input rows they read, as NHWC bands;
-        // the band's shape counts its input rows from the first (the padding grows by as many),
-        // so each row reads what it read in the whole image.
-        std::vector<scalar_t> x_band, dy_band;
-        for (int64_t n = first_row / s.out_height; n * s.out_height < end_row; ++n) {
-          const int64_t first = std::max(first_row - n * s.out_height, int64_t{0});
-          const int64_t end = std::min(end_row - n * s.out_height, s.out_height);
-          const Span rows = band_input_rows(s, first, end - first);
-          nhwc_band(input + n * image_size, s.in_channels, s.height, s.width, rows.begin, rows.end,
-                    x_band);
-          nhwc_band(grad_output + n * out_image_size, s.out_channels, s.out_height, s.out_width,
-                    first, end, dy_band);
-          ConvShape band = s;
-          band.pad_h += rows.begin;
-          band.height = rows.end - rows.begin;
-          for (int64_t oh = first; oh < end; ++oh) {
-            const scalar_t* grad_row = dy_band.data() + (oh - first) * s.out_width * s.out_channels;
-            add_row<KH, KW>(ops, x_band.data(), grad_row, oh, totals, sums, band);
-          }
-        }
-      });
+  const int64_t taps = s.kernel_h * s.kernel_w, cout = s.out_channels;
+  const int64_t rows = s.batch * s.out_height;
+  const int64_t per_group = (rows + kRowGroups - 1) / kRowGroups;
+  const int64_t groups = rows == 0 ? 0 : (rows + per_group - 1) / per_group;
+  // each group's sums [taps][Cout]
+  std::vector<acc_t> group_sums(groups * taps * cout, acc_t(0));
+  at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
+    std::vector<acc_t> sums;
+    for (int64_t g = begin; g < end; ++g) {
+      add_rows<KH, KW>(ops, input, grad_output, g * per_group, std::min(rows, (g + 1) * per_group),
+                       group_sums.data() + g * taps * cout, sums, s, layout);
+    }
+  });
+  for (int64_t o = 0; o < cout; ++o) {
+    for (int64_t t = 0; t < taps; ++t) {
+      acc_t total = 0;
+      for (int64_t g = 0; g < groups; ++g) total = total + group_sums[(g * taps + t) * cout + o];
+      grad_weight[o * taps + t] = static_cast<scalar_t>(total);
+    }
+  }
 }
 
 // The kernel's size compile-time where it is 3x3 (every tap's sums in registers along a row),
