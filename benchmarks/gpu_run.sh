@@ -109,7 +109,7 @@ if [ "$GPU" = 1 ]; then
       tests/test_route_pointwise_by_images.py tests/test_route_implicit.py tests/test_transpose_copy.py)
     PYTEST=(python3 -m pytest -q -p no:cacheprovider -m "not slow" "${SANITIZED[@]}")
     step memcheck 100 compute-sanitizer --tool memcheck --error-exitcode 1 "${PYTEST[@]}" -k "cuda and not any_order"
-    step racecheck 60 compute-sanitizer --tool racecheck --error-exitcode 1 "${PYTEST[@]}" -k "cuda and (depthwise or grouped) and not any_order"
+    step racecheck 120 compute-sanitizer --tool racecheck --error-exitcode 1 "${PYTEST[@]}" -k "cuda and (depthwise or grouped) and not any_order"
   else
     echo "gpu_run: compute-sanitizer is not on PATH: memcheck and racecheck skipped"
     failed=1
