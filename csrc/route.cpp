@@ -28,11 +28,6 @@ constexpr int64_t kMinNhwcGroupChannels = 16;
 // 3x3 layers far behind oneDNN (NOTES sections 20 to 22).
 constexpr int64_t kMaxDirectGroupChannels = 32;
 
-// On the CPU, depthwise output planes smaller than this compute in NHWC even for NCHW operands:
-// rows of 7 or 14 pixels leave the NCHW kernels' vector loops nothing to do, and the NHWC
-// kernels sum in the same orders, so the bits do not change (NOTES section 18).
-constexpr int64_t kMinNchwDepthwisePlane = 256;
-
 // The implicit route (GEMMs on shifted views of the input, no column matrix) pays where each
 // tap's GEMM has enough input channels to be a GEMM and each output row enough pixels, and the
 // channels are few enough that the column matrix would cost much beside the GEMM: 16 to 256
@@ -244,17 +239,14 @@ RouteChoice choose_route(Operator op, const ConvShape& s, at::TensorList activat
 
   if (s.is_depthwise() && s.is_planar()) {
     const char* why = "one input channel per group: direct kernels, no GEMM";
+    // (NCHW operands with small planes take the NHWC kernels inside the CPU's kernels, with no
+    // layout copies: summation.h. All but this one.)
     if (!channels_last && first.device().is_cpu() && op == Operator::weight_grad &&
-        cpu_depthwise_order() == DepthwiseOrder::rows) {
-      return {Route::depthwise, Layout::nchw, why,
-              "the CPU's weight gradient in the order of rows: its NHWC kernel on bands of rows "
-              "transposed in cache, no layout copies"};
-    }
-    if (!channels_last && first.device().is_cpu() &&
+        cpu_depthwise_order() == DepthwiseOrder::lanes &&
         s.out_height * s.out_width < kMinNchwDepthwisePlane) {
       return {Route::depthwise, Layout::nhwc, why,
-              "output planes under 256 pixels on the CPU: NHWC kernels (the same bits), through "
-              "layout copies"};
+              "the CPU's weight gradient in the order of lanes, output planes under 256 pixels: "
+              "its NHWC kernel (the same bits), through layout copies"};
     }
     return {Route::depthwise, operand_layout, why, why_operand_layout};
   }

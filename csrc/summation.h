@@ -20,6 +20,7 @@
 #include <c10/macros/Macros.h>
 
 #include <cmath>
+#include <cstdint>
 
 #include "env_choice.h"
 
@@ -32,6 +33,13 @@ inline DepthwiseOrder cpu_depthwise_order() {
              ? DepthwiseOrder::lanes
              : DepthwiseOrder::rows;
 }
+
+// On the CPU, depthwise output planes smaller than this compute with the NHWC kernels whatever
+// the operands' layout: rows of 7 or 14 pixels leave the NCHW kernels' vector loops nothing to
+// do, and the NHWC kernels sum in the same orders, so the bits do not change (NOTES section 18).
+// NCHW operands go to them a block of channels at a time, transposed in cache (section 93);
+// the weight gradient in the order of lanes, through layout copies (route.cpp).
+constexpr int64_t kMinNchwDepthwisePlane = 256;
 
 // a * b + c, rounded once.
 template <typename T>

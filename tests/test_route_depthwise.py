@@ -2,7 +2,7 @@
 depthwise kernels, in NCHW or, for channels_last operands, in NHWC (csrc/cpu/depthwise_nhwc_cpu.cpp,
 cuda/depthwise_thread.h). Both layouts sum every entry in the same order, so they give bitwise
 the same results, on both devices. On the CPU output planes under 256 pixels compute in NHWC for
-NCHW operands too, through layout copies. The weight gradient in the CPU's order of rows (its
+NCHW operands too, a block of channels of one image at a time transposed in cache. The weight gradient in the CPU's order of rows (its
 default) is an NHWC kernel (csrc/cpu/depthwise_rows_cpu.cpp), which takes NCHW operands a band of
 rows at a time, transposed in cache; TORCH_CONVBP_CPU_DEPTHWISE_ORDER=lanes gives the CPU the
 CUDA kernels' order, and their bits."""
@@ -26,8 +26,12 @@ DEPTHWISE = [
     ("5x5 stride 2", (3, 16, 12, 11), 1, (5, 5), (2, 2), (2, 2), (1, 1)),
     ("more positions than lanes", (1, 24, 5, 70), 1, (3, 3), (1, 1), (1, 1), (1, 1)),
     ("batch of one, 1x1 kernel", (1, 40, 4, 4), 1, (1, 1), (1, 1), (0, 0), (1, 1)),
+    # NCHW operands of small planes in blocks of 64 channels of one image (csrc/cpu/depthwise_nhwc_cpu.cpp):
+    # several blocks, the last one partial, with and without a multiplier
+    ("blocks of channels, the last one partial", (2, 72, 6, 5), 1, (3, 3), (1, 1), (1, 1), (1, 1)),
+    ("blocks of channels, multiplier 2, strided", (3, 70, 9, 8), 2, (3, 3), (2, 2), (1, 1), (1, 1)),
     # output planes of 256 pixels or more: on the CPU, NCHW operands take the NCHW kernels (smaller
-    # planes go to the NHWC ones through copies), so these compare the two sets of kernels
+    # planes the NHWC ones), so these compare the two sets of kernels
     ("large planes", (2, 8, 20, 20), 1, (3, 3), (1, 1), (1, 1), (1, 1)),
     ("large planes, multiplier 2, stride 2", (2, 6, 33, 34), 2, (3, 3), (2, 2), (1, 1), (1, 1)),
     # rows whose inner pixels share their terms (one list per residue of the stride), and rows
@@ -55,7 +59,7 @@ DEPTHWISE = [
 def sums_in_vectors(shape, multiplier, kernel, stride, padding, dilation):
     """Whether a case's float32 NCHW forward sums in vector registers on the CPU: a 3x3 kernel at
     stride 1 along the rows, or at most 9 taps strided along them; output planes of 256 pixels or
-    more (smaller ones go to NHWC)."""
+    more (smaller ones go to the NHWC kernels)."""
     out = [(size + 2 * p - d * (k - 1) - 1) // st + 1
            for size, k, st, p, d in zip(shape[2:], kernel, stride, padding, dilation)]
     taken = (tuple(kernel) == (3, 3) and stride[1] == 1) or (stride[1] > 1 and kernel[0] * kernel[1] <= 9)
@@ -83,17 +87,16 @@ def test_depthwise_in_nhwc_gives_the_nchw_bits(name, shape, multiplier, kernel, 
     """The NHWC depthwise kernels sum every entry in the NCHW kernels' order: the three operators
     give bitwise the same values in both formats, and channels_last results. On the CPU, NCHW
     calls with output planes of 256 pixels or more take the NCHW kernels (smaller ones the NHWC
-    kernels, through copies), so those cases compare the two sets of kernels; the CPU's weight
-    gradient in the order of rows (its default) takes NCHW operands as they are."""
+    kernels, on blocks of channels transposed in cache), so those cases compare the two sets of
+    kernels. Only the weight gradient in the order of lanes of small planes takes layout copies
+    (to its NHWC kernel); every other NCHW call takes its operands as they are."""
     monkeypatch.setenv("TORCH_CONVBP_CPU_DEPTHWISE_ORDER", order)
     x, weight, dy = depthwise_operands(shape, multiplier, kernel, stride, padding, dilation, dtype, device)
     args = (list(stride), list(padding), list(dilation), shape[1])
-    small_planes = dy.shape[2] * dy.shape[3] < 256 and device == "cpu"  # NHWC, through copies
-    rows = order == "rows" and device == "cpu"
+    small_planes = dy.shape[2] * dy.shape[3] < 256 and device == "cpu"
+    copies = small_planes and order == "lanes"
     layouts = {r.operator: r.layout for r in torch_convbp.explain(x, weight, *args, grad_output=dy)}
-    expected = "nhwc" if small_planes else "nchw"
-    weight_grad = "nchw" if rows else expected
-    assert layouts == {"forward": expected, "input_grad": expected, "weight_grad": weight_grad}
+    assert layouts == {"forward": "nchw", "input_grad": "nchw", "weight_grad": "nhwc" if copies else "nchw"}
     nchw = (ops.conv2d(x, weight, None, *args), ops.conv2d_input_grad(dy, weight, list(shape), *args),
             ops.conv2d_weight_grad(x, dy, list(weight.shape), *args))
     x_cl, dy_cl = x.contiguous(memory_format=CL), dy.contiguous(memory_format=CL)

@@ -8,13 +8,14 @@
 // kSumLanes partial sums over the positions, then a fixed tree. Every product is one fused
 // multiply-add. So the results are the same whatever the thread count, and bitwise the same as
 // the CUDA kernels' (checked by the CPU harness of tests/cuda_harness/). The weight gradient's
-// default on the CPU is another order, of rows (summation.h, depthwise_rows_cpu.cpp): NHWC,
-// NCHW operands copied to it; TORCH_CONVBP_CPU_DEPTHWISE_ORDER=lanes selects these kernels. Sums
-// are taken in opmath (float for float16 and bfloat16). The float32 forward and input gradient
-// sum in vector registers where depthwise_planes_cpu.cpp takes them (3x3 kernels, and strided
-// kernels of at most 9 taps), in the same order. These kernels read NCHW; a call whose
-// activations are channels_last goes to depthwise_nhwc_cpu.cpp, which keeps the same orders. (The
-// route sends NCHW calls with small planes there too, through layout copies: route.cpp.)
+// default on the CPU is another order, of rows (summation.h, depthwise_rows_cpu.cpp), in NHWC,
+// NCHW operands a band of rows at a time transposed in cache;
+// TORCH_CONVBP_CPU_DEPTHWISE_ORDER=lanes selects these kernels. Sums are taken in opmath (float for
+// float16 and bfloat16). The float32 forward and input gradient sum in vector registers where
+// depthwise_planes_cpu.cpp takes them (3x3 kernels, and strided kernels of at most 9 taps), in the
+// same order. These kernels read NCHW; a call whose activations are channels_last goes to
+// depthwise_nhwc_cpu.cpp, which keeps the same orders, and so do the forward and input gradient of
+// small planes (summation.h), a block of channels at a time transposed in cache.
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
@@ -196,12 +197,23 @@ void weight_grad_kernel(const scalar_t* input, const scalar_t* grad_output, scal
   });
 }
 
+// Output planes under kMinNchwDepthwisePlane pixels take the NHWC kernels, NCHW operands too.
+bool nhwc_kernels_take_nchw(const ConvShape& s) {
+  return s.out_height * s.out_width < kMinNchwDepthwisePlane;
+}
+
+Layout operand_layout(const DepthwiseCall& call) {
+  return call.channels_last ? Layout::nhwc : Layout::nchw;
+}
+
 void depthwise_conv2d_cpu(const Tensor& input, const Tensor& weight, IntArrayRef stride,
                           IntArrayRef padding, IntArrayRef dilation, const Tensor& output) {
   const DepthwiseCall call = check_depthwise("torch_convbp.depthwise_conv2d", input, weight, output,
                                              stride, padding, dilation);
   const ConvShape& s = call.shape;
-  if (call.channels_last) return depthwise_nhwc_forward(input, weight, s, output);
+  if (call.channels_last || nhwc_kernels_take_nchw(s)) {
+    return depthwise_nhwc_forward(input, weight, s, output, operand_layout(call));
+  }
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, input.scalar_type(), "depthwise_conv2d", [&] {
         forward_kernel(input.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(),
@@ -214,7 +226,9 @@ void depthwise_input_grad_cpu(const Tensor& grad_output, const Tensor& weight, I
   const DepthwiseCall call = check_depthwise("torch_convbp.depthwise_input_grad", grad_input,
                                              weight, grad_output, stride, padding, dilation);
   const ConvShape& s = call.shape;
-  if (call.channels_last) return depthwise_nhwc_input_grad(grad_output, weight, s, grad_input);
+  if (call.channels_last || nhwc_kernels_take_nchw(s)) {
+    return depthwise_nhwc_input_grad(grad_output, weight, s, grad_input, operand_layout(call));
+  }
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, grad_output.scalar_type(), "depthwise_input_grad", [&] {
         input_grad_kernel(grad_output.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(),
@@ -229,8 +243,7 @@ void depthwise_weight_grad_cpu(const Tensor& input, const Tensor& grad_output, I
                                              grad_weight, grad_output, stride, padding, dilation);
   const ConvShape& s = call.shape;
   if (cpu_depthwise_order() == DepthwiseOrder::rows) {
-    return depthwise_weight_grad_rows(input, grad_output, s, grad_weight,
-                                      call.channels_last ? Layout::nhwc : Layout::nchw);
+    return depthwise_weight_grad_rows(input, grad_output, s, grad_weight, operand_layout(call));
   }
   if (call.channels_last) return depthwise_nhwc_weight_grad(input, grad_output, s, grad_weight);
   AT_DISPATCH_FLOATING_TYPES_AND2(

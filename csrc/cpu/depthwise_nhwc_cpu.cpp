@@ -10,6 +10,11 @@
 //
 // Output channel o reads input channel o / m (channel multiplier m = Cout / C). The weight is
 // used transposed, as [kh*kw, Cout] in opmath, so that a tap's weights are adjacent too.
+//
+// The forward and input gradient also take NCHW operands (Layout::nchw): a block of channels of
+// one image at a time, transposed to NHWC in cache, computed as a convolution of its own, and
+// transposed back. The channels of a depthwise convolution do not meet, so each entry's sum is the
+// same as in the whole image's.
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
@@ -21,6 +26,7 @@
 #include "../summation.h"
 #include "cpu_kernels.h"
 #include "depthwise_nhwc_cpu.h"
+#include "transpose_copy_cpu.h"
 
 namespace torch_convbp {
 namespace {
@@ -308,6 +314,89 @@ void input_grad_kernel(const scalar_t* grad_output, const scalar_t* weight, scal
                    });
 }
 
+// NCHW operands in blocks of this many input channels of one image: on the planes that take this
+// (under 256 pixels: summation.h) a block's two bands, at most 2 x 190 KiB of float32, stay in the
+// L2 cache, and a pixel's sums run over 12 of the kernels' channel blocks. Measured on 576@14:
+// blocks of 64 channels took 1.3x the time of 192 (a pixel's set-up over 4 channel blocks), a
+// whole image's 576 took 1.35x (its bands out of L2) (benchmarks/NOTES.md, section 93).
+constexpr int64_t kBandChannels = 192;
+
+// The convolution of input channels [first, first + count) of one image, as a shape of its own.
+ConvShape channel_block(const ConvShape& s, int64_t count) {
+  ConvShape block = s;
+  block.batch = 1;
+  block.in_channels = block.groups = count;
+  block.out_channels = count * (s.out_channels / s.in_channels);
+  return block;
+}
+
+// Each task one image's block of channels: source (NCHW) -> a band [pixels][channels] ->
+// compute(band, block shape, result band) -> result (NCHW). `source_plane` and `result_plane`
+// are the planes' sizes, `source_per_channel` and `result_per_channel` the channels of source and
+// result per input channel (1, or the multiplier m where they are output channels).
+template <typename scalar_t, typename Compute>
+void by_channel_blocks(const scalar_t* source, int64_t source_plane, int64_t source_per_channel,
+                       scalar_t* result, int64_t result_plane, int64_t result_per_channel,
+                       const ConvShape& s, Compute&& compute) {
+  const int64_t blocks = (s.in_channels + kBandChannels - 1) / kBandChannels;
+  const int64_t work = kBandChannels * s.out_height * s.out_width * s.kernel_h * s.kernel_w;
+  at::parallel_for(0, s.batch * blocks, grain_for(work), [&](int64_t begin, int64_t end) {
+    std::vector<scalar_t> source_band, result_band;
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t n = task / blocks, first = task % blocks * kBandChannels;
+      const int64_t count = std::min(kBandChannels, s.in_channels - first);
+      const int64_t source_channels = count * source_per_channel;
+      const int64_t result_channels = count * result_per_channel;
+      source_band.resize(source_plane * source_channels);
+      result_band.resize(result_plane * result_channels);
+      const int64_t source_first =
+          n * s.in_channels * source_per_channel + first * source_per_channel;
+      const int64_t result_first =
+          n * s.in_channels * result_per_channel + first * result_per_channel;
+      transpose_matrix(source + source_first * source_plane, source_plane, source_band.data(),
+                       source_channels, source_channels, source_plane, sizeof(scalar_t));
+      compute(first, channel_block(s, count), source_band.data(), result_band.data());
+      transpose_matrix(result_band.data(), result_channels, result + result_first * result_plane,
+                       result_plane, result_plane, result_channels, sizeof(scalar_t));
+    }
+  });
+}
+
+// The forward of NCHW operands: each block's output rows from its input band.
+template <typename scalar_t>
+void forward_of_nchw(const scalar_t* input, const scalar_t* weight, scalar_t* output,
+                     const ConvShape& s) {
+  using acc_t = at::opmath_type<scalar_t>;
+  const int64_t m = s.out_channels / s.in_channels, taps = s.kernel_h * s.kernel_w;
+  by_channel_blocks(input, s.height * s.width, 1, output, s.out_height * s.out_width, m, s,
+                    [&](int64_t first, const ConvShape& block, const scalar_t* x, scalar_t* y) {
+                      const std::vector<acc_t> w = weight_by_tap(weight + first * m * taps, block);
+                      RowTerms terms(taps, 1);
+                      const int64_t row_size = block.out_width * block.out_channels;
+                      for (int64_t oh = 0; oh < block.out_height; ++oh) {
+                        forward_row(x, w.data(), oh, terms, y + oh * row_size, block);
+                      }
+                    });
+}
+
+// The input gradient of NCHW operands: each block's input rows from its output-gradient band.
+template <typename scalar_t>
+void input_grad_of_nchw(const scalar_t* grad_output, const scalar_t* weight, scalar_t* grad_input,
+                        const ConvShape& s) {
+  using acc_t = at::opmath_type<scalar_t>;
+  const int64_t m = s.out_channels / s.in_channels, taps = s.kernel_h * s.kernel_w;
+  by_channel_blocks(grad_output, s.out_height * s.out_width, m, grad_input, s.height * s.width, 1,
+                    s,
+                    [&](int64_t first, const ConvShape& block, const scalar_t* dy, scalar_t* dx) {
+                      const std::vector<acc_t> w = weight_by_tap(weight + first * m * taps, block);
+                      RowTerms terms(taps * m, block.stride_w);
+                      const int64_t row_size = block.width * block.in_channels;
+                      for (int64_t ih = 0; ih < block.height; ++ih) {
+                        input_grad_row(dy, w.data(), ih, terms, dx + ih * row_size, block);
+                      }
+                    });
+}
+
 // One level of summation.h's tree for `block` channels: lanes[lane][b] += lanes[lane + half][b]
 // for lane < half, lanes `stride` entries apart. A full block has constant trip counts, and its
 // sums go through a local array (as add_products): two vector additions per lane, where a loop of
@@ -404,20 +493,24 @@ void weight_grad_kernel(const scalar_t* input, const scalar_t* grad_output, scal
 }  // namespace
 
 void depthwise_nhwc_forward(const Tensor& input, const Tensor& weight, const ConvShape& s,
-                            const Tensor& output) {
+                            const Tensor& output, Layout layout) {
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, input.scalar_type(), "depthwise_nhwc", [&] {
-        forward_kernel(input.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(),
-                       output.mutable_data_ptr<scalar_t>(), s);
+        const auto kernel =
+            layout == Layout::nhwc ? forward_kernel<scalar_t> : forward_of_nchw<scalar_t>;
+        kernel(input.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(),
+               output.mutable_data_ptr<scalar_t>(), s);
       });
 }
 
 void depthwise_nhwc_input_grad(const Tensor& grad_output, const Tensor& weight, const ConvShape& s,
-                               const Tensor& grad_input) {
+                               const Tensor& grad_input, Layout layout) {
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, grad_output.scalar_type(), "depthwise_nhwc", [&] {
-        input_grad_kernel(grad_output.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(),
-                          grad_input.mutable_data_ptr<scalar_t>(), s);
+        const auto kernel =
+            layout == Layout::nhwc ? input_grad_kernel<scalar_t> : input_grad_of_nchw<scalar_t>;
+        kernel(grad_output.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(),
+               grad_input.mutable_data_ptr<scalar_t>(), s);
       });
 }
 

@@ -13,11 +13,12 @@ namespace torch_convbp {
 using at::Tensor;
 
 // With the arguments checked by check_depthwise; the weight is contiguous. Bitwise the same
-// results as the NCHW kernels.
+// results as the NCHW kernels. The forward and input gradient take operands in `layout`: NCHW
+// ones a block of channels of one image at a time, transposed to NHWC in cache and back.
 void depthwise_nhwc_forward(const Tensor& input, const Tensor& weight, const ConvShape& s,
-                            const Tensor& output);
+                            const Tensor& output, Layout layout);
 void depthwise_nhwc_input_grad(const Tensor& grad_output, const Tensor& weight, const ConvShape& s,
-                               const Tensor& grad_input);
+                               const Tensor& grad_input, Layout layout);
 void depthwise_nhwc_weight_grad(const Tensor& input, const Tensor& grad_output, const ConvShape& s,
                                 const Tensor& grad_weight);
 
