@@ -239,8 +239,8 @@ RouteChoice choose_route(Operator op, const ConvShape& s, at::TensorList activat
 
   if (s.is_depthwise() && s.is_planar()) {
     const char* why = "one input channel per group: direct kernels, no GEMM";
-    // (NCHW operands with small planes take the NHWC kernels inside the CPU's kernels, with no
-    // layout copies: summation.h. All but this one.)
+    // The CPU's kernels compute small planes fed NCHW with their NHWC kernels themselves, without
+    // layout copies (summation.h), all but the weight gradient in the order of lanes.
     if (!channels_last && first.device().is_cpu() && op == Operator::weight_grad &&
         cpu_depthwise_order() == DepthwiseOrder::lanes &&
         s.out_height * s.out_width < kMinNchwDepthwisePlane) {

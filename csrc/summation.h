@@ -37,8 +37,9 @@ inline DepthwiseOrder cpu_depthwise_order() {
 // On the CPU, depthwise output planes smaller than this compute with the NHWC kernels whatever
 // the operands' layout: rows of 7 or 14 pixels leave the NCHW kernels' vector loops nothing to
 // do, and the NHWC kernels sum in the same orders, so the bits do not change (NOTES section 18).
-// NCHW operands go to them a block of channels at a time, transposed in cache (section 93);
-// the weight gradient in the order of lanes, through layout copies (route.cpp).
+// NCHW operands go to them a block of channels at a time, transposed in cache (section 93;
+// cpu/depthwise_cpu.cpp takes float32 ones of larger planes there too); the weight gradient in
+// the order of lanes, through layout copies (route.cpp).
 constexpr int64_t kMinNchwDepthwisePlane = 256;
 
 // a * b + c, rounded once.

@@ -15,7 +15,8 @@
 // depthwise_planes_cpu.cpp takes them (3x3 kernels, and strided kernels of at most 9 taps), in the
 // same order. These kernels read NCHW; a call whose activations are channels_last goes to
 // depthwise_nhwc_cpu.cpp, which keeps the same orders, and so do the forward and input gradient of
-// small planes (summation.h), a block of channels at a time transposed in cache.
+// small planes and the float32 ones the planes of vectors do not take (nhwc_kernels_take_nchw), a
+// block of channels at a time transposed in cache.
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
@@ -197,9 +198,15 @@ void weight_grad_kernel(const scalar_t* input, const scalar_t* grad_output, scal
   });
 }
 
-// Output planes under kMinNchwDepthwisePlane pixels take the NHWC kernels, NCHW operands too.
-bool nhwc_kernels_take_nchw(const ConvShape& s) {
-  return s.out_height * s.out_width < kMinNchwDepthwisePlane;
+// NCHW operands take the NHWC kernels on output planes under kMinNchwDepthwisePlane pixels, and
+// in float32 wherever the planes of vectors do not take the call: there the tap-by-tap loops
+// above load and store an accumulator around every product, where the NHWC kernels sum in
+// registers (5x5 layers: 0.3-0.6x the time). Not in bfloat16, whose NHWC kernels took 1.6-2.8x
+// the loops' time on large planes (benchmarks/NOTES.md, section 93).
+bool nhwc_kernels_take_nchw(const ConvShape& s, at::ScalarType dtype,
+                            bool (*vector_planes_take)(const ConvShape&)) {
+  if (s.out_height * s.out_width < kMinNchwDepthwisePlane) return true;
+  return dtype == at::kFloat && !vector_planes_take(s);
 }
 
 Layout operand_layout(const DepthwiseCall& call) {
@@ -211,7 +218,8 @@ void depthwise_conv2d_cpu(const Tensor& input, const Tensor& weight, IntArrayRef
   const DepthwiseCall call = check_depthwise("torch_convbp.depthwise_conv2d", input, weight, output,
                                              stride, padding, dilation);
   const ConvShape& s = call.shape;
-  if (call.channels_last || nhwc_kernels_take_nchw(s)) {
+  if (call.channels_last ||
+      nhwc_kernels_take_nchw(s, input.scalar_type(), vector_planes_take_forward)) {
     return depthwise_nhwc_forward(input, weight, s, output, operand_layout(call));
   }
   AT_DISPATCH_FLOATING_TYPES_AND2(
@@ -226,7 +234,8 @@ void depthwise_input_grad_cpu(const Tensor& grad_output, const Tensor& weight, I
   const DepthwiseCall call = check_depthwise("torch_convbp.depthwise_input_grad", grad_input,
                                              weight, grad_output, stride, padding, dilation);
   const ConvShape& s = call.shape;
-  if (call.channels_last || nhwc_kernels_take_nchw(s)) {
+  if (call.channels_last ||
+      nhwc_kernels_take_nchw(s, grad_output.scalar_type(), vector_planes_take_input_grad)) {
     return depthwise_nhwc_input_grad(grad_output, weight, s, grad_input, operand_layout(call));
   }
   AT_DISPATCH_FLOATING_TYPES_AND2(

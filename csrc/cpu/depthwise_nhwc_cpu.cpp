@@ -314,12 +314,18 @@ void input_grad_kernel(const scalar_t* grad_output, const scalar_t* weight, scal
                    });
 }
 
-// NCHW operands in blocks of this many input channels of one image: on the planes that take this
-// (under 256 pixels: summation.h) a block's two bands, at most 2 x 190 KiB of float32, stay in the
-// L2 cache, and a pixel's sums run over 12 of the kernels' channel blocks. Measured on 576@14:
-// blocks of 64 channels took 1.3x the time of 192 (a pixel's set-up over 4 channel blocks), a
-// whole image's 576 took 1.35x (its bands out of L2) (benchmarks/NOTES.md, section 93).
-constexpr int64_t kBandChannels = 192;
+// NCHW operands in blocks of input channels of one image: as many as keep a block's two bands
+// within kBandElements (294 KiB of float32, in the L2 cache), a multiple of 16 (the kernels'
+// channel blocks), 16 to 192. Measured on 576@14, whose blocks are 192 channels: blocks of 64
+// took 1.3x the time (a pixel's set-up over 4 channel blocks), a whole image's 576 1.35x (its
+// bands out of L2) (benchmarks/NOTES.md, section 93).
+constexpr int64_t kBandElements = 192 * (196 + 196), kMostBandChannels = 192;
+int64_t band_channels(const ConvShape& s) {
+  const int64_t m = s.out_channels / s.in_channels;
+  const int64_t per_channel = s.height * s.width + m * s.out_height * s.out_width;
+  const int64_t fit = kBandElements / std::max<int64_t>(per_channel, 1) / 16 * 16;
+  return std::clamp<int64_t>(fit, 16, kMostBandChannels);
+}
 
 // The convolution of input channels [first, first + count) of one image, as a shape of its own.
 ConvShape channel_block(const ConvShape& s, int64_t count) {
@@ -338,13 +344,14 @@ template <typename scalar_t, typename Compute>
 void by_channel_blocks(const scalar_t* source, int64_t source_plane, int64_t source_per_channel,
                        scalar_t* result, int64_t result_plane, int64_t result_per_channel,
                        const ConvShape& s, Compute&& compute) {
-  const int64_t blocks = (s.in_channels + kBandChannels - 1) / kBandChannels;
-  const int64_t work = kBandChannels * s.out_height * s.out_width * s.kernel_h * s.kernel_w;
+  const int64_t channels = band_channels(s);
+  const int64_t blocks = (s.in_channels + channels - 1) / channels;
+  const int64_t work = channels * s.out_height * s.out_width * s.kernel_h * s.kernel_w;
   at::parallel_for(0, s.batch * blocks, grain_for(work), [&](int64_t begin, int64_t end) {
     std::vector<scalar_t> source_band, result_band;
     for (int64_t task = begin; task < end; ++task) {
-      const int64_t n = task / blocks, first = task % blocks * kBandChannels;
-      const int64_t count = std::min(kBandChannels, s.in_channels - first);
+      const int64_t n = task / blocks, first = task % blocks * channels;
+      const int64_t count = std::min(channels, s.in_channels - first);
       const int64_t source_channels = count * source_per_channel;
       const int64_t result_channels = count * result_per_channel;
       source_band.resize(source_plane * source_channels);
