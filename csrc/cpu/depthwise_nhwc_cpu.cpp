@@ -317,8 +317,8 @@ void input_grad_kernel(const scalar_t* grad_output, const scalar_t* weight, scal
 // NCHW operands in blocks of input channels of one image: as many as keep a block's two bands
 // within kBandElements (294 KiB of float32, in the L2 cache), a multiple of 16 (the kernels'
 // channel blocks), 16 to 192. Measured on 576@14, whose blocks are 192 channels: blocks of 64
-// took 1.3x the time (a pixel's set-up over 4 channel blocks), a whole image's 576 1.35x (its
-// bands out of L2) (benchmarks/NOTES.md, section 93).
+// took about 1.3x the time (a pixel's set-up over 4 channel blocks), a whole image's 576 about
+// 1.4x (its bands out of L2) (benchmarks/NOTES.md, section 93).
 constexpr int64_t kBandElements = 192 * (196 + 196), kMostBandChannels = 192;
 int64_t band_channels(const ConvShape& s) {
   const int64_t m = s.out_channels / s.in_channels;
