@@ -15,8 +15,8 @@
 // depthwise_planes_cpu.cpp takes them (3x3 kernels, and strided kernels of at most 9 taps), in the
 // same order. These kernels read NCHW; a call whose activations are channels_last goes to
 // depthwise_nhwc_cpu.cpp, which keeps the same orders, and so do the forward and input gradient of
-// small planes and the float32 ones the planes of vectors do not take (nhwc_kernels_take_nchw), a
-// block of channels at a time transposed in cache.
+// small planes and the float32 ones the planes of vectors do not take (nchw_kernels), a block of
+// channels at a time transposed in cache.
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
@@ -25,7 +25,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <type_traits>
 #include <vector>
 
 #include "../checks.h"
@@ -118,7 +117,8 @@ TORCH_CONVBP_VECTOR_CLONES void add_weight_grad_lanes(const scalar_t* x, const s
   }
 }
 
-// output[n, o] = sum over the taps of weight[o, ki, kj] * (input[n, o/m] shifted by the tap).
+// output[n, o] = sum over the taps of weight[o, ki, kj] * (input[n, o/m] shifted by the tap): the
+// loops, for large planes in the dtypes other than float32 (nchw_kernels).
 template <typename scalar_t>
 void forward_kernel(const scalar_t* input, const scalar_t* weight, scalar_t* output,
                     const ConvShape& s) {
@@ -126,9 +126,6 @@ void forward_kernel(const scalar_t* input, const scalar_t* weight, scalar_t* out
   const int64_t multiplier = s.out_channels / s.in_channels;
   const int64_t taps = s.kernel_h * s.kernel_w, out_plane = s.out_height * s.out_width;
   const int64_t planes = s.batch * s.out_channels;
-  if constexpr (std::is_same_v<scalar_t, float>) {
-    if (vector_planes_take_forward(s)) return vector_planes_forward(input, weight, output, s);
-  }
   at::parallel_for(0, planes, grain_for(out_plane * taps), [&](int64_t begin, int64_t end) {
     std::vector<acc_t> acc(out_plane);
     for (int64_t plane = begin; plane < end; ++plane) {
@@ -149,11 +146,6 @@ void input_grad_kernel(const scalar_t* grad_output, const scalar_t* weight, scal
   const int64_t taps = s.kernel_h * s.kernel_w, out_plane = s.out_height * s.out_width;
   const int64_t plane_size = s.height * s.width, planes = s.batch * s.in_channels;
   const int64_t grain = grain_for(out_plane * taps * multiplier);
-  if constexpr (std::is_same_v<scalar_t, float>) {
-    if (vector_planes_take_input_grad(s)) {
-      return vector_planes_input_grad(grad_output, weight, grad_input, s);
-    }
-  }
   at::parallel_for(0, planes, grain, [&](int64_t begin, int64_t end) {
     std::vector<acc_t> acc(plane_size);
     for (int64_t plane = begin; plane < end; ++plane) {
@@ -198,15 +190,18 @@ void weight_grad_kernel(const scalar_t* input, const scalar_t* grad_output, scal
   });
 }
 
-// NCHW operands take the NHWC kernels on output planes under kMinNchwDepthwisePlane pixels, and
-// in float32 wherever the planes of vectors do not take the call: there the tap-by-tap loops
-// above load and store an accumulator around every product, where the NHWC kernels sum in
-// registers (5x5 layers: 0.3-0.6x the time). Not in bfloat16, whose NHWC kernels took 1.6-2.8x
-// the loops' time on large planes (benchmarks/NOTES.md, section 93).
-bool nhwc_kernels_take_nchw(const ConvShape& s, at::ScalarType dtype,
-                            bool (*vector_planes_take)(const ConvShape&)) {
-  if (s.out_height * s.out_width < kMinNchwDepthwisePlane) return true;
-  return dtype == at::kFloat && !vector_planes_take(s);
+// The kernels of a forward or input gradient fed NCHW: the NHWC kernels on output planes under
+// kMinNchwDepthwisePlane pixels; in float32 the planes of vectors where they take the call, else
+// the NHWC kernels too, since the tap-by-tap loops above load and store an accumulator around
+// every product where those sum in registers (5x5 layers: 0.3-0.6x the time); the loops for
+// the other dtypes (bfloat16's NHWC kernels took 1.6-2.8x their time on large planes)
+// (benchmarks/NOTES.md, section 93).
+enum class NchwKernels { nhwc, vector_planes, loops };
+NchwKernels nchw_kernels(const ConvShape& s, at::ScalarType dtype,
+                         bool (*vector_planes_take)(const ConvShape&)) {
+  if (s.out_height * s.out_width < kMinNchwDepthwisePlane) return NchwKernels::nhwc;
+  if (dtype != at::kFloat) return NchwKernels::loops;
+  return vector_planes_take(s) ? NchwKernels::vector_planes : NchwKernels::nhwc;
 }
 
 Layout operand_layout(const DepthwiseCall& call) {
@@ -218,9 +213,13 @@ void depthwise_conv2d_cpu(const Tensor& input, const Tensor& weight, IntArrayRef
   const DepthwiseCall call = check_depthwise("torch_convbp.depthwise_conv2d", input, weight, output,
                                              stride, padding, dilation);
   const ConvShape& s = call.shape;
-  if (call.channels_last ||
-      nhwc_kernels_take_nchw(s, input.scalar_type(), vector_planes_take_forward)) {
+  const NchwKernels kernels = nchw_kernels(s, input.scalar_type(), vector_planes_take_forward);
+  if (call.channels_last || kernels == NchwKernels::nhwc) {
     return depthwise_nhwc_forward(input, weight, s, output, operand_layout(call));
+  }
+  if (kernels == NchwKernels::vector_planes) {
+    return vector_planes_forward(input.const_data_ptr<float>(), weight.const_data_ptr<float>(),
+                                 output.mutable_data_ptr<float>(), s);
   }
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, input.scalar_type(), "depthwise_conv2d", [&] {
@@ -234,9 +233,15 @@ void depthwise_input_grad_cpu(const Tensor& grad_output, const Tensor& weight, I
   const DepthwiseCall call = check_depthwise("torch_convbp.depthwise_input_grad", grad_input,
                                              weight, grad_output, stride, padding, dilation);
   const ConvShape& s = call.shape;
-  if (call.channels_last ||
-      nhwc_kernels_take_nchw(s, grad_output.scalar_type(), vector_planes_take_input_grad)) {
+  const NchwKernels kernels =
+      nchw_kernels(s, grad_output.scalar_type(), vector_planes_take_input_grad);
+  if (call.channels_last || kernels == NchwKernels::nhwc) {
     return depthwise_nhwc_input_grad(grad_output, weight, s, grad_input, operand_layout(call));
+  }
+  if (kernels == NchwKernels::vector_planes) {
+    return vector_planes_input_grad(grad_output.const_data_ptr<float>(),
+                                    weight.const_data_ptr<float>(),
+                                    grad_input.mutable_data_ptr<float>(), s);
   }
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, grad_output.scalar_type(), "depthwise_input_grad", [&] {
