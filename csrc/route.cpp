@@ -186,12 +186,17 @@ bool bfloat16_columns_pay_layout(Operator op, const ConvShape& s, const at::Tens
 // - float32 fed channels_last, up to kMaxImplicitWeightGradChannels channels per group, no fewer
 //   input than output channels, undilated: 0.89-0.96x; 32>64@56 took 1.10x and
 //   the dilated 64@28 1.05x, where the copies weigh more beside the GEMMs, and 256@14 no gain
-//   (section 69).
+//   (section 69);
+// - float32 fed NCHW, the same layers, through layout copies, on a CPU that runs AVX-512 kernels:
+//   there MKL ran the NCHW column route's GEMM, [Cout, P] @ [P, K] with both operands read along
+//   P, at 0.65-0.85x the rate of the same GEMM of NHWC columns; 5x5 64@28 took 0.75x the column
+//   route's time, 3x3 128@28 0.9x, 3x3 64@56 0.97x. With AVX2 (oneDNN capped) 128@28 took 1.2x:
+//   AVX2 CPUs keep the column route (section 94).
 constexpr int64_t kMaxImplicitWeightGradChannels = 128;
 bool takes_implicit_weight_grad(const ConvShape& s, const at::Tensor& first, bool channels_last) {
   const bool bfloat16 = first.scalar_type() == at::kBFloat16;
   if (!implicit_operands(s, first) || s.stride_h != 1 || s.stride_w != 1 || s.taps() == 1 ||
-      (!channels_last && !bfloat16)) {
+      (!channels_last && !bfloat16 && !cpu_allows_avx512_kernels())) {
     return false;
   }
   if (const std::optional<bool> forced = implicit_setting()) return *forced;
@@ -290,9 +295,14 @@ RouteChoice choose_route(Operator op, const ConvShape& s, at::TensorList activat
     return {Route::implicit_nhwc, Layout::nhwc,
             "stride 1: a GEMM per tap on shifted views of padded copies of the input and the "
             "output gradient (no column matrix)",
-            !bfloat16 ? "channels_last float32 operands on a CPU with the GEMM micro-kernel; 16 to "
-                        "128 input channels per group and no more output channels, undilated, "
-                        "output rows of 14 pixels or more"
+            !bfloat16 && channels_last
+                ? "channels_last float32 operands on a CPU with the GEMM micro-kernel; 16 to 128 "
+                  "input channels per group and no more output channels, undilated, output rows "
+                  "of 14 pixels or more"
+            : !bfloat16
+                ? "float32 on a CPU that runs AVX-512 kernels; 16 to 128 input channels per group "
+                  "and no more output channels, undilated, output rows of 14 pixels or more: NHWC, "
+                  "through layout copies"
             : channels_last
                 ? "channels_last bfloat16 operands on a CPU whose GEMM micro-kernel computes "
                   "bfloat16; 16 or more channels per group, output rows of 14 pixels or more"

@@ -44,6 +44,12 @@ def microkernel_outruns_mkl():
         return torch_convbp.gemm_engine(torch.float32) == "microkernel"
 
 
+def runs_avx512_kernels():
+    """Whether this CPU runs AVX-512 kernels (ATen's capability, unless oneDNN is capped below)."""
+    capped = os.environ.get("DNNL_MAX_CPU_ISA", "").upper().startswith(("SSE", "AVX2", "AVX_"))
+    return torch.backends.cpu.get_cpu_capability() == "AVX512" and not capped
+
+
 def has_bfloat16_microkernel():
     """Whether the micro-kernel computes bfloat16 here (AVX512_BF16 or AMX-BF16): asked of the
     driver's own entry, which refuses bfloat16 elsewhere."""

@@ -6,14 +6,13 @@ The driver takes matrices in any orientation (NHWC's transposed views, a weight 
 transposed columns), cuts them into tiles fixed by the sizes, and must give the product for every
 one of them; both engines must give the convolution, and TORCH_CONVBP_GEMM picks one."""
 import itertools
-import os
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 import torch_convbp
-from route_cases import has_bfloat16_microkernel, has_microkernel, microkernel_outruns_mkl
+from route_cases import has_bfloat16_microkernel, has_microkernel, microkernel_outruns_mkl, runs_avx512_kernels
 from torch_convbp import _C
 
 ops = torch.ops.torch_convbp
@@ -212,21 +211,15 @@ def test_which_engine_runs_the_gemms(monkeypatch):
 @needs_microkernel
 def test_the_gemms_run_on_the_engine_chosen(monkeypatch):
     """The profiler sees each GEMM block as aten::addmm_ on ATen's engine, and as
-    torch_convbp::microkernel_gemm on the driver (the weight gradient: the columns route on
-    either; the forward may take the implicit route, which has no GEMM blocks)."""
-    x, dy = torch.randn(2, 16, 10, 10), torch.randn(2, 32, 10, 10)
+    torch_convbp::microkernel_gemm on the driver (a strided weight gradient: the columns route
+    on either; a stride-1 one may take the implicit route, which has no GEMM blocks)."""
+    x, dy = torch.randn(2, 16, 10, 10), torch.randn(2, 32, 5, 5)
     for engine, name in [("mkl", "aten::addmm_"), ("microkernel", "torch_convbp::microkernel_gemm")]:
         monkeypatch.setenv("TORCH_CONVBP_GEMM", engine)
         with torch.profiler.profile() as profile:
-            ops.conv2d_weight_grad(x, dy, [32, 16, 3, 3], [1, 1], [1, 1], [1, 1], 1)
+            ops.conv2d_weight_grad(x, dy, [32, 16, 3, 3], [2, 2], [1, 1], [1, 1], 1)
         names = {event.name for event in profile.events()}
         assert name in names and not {"aten::addmm_", "torch_convbp::microkernel_gemm"} - {name} & names
-
-
-def runs_avx512_kernels():
-    """Whether this CPU runs AVX-512 kernels (ATen's capability, unless oneDNN is capped below)."""
-    capped = os.environ.get("DNNL_MAX_CPU_ISA", "").upper().startswith(("SSE", "AVX2", "AVX_"))
-    return torch.backends.cpu.get_cpu_capability() == "AVX512" and not capped
 
 
 @needs_microkernel

@@ -2,8 +2,9 @@
 as GEMMs per tap on shifted views of padded copies of the input and the output gradient, with no
 column matrix (csrc/cpu/implicit_weight_grad_cpu.cpp), in float32 and, where the CPU has bfloat16
 arithmetic, in bfloat16. By default it takes bfloat16 layers of 16 or more channels per group whose
-output rows have 14 pixels or more, fed NCHW too (through layout copies), and float32 ones of 16 to 128 input channels per group, no more
-output channels, undilated; TORCH_CONVBP_GEMM=microkernel makes it take every stride-1 call of
+output rows have 14 pixels or more, fed NCHW too (through layout copies), and float32 ones of 16
+to 128 input channels per group, no more output channels, undilated, fed NCHW too on a CPU that
+runs AVX-512 kernels; TORCH_CONVBP_GEMM=microkernel makes it take every stride-1 call of
 channels_last operands, =mkl none (csrc/route.cpp)."""
 import pytest
 import torch
@@ -12,7 +13,7 @@ from torch.library import opcheck
 
 import torch_convbp
 from cases import shift_and_add_conv2d
-from route_cases import CL, has_bfloat16_microkernel, has_microkernel
+from route_cases import CL, has_bfloat16_microkernel, has_microkernel, runs_avx512_kernels
 
 ops = torch.ops.torch_convbp
 
@@ -102,20 +103,27 @@ def test_non_finite_inputs_propagate_like_f_conv2d(where, dtype, microkernel):
     torch.testing.assert_close(ours.double()[finite], ref[finite], rtol=tol, atol=tol)
 
 
-@NO_BFLOAT16
-def test_bfloat16_fed_nchw_through_layout_copies(monkeypatch):
-    """bfloat16 operands fed NCHW take the route through layout copies; the weight gradient is
-    the same as fed channels_last, bit for bit, and a contiguous tensor."""
+NO_AVX512 = pytest.mark.skipif(not runs_avx512_kernels(), reason="float32 fed NCHW takes the route only where AVX-512 kernels run")
+
+
+@pytest.mark.parametrize("dtype", [pytest.param(torch.float32, marks=NO_AVX512), pytest.param(torch.bfloat16, marks=NO_BFLOAT16)], ids=str)
+@pytest.mark.parametrize("kernel", [(3, 3), (5, 5)], ids=["3x3", "5x5"])
+def test_fed_nchw_through_layout_copies(kernel, dtype, monkeypatch):
+    """Operands fed NCHW take the route through layout copies (bfloat16 where the micro-kernel
+    computes it, float32 where AVX-512 kernels run); the weight gradient is the same as fed
+    channels_last, bit for bit, and a contiguous tensor."""
     monkeypatch.delenv("TORCH_CONVBP_GEMM", raising=False)
-    x, w, g = operands((2, 32, 16, 15), 48, (3, 3), 1, torch.bfloat16)
-    dy = torch.randn(2, 48, 16, 15, generator=g).to(torch.bfloat16)
-    args = (list(w.shape), [1, 1], [1, 1], [1, 1], 1)
-    assert torch_convbp.explain(x.contiguous(), w, 1, 1)["weight_grad"].route == "implicit_nhwc"
+    x, w, g = operands((2, 32, 16, 15), 24, kernel, 1, dtype)
+    padding = [kernel[0] // 2, kernel[1] // 2]
+    dy = torch.randn(2, 24, 16, 15, generator=g).to(dtype)
+    args = (list(w.shape), [1, 1], padding, [1, 1], 1)
+    assert torch_convbp.explain(x.contiguous(), w, 1, padding)["weight_grad"].route == "implicit_nhwc"
     nchw = ops.conv2d_weight_grad(x.contiguous(), dy, *args)
     assert nchw.is_contiguous()
     assert torch.equal(nchw, ops.conv2d_weight_grad(x, dy.contiguous(memory_format=CL), *args))
-    ref = torch.nn.grad.conv2d_weight(x.double(), w.shape, dy.double(), 1, 1)
-    torch.testing.assert_close(nchw.double(), ref, rtol=0, atol=1e-2 * ref.abs().max().item())
+    ref = torch.nn.grad.conv2d_weight(x.double(), w.shape, dy.double(), 1, padding)
+    tol = 1e-4 if dtype == torch.float32 else 1e-2 * ref.abs().max().item()
+    torch.testing.assert_close(nchw.double(), ref, rtol=tol, atol=tol)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -147,7 +155,12 @@ RULE = [
     ("dilated", (2, 64, 28, 28), 64, 3, 1, 2, torch.float32, True, False),
     ("rows of 7", (2, 64, 7, 7), 64, 3, 1, 1, torch.float32, True, False),
     ("strided", (2, 64, 56, 56), 64, 3, 2, 1, torch.float32, True, False),
-    ("NCHW", (2, 64, 56, 56), 64, 3, 1, 1, torch.float32, False, False),
+    # float32 fed NCHW through layout copies where AVX-512 kernels run (NOTES section 94)
+    ("NCHW", (2, 64, 56, 56), 64, 3, 1, 1, torch.float32, False, "avx512"),
+    ("NCHW 5x5", (2, 64, 28, 28), 64, 5, 1, 1, torch.float32, False, "avx512"),
+    ("NCHW 256 channels", (1, 256, 14, 14), 256, 3, 1, 1, torch.float32, False, False),
+    ("NCHW dilated", (2, 64, 28, 28), 64, 3, 1, 2, torch.float32, False, False),
+    ("NCHW strided", (2, 64, 56, 56), 64, 3, 2, 1, torch.float32, False, False),
     ("float64", (2, 64, 28, 28), 64, 3, 1, 1, torch.float64, True, False),
     # bfloat16 where its GEMMs run in bfloat16 on the micro-kernel: however many channels, dilated too
     ("bfloat16, 512 channels", (1, 512, 14, 14), 512, 3, 1, 1, torch.bfloat16, True, True),
@@ -164,6 +177,7 @@ RULE = [
 @pytest.mark.parametrize("name, shape, cout, kernel, stride, dilation, dtype, channels_last, takes", RULE, ids=[r[0] for r in RULE])
 def test_the_rule_that_chooses_it(name, shape, cout, kernel, stride, dilation, dtype, channels_last, takes, monkeypatch):
     monkeypatch.delenv("TORCH_CONVBP_GEMM", raising=False)
+    takes = runs_avx512_kernels() if takes == "avx512" else takes
     takes = takes and (dtype != torch.bfloat16 or has_bfloat16_microkernel())
     x = torch.empty(shape, dtype=dtype).contiguous(memory_format=CL if channels_last else torch.contiguous_format)
     w = torch.empty(cout, shape[1], kernel, kernel, dtype=dtype)
