@@ -55,15 +55,17 @@ constexpr int64_t kPixelBlock = 256;
 
 // The channels of a tile of dW, along each side: 32 up to 64 channels per group, else 64. At
 // 64@56 one 64 x 64 tile per tap left 9 tiles to 2 threads (5 and 4) and 1.1x the time of 32 x 32
-// tiles; at 128@28 64 x 64 ran 0.97x 32 x 32 (section 69). That is bfloat16's rule.
+// tiles; at 128@28 64 x 64 ran 0.97x 32 x 32 (section 69). bfloat16 keeps this rule, and so does
+// float32 on AVX2.
 int64_t channel_block(int64_t channels) {
   return channels <= 64 ? std::min<int64_t>(channels, 32) : 64;
 }
 
-// float32's: output channel blocks of 64, and input channel blocks of 64 where that leaves at
-// least kMinFloat32Tiles tiles, else 32. A call's C tile 32 wide (two vectors) took 1.1-1.2x the
-// time of 64 (5x5 64@28: 64 x 64 tiles 0.82-0.94x 32 x 32; 3x3 64@56: 32 x 64 0.88x, where 64 x
-// 64 left 9 tiles), on an AVX-512 Xeon (benchmarks/NOTES.md, section 95).
+// float32's where AVX-512 kernels run: output channel blocks of 64, and input channel blocks of
+// 64 where that leaves at least kMinFloat32Tiles tiles, else 32. A call's C tile 32 wide (two
+// vectors) took 1.1-1.2x the time of 64 (5x5 64@28: 64 x 64 tiles 0.82-0.94x 32 x 32; 3x3 64@56:
+// 32 x 64 0.88x, where 64 x 64 left 9 tiles), on an AVX-512 Xeon; with oneDNN capped at AVX2 the
+// 5x5 layer took 1.04x, so AVX2 keeps bfloat16's rule (benchmarks/NOTES.md, section 95).
 constexpr int64_t kFloat32Block = 64;
 constexpr int64_t kMinFloat32Tiles = 16;
 int64_t float32_in_block(const ConvShape& s) {
@@ -160,11 +162,11 @@ void extended_output_grad(const T* dy, const ConvShape& s, const PaddedPlanes& p
 // t / taps, in that order.
 struct Tiles {
   int64_t group_in, group_out, in_block, out_block, in_blocks, out_blocks, taps;
-  Tiles(const ConvShape& s, bool float32)
+  Tiles(const ConvShape& s, bool wide)  // wide: float32's tiles where AVX-512 kernels run
       : group_in(s.in_channels / s.groups),
         group_out(s.out_channels / s.groups),
-        in_block(float32 ? float32_in_block(s) : channel_block(group_in)),
-        out_block(float32 ? std::min(group_out, kFloat32Block) : channel_block(group_out)),
+        in_block(wide ? float32_in_block(s) : channel_block(group_in)),
+        out_block(wide ? std::min(group_out, kFloat32Block) : channel_block(group_out)),
         in_blocks((group_in + in_block - 1) / in_block),
         out_blocks((group_out + out_block - 1) / out_block),
         taps(s.taps()) {}
@@ -237,7 +239,7 @@ template <class T>
 void implicit_weight_grad(const Tensor& input, const Tensor& grad_output, const ConvShape& s,
                           const Tensor& grad_weight) {
   const PaddedPlanes p(s, /*even_pixels=*/!std::is_same_v<T, float>);
-  const Tiles t(s, /*float32=*/std::is_same_v<T, float>);
+  const Tiles t(s, /*wide=*/std::is_same_v<T, float> && cpu_allows_avx512_kernels());
   const auto f32 = input.options().dtype(at::kFloat);
   // dW_tap^T of every group: [C, taps, Cout/G], each group's rows [C/G * taps, Cout/G]
   const Tensor sums = empty_scratch({s.in_channels * t.taps, t.group_out}, f32).zero_();
