@@ -134,6 +134,9 @@ PYBIND11_MODULE(_C, m) {
         py::arg("accumulate"),
         "out (+)= a @ b on BLAS without at::addmm_, for its tests: [1, M, K] @ [1, K, N]; "
         "False where it leaves the product to at::addmm_.");
+  m.def("_cpu_allows_avx512_kernels", &torch_convbp::cpu_allows_avx512_kernels,
+        "Whether the CPU rules that ask for AVX-512 kernels hold here (cpu_features.h), for the "
+        "tests.");
   m.def("_route", &route, py::arg("op"), py::arg("input_size"), py::arg("weight_size"),
         py::arg("stride"), py::arg("padding"), py::arg("dilation"), py::arg("groups"),
         py::arg("activations"),

@@ -45,9 +45,11 @@ def microkernel_outruns_mkl():
 
 
 def runs_avx512_kernels():
-    """Whether this CPU runs AVX-512 kernels (ATen's capability, unless oneDNN is capped below)."""
-    capped = os.environ.get("DNNL_MAX_CPU_ISA", "").upper().startswith(("SSE", "AVX2", "AVX_"))
-    return torch.backends.cpu.get_cpu_capability() == "AVX512" and not capped
+    """Whether this CPU runs AVX-512 kernels (it has AVX-512 and oneDNN is not capped below it):
+    the extension's own rule (cpu_features.h), which the routes ask."""
+    from torch_convbp import _C
+
+    return _C._cpu_allows_avx512_kernels()
 
 
 def has_bfloat16_microkernel():

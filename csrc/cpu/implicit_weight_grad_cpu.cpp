@@ -24,6 +24,7 @@
 // output channel block, tap) tiles of dW, and a thread walks the pixel blocks once for all its
 // tiles, so the bits depend neither on the thread count nor on which thread runs a tile.
 #include <ATen/Parallel.h>
+#include <ATen/ceil_div.h>
 #include <ATen/core/Tensor.h>
 #include <torch/library.h>
 
@@ -70,11 +71,8 @@ constexpr int64_t kFloat32Block = 64;
 constexpr int64_t kMinFloat32Tiles = 16;
 int64_t float32_in_block(const ConvShape& s) {
   const int64_t group_in = s.in_channels / s.groups, group_out = s.out_channels / s.groups;
-  const auto blocks = [](int64_t channels, int64_t block) {
-    return (channels + block - 1) / block;
-  };
-  const int64_t tiles =
-      s.groups * blocks(group_in, kFloat32Block) * blocks(group_out, kFloat32Block) * s.taps();
+  const int64_t tiles = s.groups * at::ceil_div(group_in, kFloat32Block) *
+                        at::ceil_div(group_out, kFloat32Block) * s.taps();
   return std::min(group_in, tiles >= kMinFloat32Tiles ? kFloat32Block : kFloat32Block / 2);
 }
 
@@ -167,8 +165,8 @@ struct Tiles {
         group_out(s.out_channels / s.groups),
         in_block(wide ? float32_in_block(s) : channel_block(group_in)),
         out_block(wide ? std::min(group_out, kFloat32Block) : channel_block(group_out)),
-        in_blocks((group_in + in_block - 1) / in_block),
-        out_blocks((group_out + out_block - 1) / out_block),
+        in_blocks(at::ceil_div(group_in, in_block)),
+        out_blocks(at::ceil_div(group_out, out_block)),
         taps(s.taps()) {}
   int64_t count(int64_t groups) const { return groups * in_blocks * out_blocks * taps; }
 };
