@@ -232,6 +232,24 @@ void nhwc_band(const scalar_t* image, int64_t channels, int64_t height, int64_t 
                    (end - first) * width, sizeof(scalar_t));
 }
 
+// Brings the operands of output row `row` of N * OH (NHWC) toward the L2 cache: its row of dy and
+// the input rows it reads, each in memory order. Why: a row's sums walk it once per two vectors
+// of channels, reading 128 bytes of each pixel, a stride by which the CPU's own prefetchers did
+// not bring the pixels from memory in time; asked for a row ahead, they come in memory order
+// while the row before is summed (benchmarks/NOTES.md, section 96).
+template <typename scalar_t>
+TORCH_CONVBP_INLINE void prefetch_row(const scalar_t* input, const scalar_t* grad_output,
+                                      int64_t row, const ConvShape& s) {
+  const int64_t n = row / s.out_height, oh = row % s.out_height;
+  const int64_t out_row_size = s.out_width * s.out_channels, in_row_size = s.width * s.in_channels;
+  prefetch_to_l2(grad_output + row * out_row_size, out_row_size * sizeof(scalar_t));
+  for (int64_t ki = 0; ki < s.kernel_h; ++ki) {
+    const int64_t ih = input_row(s, oh, ki);
+    if (ih < 0) continue;
+    prefetch_to_l2(input + (n * s.height + ih) * in_row_size, in_row_size * sizeof(scalar_t));
+  }
+}
+
 // Adds the output rows [first_row, end_row) of N * OH, in order, into totals [taps][Cout]. NCHW
 // operands per image: the rows of dy and the input rows they read as NHWC bands, whose shape
 // counts its input rows from the band's first (the padding grown by as many), so that each row
@@ -243,8 +261,13 @@ void add_rows(Ops ops, const scalar_t* input, const scalar_t* grad_output, int64
   const int64_t image_size = s.height * s.width * s.in_channels;
   const int64_t out_row_size = s.out_width * s.out_channels;
   if (layout == Layout::nhwc) {
+    // The rows of a 3x3 kernel, whose sums stay in registers along the row; a kernel of any other
+    // size walks the row a tap at a time, and gained nothing from it (section 96).
+    constexpr bool prefetch = KH > 0;
+    if (prefetch && first_row < end_row) prefetch_row(input, grad_output, first_row, s);
     for (int64_t row = first_row; row < end_row; ++row) {
       const int64_t n = row / s.out_height, oh = row % s.out_height;
+      if (prefetch && row + 1 < end_row) prefetch_row(input, grad_output, row + 1, s);
       add_row<KH, KW>(ops, input + n * image_size, grad_output + row * out_row_size, oh, totals,
                       sums, s);
     }
