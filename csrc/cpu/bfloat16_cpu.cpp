@@ -1,4 +1,4 @@
-// bfloat16 results written from float32 sums (bfloat16_cpu.h).
+// bfloat16 converted to and from float32 (bfloat16_cpu.h).
 #include "bfloat16_cpu.h"
 
 #include <cstring>
@@ -19,11 +19,23 @@ TORCH_CONVBP_WIDE_VECTOR_CLONES void round_bits(const float* from, int64_t n, ui
   }
 }
 
+// The bits as the upper half of a float's, on integers, which GCC vectorizes.
+TORCH_CONVBP_WIDE_VECTOR_CLONES void widen_bits(const uint16_t* from, int64_t n, float* to) {
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t bits = uint32_t{from[i]} << 16;
+    std::memcpy(to + i, &bits, sizeof bits);
+  }
+}
+
 }  // namespace
 
 void round_to_bfloat16(const float* from, int64_t n, c10::BFloat16* to) {
   static_assert(sizeof(c10::BFloat16) == sizeof(uint16_t));
   round_bits(from, n, reinterpret_cast<uint16_t*>(to));
+}
+
+void widen_bfloat16(const c10::BFloat16* from, int64_t n, float* to) {
+  widen_bits(reinterpret_cast<const uint16_t*>(from), n, to);
 }
 
 }  // namespace torch_convbp

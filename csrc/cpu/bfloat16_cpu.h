@@ -1,4 +1,4 @@
-// bfloat16 results written from float32 sums, in vector instructions.
+// bfloat16 converted to and from float32, in vector instructions.
 #pragma once
 
 #include <c10/util/BFloat16.h>
@@ -12,5 +12,9 @@ namespace torch_convbp {
 // scalar, and in a loop of it GCC vectorized only by SSE lanes: rounding the output took more
 // time than the GEMM (benchmarks/NOTES.md, section 53).
 void round_to_bfloat16(const float* from, int64_t n, c10::BFloat16* to);
+
+// to[i] = from[i] as float (exact: the bits as the float's upper half), i < n, 16 or 8 at a
+// time: a loop of c10's conversion stayed scalar (benchmarks/NOTES.md, section 97).
+void widen_bfloat16(const c10::BFloat16* from, int64_t n, float* to);
 
 }  // namespace torch_convbp

@@ -21,9 +21,11 @@
 #include <ATen/core/Tensor.h>
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "../summation.h"
+#include "bfloat16_cpu.h"
 #include "cpu_kernels.h"
 #include "depthwise_nhwc_cpu.h"
 #include "transpose_copy_cpu.h"
@@ -278,6 +280,68 @@ TORCH_CONVBP_WIDE_VECTOR_CLONES void add_weight_grad_lanes(const scalar_t* image
   }
 }
 
+// to[i] = from[i] in the sums' type (exact), and back, rounded (bfloat16 in vector instructions,
+// the bits of c10's conversions).
+template <typename scalar_t, typename acc_t>
+void widen(const scalar_t* from, int64_t n, acc_t* to) {
+  if constexpr (std::is_same_v<scalar_t, c10::BFloat16>) {
+    widen_bfloat16(from, n, to);
+  } else {
+    for (int64_t i = 0; i < n; ++i) to[i] = static_cast<acc_t>(from[i]);
+  }
+}
+template <typename scalar_t, typename acc_t>
+void narrow(const acc_t* from, int64_t n, scalar_t* to) {
+  if constexpr (std::is_same_v<scalar_t, c10::BFloat16>) {
+    round_to_bfloat16(from, n, to);
+  } else {
+    for (int64_t i = 0; i < n; ++i) to[i] = static_cast<scalar_t>(from[i]);
+  }
+}
+
+// The rows of the NHWC images a task reads, in the sums' type: each row of bfloat16 or float16
+// converted once, when a result row first needs it, into an image of floats laid out as the
+// source (so the kernels' offsets hold). Why: the kernels sum blocks of 16 channels that GCC
+// vectorizes in float32, but with c10's conversion inside, one element at a time: 6-9x float32's
+// time (benchmarks/NOTES.md, section 97). The same values, so the same sums and bits.
+template <typename scalar_t, typename acc_t = at::opmath_type<scalar_t>>
+class WidenedRows {
+ public:
+  WidenedRows(int64_t image_rows, int64_t row_size)
+      : values_(image_rows * row_size), row_size_(row_size) {}
+
+  // The image `image` with at least its rows [needed.begin, needed.end) converted. A task's
+  // result rows ask for rows of one image in increasing order, then for the next image's.
+  const acc_t* with_rows(const scalar_t* image, Span needed) {
+    if (image != image_ || needed.begin > converted_.end) {
+      image_ = image;
+      converted_ = {needed.begin, needed.begin};
+    }
+    const int64_t from = std::max(converted_.end, needed.begin);
+    if (needed.end > from) {
+      widen(image + from * row_size_, (needed.end - from) * row_size_,
+            values_.data() + from * row_size_);
+      converted_.end = needed.end;
+    }
+    return values_.data();
+  }
+
+ private:
+  std::vector<acc_t> values_;
+  int64_t row_size_;
+  const scalar_t* image_ = nullptr;
+  Span converted_{0, 0};
+};
+
+// The output rows that input row ih's gradient reads: those whose kernel rows reach it.
+Span output_rows_reading(const ConvShape& s, int64_t ih) {
+  const int64_t last = ih + s.pad_h, first = last - (s.kernel_h - 1) * s.dilation_h;
+  const int64_t begin = first >= 0 ? (first + s.stride_h - 1) / s.stride_h : -(-first / s.stride_h);
+  const int64_t end = std::min(s.out_height, last / s.stride_h + 1);
+  const int64_t clamped = std::max<int64_t>(begin, 0);
+  return {std::min(clamped, end), end};
+}
+
 template <typename scalar_t>
 void forward_kernel(const scalar_t* input, const scalar_t* weight, scalar_t* output,
                     const ConvShape& s) {
@@ -288,9 +352,20 @@ void forward_kernel(const scalar_t* input, const scalar_t* weight, scalar_t* out
   const int64_t image_size = s.height * s.width * s.in_channels;
   at::parallel_for(0, rows, grain_for(row_size * taps), [&](int64_t begin, int64_t end) {
     RowTerms terms(taps, 1);
-    for (int64_t row = begin; row < end; ++row) {
-      const int64_t n = row / s.out_height, oh = row % s.out_height;
-      forward_row(input + n * image_size, w_by_tap.data(), oh, terms, output + row * row_size, s);
+    if constexpr (std::is_same_v<scalar_t, acc_t>) {
+      for (int64_t row = begin; row < end; ++row) {
+        const int64_t n = row / s.out_height, oh = row % s.out_height;
+        forward_row(input + n * image_size, w_by_tap.data(), oh, terms, output + row * row_size, s);
+      }
+    } else {
+      WidenedRows<scalar_t> images(s.height, s.width * s.in_channels);
+      std::vector<acc_t> sums(row_size);
+      for (int64_t row = begin; row < end; ++row) {
+        const int64_t n = row / s.out_height, oh = row % s.out_height;
+        const acc_t* image = images.with_rows(input + n * image_size, band_input_rows(s, oh, 1));
+        forward_row(image, w_by_tap.data(), oh, terms, sums.data(), s);
+        narrow(sums.data(), row_size, output + row * row_size);
+      }
     }
   });
 }
@@ -302,16 +377,29 @@ void input_grad_kernel(const scalar_t* grad_output, const scalar_t* weight, scal
   const std::vector<acc_t> w_by_tap = weight_by_tap(weight, s);
   const int64_t taps = s.kernel_h * s.kernel_w, m = s.out_channels / s.in_channels;
   const int64_t row_size = s.width * s.in_channels, rows = s.batch * s.height;
-  const int64_t grad_image_size = s.out_height * s.out_width * s.out_channels;
-  at::parallel_for(0, rows, grain_for(s.width * s.out_channels * taps),
-                   [&](int64_t begin, int64_t end) {
-                     RowTerms terms(taps * m, s.stride_w);
-                     for (int64_t row = begin; row < end; ++row) {
-                       const int64_t n = row / s.height, ih = row % s.height;
-                       input_grad_row(grad_output + n * grad_image_size, w_by_tap.data(), ih, terms,
-                                      grad_input + row * row_size, s);
-                     }
-                   });
+  const int64_t grad_row_size = s.out_width * s.out_channels;
+  const int64_t grad_image_size = s.out_height * grad_row_size;
+  at::parallel_for(
+      0, rows, grain_for(s.width * s.out_channels * taps), [&](int64_t begin, int64_t end) {
+        RowTerms terms(taps * m, s.stride_w);
+        if constexpr (std::is_same_v<scalar_t, acc_t>) {
+          for (int64_t row = begin; row < end; ++row) {
+            const int64_t n = row / s.height, ih = row % s.height;
+            input_grad_row(grad_output + n * grad_image_size, w_by_tap.data(), ih, terms,
+                           grad_input + row * row_size, s);
+          }
+        } else {
+          WidenedRows<scalar_t> images(s.out_height, grad_row_size);
+          std::vector<acc_t> sums(row_size);
+          for (int64_t row = begin; row < end; ++row) {
+            const int64_t n = row / s.height, ih = row % s.height;
+            const acc_t* grad_image =
+                images.with_rows(grad_output + n * grad_image_size, output_rows_reading(s, ih));
+            input_grad_row(grad_image, w_by_tap.data(), ih, terms, sums.data(), s);
+            narrow(sums.data(), row_size, grad_input + row * row_size);
+          }
+        }
+      });
 }
 
 // NCHW operands in blocks of input channels of one image: as many as keep a block's two bands
@@ -339,7 +427,9 @@ ConvShape channel_block(const ConvShape& s, int64_t count) {
 // Each task one image's block of channels: source (NCHW) -> a band [pixels][channels] ->
 // compute(band, block shape, result band) -> result (NCHW). `source_plane` and `result_plane`
 // are the planes' sizes, `source_per_channel` and `result_per_channel` the channels of source and
-// result per input channel (1, or the multiplier m where they are output channels).
+// result per input channel (1, or the multiplier m where they are output channels). The bands
+// compute holds are in the sums' type: bfloat16 and float16 widened and narrowed around it, as
+// WidenedRows does for NHWC operands.
 template <typename scalar_t, typename Compute>
 void by_channel_blocks(const scalar_t* source, int64_t source_plane, int64_t source_per_channel,
                        scalar_t* result, int64_t result_plane, int64_t result_per_channel,
@@ -347,8 +437,11 @@ void by_channel_blocks(const scalar_t* source, int64_t source_plane, int64_t sou
   const int64_t channels = band_channels(s);
   const int64_t blocks = (s.in_channels + channels - 1) / channels;
   const int64_t work = channels * s.out_height * s.out_width * s.kernel_h * s.kernel_w;
+  using acc_t = at::opmath_type<scalar_t>;
+  constexpr bool widened = !std::is_same_v<scalar_t, acc_t>;
   at::parallel_for(0, s.batch * blocks, grain_for(work), [&](int64_t begin, int64_t end) {
     std::vector<scalar_t> source_band, result_band;
+    std::vector<acc_t> wide_source, wide_result;
     for (int64_t task = begin; task < end; ++task) {
       const int64_t n = task / blocks, first = task % blocks * channels;
       const int64_t count = std::min(channels, s.in_channels - first);
@@ -362,7 +455,15 @@ void by_channel_blocks(const scalar_t* source, int64_t source_plane, int64_t sou
           n * s.in_channels * result_per_channel + first * result_per_channel;
       transpose_matrix(source + source_first * source_plane, source_plane, source_band.data(),
                        source_channels, source_channels, source_plane, sizeof(scalar_t));
-      compute(first, channel_block(s, count), source_band.data(), result_band.data());
+      if constexpr (widened) {
+        wide_source.resize(source_band.size());
+        wide_result.resize(result_band.size());
+        widen(source_band.data(), source_band.size(), wide_source.data());
+        compute(first, channel_block(s, count), wide_source.data(), wide_result.data());
+        narrow(wide_result.data(), wide_result.size(), result_band.data());
+      } else {
+        compute(first, channel_block(s, count), source_band.data(), result_band.data());
+      }
       transpose_matrix(result_band.data(), result_channels, result + result_first * result_plane,
                        result_plane, result_plane, result_channels, sizeof(scalar_t));
     }
@@ -376,7 +477,7 @@ void forward_of_nchw(const scalar_t* input, const scalar_t* weight, scalar_t* ou
   using acc_t = at::opmath_type<scalar_t>;
   const int64_t m = s.out_channels / s.in_channels, taps = s.kernel_h * s.kernel_w;
   by_channel_blocks(input, s.height * s.width, 1, output, s.out_height * s.out_width, m, s,
-                    [&](int64_t first, const ConvShape& block, const scalar_t* x, scalar_t* y) {
+                    [&](int64_t first, const ConvShape& block, const acc_t* x, acc_t* y) {
                       const std::vector<acc_t> w = weight_by_tap(weight + first * m * taps, block);
                       RowTerms terms(taps, 1);
                       const int64_t row_size = block.out_width * block.out_channels;
@@ -393,8 +494,7 @@ void input_grad_of_nchw(const scalar_t* grad_output, const scalar_t* weight, sca
   using acc_t = at::opmath_type<scalar_t>;
   const int64_t m = s.out_channels / s.in_channels, taps = s.kernel_h * s.kernel_w;
   by_channel_blocks(grad_output, s.out_height * s.out_width, m, grad_input, s.height * s.width, 1,
-                    s,
-                    [&](int64_t first, const ConvShape& block, const scalar_t* dy, scalar_t* dx) {
+                    s, [&](int64_t first, const ConvShape& block, const acc_t* dy, acc_t* dx) {
                       const std::vector<acc_t> w = weight_by_tap(weight + first * m * taps, block);
                       RowTerms terms(taps * m, block.stride_w);
                       const int64_t row_size = block.width * block.in_channels;
