@@ -30,8 +30,9 @@ DEPTHWISE = [
     # several blocks, the last one partial, with and without a multiplier
     ("blocks of channels, the last one partial", (2, 72, 6, 5), 1, (3, 3), (1, 1), (1, 1), (1, 1)),
     ("blocks of channels, multiplier 2, strided", (3, 70, 9, 8), 2, (3, 3), (2, 2), (1, 1), (1, 1)),
-    # and, in float32, larger planes that the planes of vectors do not take (here 5x5): blocks
-    # of fewer channels (32 here: a block's bands within about 300 KiB), the last one partial
+    # and, in float32, bfloat16 and float16, larger planes that the planes of vectors do not take
+    # (here 5x5): blocks of fewer channels (32 here: a block's bands within about 300 KiB), the
+    # last one partial
     ("5x5 large planes, blocks of 32 channels", (1, 40, 30, 30), 1, (5, 5), (1, 1), (2, 2), (1, 1)),
     # output planes of 256 pixels or more: on the CPU, NCHW operands take the NCHW kernels (smaller
     # planes, and float32 ones the planes of vectors do not take, the NHWC ones), so these compare

@@ -15,8 +15,8 @@
 // depthwise_planes_cpu.cpp takes them (3x3 kernels, and strided kernels of at most 9 taps), in the
 // same order. These kernels read NCHW; a call whose activations are channels_last goes to
 // depthwise_nhwc_cpu.cpp, which keeps the same orders, and so do the forward and input gradient of
-// small planes and the float32 ones the planes of vectors do not take (nchw_kernels), a block of
-// channels at a time transposed in cache.
+// small planes and the float32, bfloat16 and float16 ones the planes of vectors do not take
+// (nchw_kernels), a block of channels at a time transposed in cache.
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
@@ -193,15 +193,19 @@ void weight_grad_kernel(const scalar_t* input, const scalar_t* grad_output, scal
 // The kernels of a forward or input gradient fed NCHW: the NHWC kernels on output planes under
 // kMinNchwDepthwisePlane pixels; in float32 the planes of vectors where they take the call, else
 // the NHWC kernels too, since the tap-by-tap loops above load and store an accumulator around
-// every product where those sum in registers (5x5 layers: 0.3-0.6x the time); the loops for
-// the other dtypes (bfloat16's NHWC kernels took 1.6-2.8x their time on large planes)
-// (benchmarks/NOTES.md, section 93).
+// every product where those sum in registers (5x5 layers: 0.3-0.6x the time) (benchmarks/NOTES.md,
+// section 93). bfloat16 and float16 take the loops where float32 takes the planes of vectors, and
+// the NHWC kernels, which sum them widened to float32, elsewhere (5x5 layers: 0.4x the loops'
+// time, section 97); float64 the loops.
 enum class NchwKernels { nhwc, vector_planes, loops };
 NchwKernels nchw_kernels(const ConvShape& s, at::ScalarType dtype,
                          bool (*vector_planes_take)(const ConvShape&)) {
   if (s.out_height * s.out_width < kMinNchwDepthwisePlane) return NchwKernels::nhwc;
-  if (dtype != at::kFloat) return NchwKernels::loops;
-  return vector_planes_take(s) ? NchwKernels::vector_planes : NchwKernels::nhwc;
+  if (dtype == at::kDouble) return NchwKernels::loops;
+  if (dtype == at::kFloat) {
+    return vector_planes_take(s) ? NchwKernels::vector_planes : NchwKernels::nhwc;
+  }
+  return vector_planes_take(s) ? NchwKernels::loops : NchwKernels::nhwc;
 }
 
 Layout operand_layout(const DepthwiseCall& call) {
