@@ -29,6 +29,7 @@
 
 #include "../checks.h"
 #include "../summation.h"
+#include "bfloat16_cpu.h"
 #include "cpu_kernels.h"
 #include "depthwise_nhwc_cpu.h"
 #include "depthwise_planes_cpu.h"
@@ -191,21 +192,52 @@ void weight_grad_kernel(const scalar_t* input, const scalar_t* grad_output, scal
 }
 
 // The kernels of a forward or input gradient fed NCHW: the NHWC kernels on output planes under
-// kMinNchwDepthwisePlane pixels; in float32 the planes of vectors where they take the call, else
-// the NHWC kernels too, since the tap-by-tap loops above load and store an accumulator around
-// every product where those sum in registers (5x5 layers: 0.3-0.6x the time) (benchmarks/NOTES.md,
-// section 93). bfloat16 and float16 take the loops where float32 takes the planes of vectors, and
-// the NHWC kernels, which sum them widened to float32, elsewhere (5x5 layers: 0.4x the loops'
-// time, section 97); float64 the loops.
+// kMinNchwDepthwisePlane pixels; in float32, bfloat16 and float16 the planes of vectors where
+// they take the call, else the NHWC kernels too, since the tap-by-tap loops above load and store
+// an accumulator around every product where those sum in registers (5x5 layers: 0.3-0.6x the
+// time) (benchmarks/NOTES.md, section 93); both sum bfloat16 and float16 widened to float32
+// (section 97). float64 takes the loops.
 enum class NchwKernels { nhwc, vector_planes, loops };
 NchwKernels nchw_kernels(const ConvShape& s, at::ScalarType dtype,
                          bool (*vector_planes_take)(const ConvShape&)) {
   if (s.out_height * s.out_width < kMinNchwDepthwisePlane) return NchwKernels::nhwc;
   if (dtype == at::kDouble) return NchwKernels::loops;
-  if (dtype == at::kFloat) {
-    return vector_planes_take(s) ? NchwKernels::vector_planes : NchwKernels::nhwc;
-  }
-  return vector_planes_take(s) ? NchwKernels::loops : NchwKernels::nhwc;
+  return vector_planes_take(s) ? NchwKernels::vector_planes : NchwKernels::nhwc;
+}
+
+// bfloat16 and float16 operands on the planes of vectors, which sum float32: a block of planes of
+// one image at a time widened to float32 (source: `source_per_channel` planes of `source_plane`
+// pixels per input channel), the float32 kernel on the block as a convolution of its own, the
+// result planes rounded back. The same sums of the same values as the float32 call's.
+constexpr int64_t kWidenedPlanesElements = int64_t{1} << 16;  // a block's planes: 256 KiB
+template <typename scalar_t, typename Kernel>
+void on_widened_planes(const scalar_t* source, int64_t source_plane, int64_t source_per_channel,
+                       const scalar_t* weight, scalar_t* result, int64_t result_plane,
+                       int64_t result_per_channel, const ConvShape& s, Kernel float32_kernel) {
+  const int64_t taps = s.kernel_h * s.kernel_w, m = s.out_channels / s.in_channels;
+  std::vector<float> w(s.out_channels * taps);
+  widen(weight, s.out_channels * taps, w.data());
+  const int64_t per_channel = source_plane * source_per_channel + result_plane * result_per_channel;
+  const int64_t channels =
+      std::clamp<int64_t>(kWidenedPlanesElements / per_channel, 1, s.in_channels);
+  const int64_t blocks = (s.in_channels + channels - 1) / channels;
+  at::parallel_for(0, s.batch * blocks, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> wide_source, wide_result;
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t n = task / blocks, first = task % blocks * channels;
+      const int64_t count = std::min(channels, s.in_channels - first);
+      const int64_t source_size = count * source_per_channel * source_plane;
+      const int64_t result_size = count * result_per_channel * result_plane;
+      wide_source.resize(source_size);
+      wide_result.resize(result_size);
+      widen(source + (n * s.in_channels + first) * source_per_channel * source_plane, source_size,
+            wide_source.data());
+      float32_kernel(wide_source.data(), w.data() + first * m * taps, wide_result.data(),
+                     depthwise_channel_block(s, count));
+      narrow(wide_result.data(), result_size,
+             result + (n * s.in_channels + first) * result_per_channel * result_plane);
+    }
+  });
 }
 
 Layout operand_layout(const DepthwiseCall& call) {
@@ -221,9 +253,17 @@ void depthwise_conv2d_cpu(const Tensor& input, const Tensor& weight, IntArrayRef
   if (call.channels_last || kernels == NchwKernels::nhwc) {
     return depthwise_nhwc_forward(input, weight, s, output, operand_layout(call));
   }
-  if (kernels == NchwKernels::vector_planes) {
+  if (kernels == NchwKernels::vector_planes && input.scalar_type() == at::kFloat) {
     return vector_planes_forward(input.const_data_ptr<float>(), weight.const_data_ptr<float>(),
                                  output.mutable_data_ptr<float>(), s);
+  }
+  if (kernels == NchwKernels::vector_planes) {
+    const int64_t m = s.out_channels / s.in_channels;
+    return AT_DISPATCH_REDUCED_FLOATING_TYPES(input.scalar_type(), "depthwise_conv2d", [&] {
+      on_widened_planes(input.const_data_ptr<scalar_t>(), s.height * s.width, 1,
+                        weight.const_data_ptr<scalar_t>(), output.mutable_data_ptr<scalar_t>(),
+                        s.out_height * s.out_width, m, s, vector_planes_forward);
+    });
   }
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, input.scalar_type(), "depthwise_conv2d", [&] {
@@ -242,10 +282,19 @@ void depthwise_input_grad_cpu(const Tensor& grad_output, const Tensor& weight, I
   if (call.channels_last || kernels == NchwKernels::nhwc) {
     return depthwise_nhwc_input_grad(grad_output, weight, s, grad_input, operand_layout(call));
   }
-  if (kernels == NchwKernels::vector_planes) {
+  if (kernels == NchwKernels::vector_planes && grad_output.scalar_type() == at::kFloat) {
     return vector_planes_input_grad(grad_output.const_data_ptr<float>(),
                                     weight.const_data_ptr<float>(),
                                     grad_input.mutable_data_ptr<float>(), s);
+  }
+  if (kernels == NchwKernels::vector_planes) {  // one output channel per input channel
+    return AT_DISPATCH_REDUCED_FLOATING_TYPES(
+        grad_output.scalar_type(), "depthwise_input_grad", [&] {
+          on_widened_planes(grad_output.const_data_ptr<scalar_t>(), s.out_height * s.out_width, 1,
+                            weight.const_data_ptr<scalar_t>(),
+                            grad_input.mutable_data_ptr<scalar_t>(), s.height * s.width, 1, s,
+                            vector_planes_input_grad);
+        });
   }
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, grad_output.scalar_type(), "depthwise_input_grad", [&] {

@@ -280,25 +280,6 @@ TORCH_CONVBP_WIDE_VECTOR_CLONES void add_weight_grad_lanes(const scalar_t* image
   }
 }
 
-// to[i] = from[i] in the sums' type (exact), and back, rounded (bfloat16 in vector instructions,
-// the bits of c10's conversions).
-template <typename scalar_t, typename acc_t>
-void widen(const scalar_t* from, int64_t n, acc_t* to) {
-  if constexpr (std::is_same_v<scalar_t, c10::BFloat16>) {
-    widen_bfloat16(from, n, to);
-  } else {
-    for (int64_t i = 0; i < n; ++i) to[i] = static_cast<acc_t>(from[i]);
-  }
-}
-template <typename scalar_t, typename acc_t>
-void narrow(const acc_t* from, int64_t n, scalar_t* to) {
-  if constexpr (std::is_same_v<scalar_t, c10::BFloat16>) {
-    round_to_bfloat16(from, n, to);
-  } else {
-    for (int64_t i = 0; i < n; ++i) to[i] = static_cast<scalar_t>(from[i]);
-  }
-}
-
 // The rows of the NHWC images a task reads, in the sums' type: each row of bfloat16 or float16
 // converted once, when a result row first needs it, into an image of floats laid out as the
 // source (so the kernels' offsets hold). Why: the kernels sum blocks of 16 channels that GCC
@@ -415,15 +396,6 @@ int64_t band_channels(const ConvShape& s) {
   return std::clamp<int64_t>(fit, 16, kMostBandChannels);
 }
 
-// The convolution of input channels [first, first + count) of one image, as a shape of its own.
-ConvShape channel_block(const ConvShape& s, int64_t count) {
-  ConvShape block = s;
-  block.batch = 1;
-  block.in_channels = block.groups = count;
-  block.out_channels = count * (s.out_channels / s.in_channels);
-  return block;
-}
-
 // Each task one image's block of channels: source (NCHW) -> a band [pixels][channels] ->
 // compute(band, block shape, result band) -> result (NCHW). `source_plane` and `result_plane`
 // are the planes' sizes, `source_per_channel` and `result_per_channel` the channels of source and
@@ -459,10 +431,10 @@ void by_channel_blocks(const scalar_t* source, int64_t source_plane, int64_t sou
         wide_source.resize(source_band.size());
         wide_result.resize(result_band.size());
         widen(source_band.data(), source_band.size(), wide_source.data());
-        compute(first, channel_block(s, count), wide_source.data(), wide_result.data());
+        compute(first, depthwise_channel_block(s, count), wide_source.data(), wide_result.data());
         narrow(wide_result.data(), wide_result.size(), result_band.data());
       } else {
-        compute(first, channel_block(s, count), source_band.data(), result_band.data());
+        compute(first, depthwise_channel_block(s, count), source_band.data(), result_band.data());
       }
       transpose_matrix(result_band.data(), result_channels, result + result_first * result_plane,
                        result_plane, result_plane, result_channels, sizeof(scalar_t));

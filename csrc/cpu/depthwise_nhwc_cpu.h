@@ -12,6 +12,15 @@ namespace torch_convbp {
 
 using at::Tensor;
 
+// The depthwise convolution of `count` input channels of one image, as a shape of its own.
+inline ConvShape depthwise_channel_block(const ConvShape& s, int64_t count) {
+  ConvShape block = s;
+  block.batch = 1;
+  block.in_channels = block.groups = count;
+  block.out_channels = count * (s.out_channels / s.in_channels);
+  return block;
+}
+
 // With the arguments checked by check_depthwise; the weight is contiguous. Bitwise the same
 // results as the NCHW kernels. The forward and input gradient take operands in `layout`: NCHW
 // ones a block of channels of one image at a time, transposed to NHWC in cache and back.
