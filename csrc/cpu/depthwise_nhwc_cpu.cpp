@@ -21,6 +21,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <algorithm>
+#include <memory>
 #include <type_traits>
 #include <vector>
 
@@ -284,12 +285,14 @@ TORCH_CONVBP_WIDE_VECTOR_CLONES void add_weight_grad_lanes(const scalar_t* image
 // converted once, when a result row first needs it, into an image of floats laid out as the
 // source (so the kernels' offsets hold). Why: the kernels sum blocks of 16 channels that GCC
 // vectorizes in float32, but with c10's conversion inside, one element at a time: 6-9x float32's
-// time (benchmarks/NOTES.md, section 97). The same values, so the same sums and bits.
+// time (benchmarks/NOTES.md, section 97). The same values, so the same sums and bits. The image
+// is left uninitialized: only the rows a task converts (its result rows' reach) are written, and
+// so only their pages are ever resident.
 template <typename scalar_t, typename acc_t = at::opmath_type<scalar_t>>
 class WidenedRows {
  public:
   WidenedRows(int64_t image_rows, int64_t row_size)
-      : values_(image_rows * row_size), row_size_(row_size) {}
+      : values_(new acc_t[image_rows * row_size]), row_size_(row_size) {}
 
   // The image `image` with at least its rows [needed.begin, needed.end) converted. A task's
   // result rows ask for rows of one image in increasing order, then for the next image's.
@@ -301,14 +304,14 @@ class WidenedRows {
     const int64_t from = std::max(converted_.end, needed.begin);
     if (needed.end > from) {
       widen(image + from * row_size_, (needed.end - from) * row_size_,
-            values_.data() + from * row_size_);
+            values_.get() + from * row_size_);
       converted_.end = needed.end;
     }
-    return values_.data();
+    return values_.get();
   }
 
  private:
-  std::vector<acc_t> values_;
+  std::unique_ptr<acc_t[]> values_;
   int64_t row_size_;
   const scalar_t* image_ = nullptr;
   Span converted_{0, 0};
