@@ -44,13 +44,25 @@
 
 namespace torch_convbp {
 
+// x / d rounded down and rounded up, for x of either sign and d > 0 (C++'s / rounds toward zero),
+// and x mod d in [0, d).
+TORCH_CONVBP_INLINE int64_t floor_div(int64_t x, int64_t d) {
+  const int64_t q = x / d;
+  return q * d > x ? q - 1 : q;
+}
+TORCH_CONVBP_INLINE int64_t ceil_div_signed(int64_t x, int64_t d) {
+  const int64_t q = x / d;
+  return q * d < x ? q + 1 : q;
+}
+TORCH_CONVBP_INLINE int64_t floor_mod(int64_t x, int64_t d) { return x - floor_div(x, d) * d; }
+
 // The output columns [begin, end) whose input column ow*stride + offset lies in [0, width).
 struct Span {
   int64_t begin, end;
 };
 TORCH_CONVBP_INLINE Span valid_columns(int64_t offset, int64_t stride, int64_t width,
                                        int64_t out_width) {
-  const int64_t begin = offset >= 0 ? 0 : (-offset + stride - 1) / stride;
+  const int64_t begin = std::max<int64_t>(0, ceil_div_signed(-offset, stride));
   const int64_t last = width - 1 - offset;  // the largest ow*stride allowed
   const int64_t end = last < 0 ? 0 : std::min(out_width, last / stride + 1);
   return {std::min(begin, end), end};

@@ -320,10 +320,9 @@ class WidenedRows {
 // The output rows that input row ih's gradient reads: those whose kernel rows reach it.
 Span output_rows_reading(const ConvShape& s, int64_t ih) {
   const int64_t last = ih + s.pad_h, first = last - (s.kernel_h - 1) * s.dilation_h;
-  const int64_t begin = first >= 0 ? (first + s.stride_h - 1) / s.stride_h : -(-first / s.stride_h);
+  const int64_t begin = std::max<int64_t>(0, ceil_div_signed(first, s.stride_h));
   const int64_t end = std::min(s.out_height, last / s.stride_h + 1);
-  const int64_t clamped = std::max<int64_t>(begin, 0);
-  return {std::min(clamped, end), end};
+  return {std::min(begin, end), end};
 }
 
 template <typename scalar_t>

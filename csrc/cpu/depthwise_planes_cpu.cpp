@@ -253,10 +253,6 @@ void in_parallel(int64_t planes, int64_t work_per_plane, Plane plane) {
   });
 }
 
-// x mod d and x / d rounded down, for d > 0.
-int64_t floor_mod(int64_t x, int64_t d) { return (x % d + d) % d; }
-int64_t floor_div(int64_t x, int64_t d) { return (x - floor_mod(x, d)) / d; }
-
 // Of `width` columns, how many are p, p + stride, p + 2 stride, ...: the width of a phase.
 int64_t phase_width(int64_t width, int64_t stride, int64_t p) {
   return width > p ? (width - p + stride - 1) / stride : 0;
