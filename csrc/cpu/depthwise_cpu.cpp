@@ -232,6 +232,8 @@ void on_widened_planes(const scalar_t* source, int64_t source_plane, int64_t sou
       wide_result.resize(result_size);
       widen(source + (n * s.in_channels + first) * source_per_channel * source_plane, source_size,
             wide_source.data());
+      // The float32 kernel's own at::parallel_for runs inline here: ATen does not nest parallel
+      // regions, so each block is one thread's, and the blocks are the tasks split across threads.
       float32_kernel(wide_source.data(), w.data() + first * m * taps, wide_result.data(),
                      depthwise_channel_block(s, count));
       narrow(wide_result.data(), result_size,
