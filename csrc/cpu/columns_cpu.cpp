@@ -198,29 +198,57 @@ inline OutputPixel output_pixel(const ColumnGeometry& g, int64_t p) {
   return {rest / g.rows, slice, merged_row - slice * g.out_height, p % g.out_width};
 }
 
+// One output pixel's row of a group's NHWC column matrix, `dst` (kd*kh*kw*C/G entries): for each
+// kernel row k, the taps [taps.begin, taps.end) of source_rows[k] (the group's channels of the
+// input row it reads, null in the padding) from input column iw_first on, 0 elsewhere. A kernel
+// row's taps are one run where they are adjacent in memory (adjacent_taps: one group, no dilation
+// along the width): kw*C channels in one copy. Inlined into im2col_nhwc_rows' clones, as copy_run.
+template <typename image_t, typename column_t>
+TORCH_CONVBP_INLINE void pixel_columns(const image_t* const* source_rows, int64_t iw_first,
+                                       Span taps, bool adjacent_taps, const ColumnGeometry& g,
+                                       column_t* dst) {
+  const int64_t group_channels = g.channels / g.groups;
+  const int64_t tap_row_length = g.kernel_w * group_channels;  // one kernel row's entries
+  for (int64_t k = 0; k < g.kernel_d * g.kernel_h; ++k, dst += tap_row_length) {
+    if (source_rows[k] == nullptr) {
+      std::fill_n(dst, tap_row_length, column_t(0));
+      continue;
+    }
+    const auto tap_source = [&](int64_t kj) {  // the group's channels that tap kj reads
+      return source_rows[k] + (iw_first + kj * g.dilation_w) * g.channels;
+    };
+    std::fill(dst, dst + taps.begin * group_channels, column_t(0));
+    if (adjacent_taps) {
+      copy_run(tap_source(taps.begin), (taps.end - taps.begin) * g.channels,
+               dst + taps.begin * g.channels);
+    } else {
+      for (int64_t kj = taps.begin; kj < taps.end; ++kj) {
+        copy_run(tap_source(kj), group_channels, dst + kj * group_channels);
+      }
+    }
+    std::fill(dst + taps.end * group_channels, dst + tap_row_length, column_t(0));
+  }
+}
+
 // Rows [begin, end) of one group's NHWC column matrix [P, kd*kh*kw*C/G] (ColumnGeometry): for each
 // tap (kd, ki, kj), the group's C/G channels of the input pixel that output pixel p sees there, 0
-// in the padding. A kernel row's taps inside the image are one run where they are adjacent in
-// memory (one group, no dilation along the width): kw*C channels in one copy. The pixels are
-// taken an output row at a time, with the input rows of its kernel rows found once per row and
-// the taps of the pixels away from the edges known without a division: with a few channels (an
-// RGB stem's 21 floats a kernel row), the divisions per pixel cost as much as its copies.
+// in the padding (pixel_columns). The pixels are taken an output row at a time, the input rows of
+// its kernel rows found once per row, and the taps of the pixels away from the edges known
+// without a division: with a few channels (an RGB stem's 21 floats a kernel row) the divisions
+// per pixel cost as much as its copies (benchmarks/NOTES.md, section 99).
 template <typename image_t, typename column_t>
 TORCH_CONVBP_VECTOR_CLONES void im2col_nhwc_rows(const image_t* images, column_t* columns,
                                                  const ColumnGeometry& g, int64_t group,
                                                  int64_t begin, int64_t end) {
   const int64_t group_channels = g.channels / g.groups;
-  const int64_t tap_row_length = g.kernel_w * group_channels;  // one kernel row's entries
-  const int64_t kernel_rows = g.kernel_d * g.kernel_h;
+  const int64_t row_length = g.kernel_d * g.kernel_h * g.kernel_w * group_channels;
   const bool adjacent_taps = g.groups == 1 && g.dilation_w == 1;
   const int64_t reach_w = (g.kernel_w - 1) * g.dilation_w;  // from a pixel's first tap to its last
-  // per kernel row (kd, ki) of the current output row: the group's channels of the input row it
-  // reads, or null in the padding
-  std::vector<const image_t*> source_rows(kernel_rows);
+  std::vector<const image_t*> source_rows(g.kernel_d * g.kernel_h);  // per kernel row (kd, ki)
   for (int64_t p = begin; p < end;) {
     const OutputPixel out = output_pixel(g, p);
     const int64_t row_end = std::min(end, p + g.out_width - out.ow);
-    for (int64_t k = 0; k < kernel_rows; ++k) {
+    for (int64_t k = 0; k < g.kernel_d * g.kernel_h; ++k) {
       const int64_t kd = slice_of(k, g.kernel_h, g.kernel_d), ki = k - kd * g.kernel_h;
       const int64_t in_row = input_row_reading(g, out.slice, out.row, kd, ki);
       source_rows[k] =
@@ -234,26 +262,7 @@ TORCH_CONVBP_VECTOR_CLONES void im2col_nhwc_rows(const image_t* images, column_t
       const Span taps = iw_first >= 0 && iw_first + reach_w < g.width
                             ? Span{0, g.kernel_w}
                             : valid_columns(iw_first, g.dilation_w, g.width, g.kernel_w);
-      column_t* dst = columns + p * kernel_rows * tap_row_length;
-      for (int64_t k = 0; k < kernel_rows; ++k, dst += tap_row_length) {
-        if (source_rows[k] == nullptr) {
-          std::fill_n(dst, tap_row_length, column_t(0));
-          continue;
-        }
-        const auto tap_source = [&](int64_t kj) {  // the group's channels that tap kj reads
-          return source_rows[k] + (iw_first + kj * g.dilation_w) * g.channels;
-        };
-        std::fill(dst, dst + taps.begin * group_channels, column_t(0));
-        if (adjacent_taps) {
-          copy_run(tap_source(taps.begin), (taps.end - taps.begin) * g.channels,
-                   dst + taps.begin * g.channels);
-        } else {
-          for (int64_t kj = taps.begin; kj < taps.end; ++kj) {
-            copy_run(tap_source(kj), group_channels, dst + kj * group_channels);
-          }
-        }
-        std::fill(dst + taps.end * group_channels, dst + tap_row_length, column_t(0));
-      }
+      pixel_columns(source_rows.data(), iw_first, taps, adjacent_taps, g, columns + p * row_length);
     }
   }
 }
