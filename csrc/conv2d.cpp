@@ -147,6 +147,23 @@ void forward_by_chunks(const Tensor& x, const Tensor& w, const ConvShape& s, Lay
   });
 }
 
+// The engine of the column route's weight-gradient GEMMs, dW [Cout/G, K] = dY [Cout/G, P] @
+// columns^T. Fed NCHW both operands are read along P, and where dW has few rows MKL's
+// single-threaded kernels ran that form slowly: one chunk of an RGB stem (64 x 147 of 4458
+// pixels) at 0.42x the rate of the same product with NHWC columns [P, K], 64 x 576 at 0.66x, 128 x
+// 576 at 0.78x, level from 256 rows. The micro-kernel driver, which packs the columns' tiles as it
+// goes, took the stem's weight gradient in 0.6x MKL's time and the strided 3x3 layers of up to
+// 128 output channels in 0.85-0.95x; with 256 or more 1.03-1.08x, and fed channels_last (rows of
+// dY and of the columns along K) 1.0-1.2x. So NCHW layers of at most kMaxMicrokernelWeightGradRows
+// output channels per group take it, on a CPU that runs AVX-512 kernels (benchmarks/NOTES.md,
+// section 100).
+constexpr int64_t kMaxMicrokernelWeightGradRows = 128;
+Float32Gemms weight_grad_gemms(const ConvShape& s, Layout layout) {
+  return layout == Layout::nchw && s.out_channels / s.groups <= kMaxMicrokernelWeightGradRows
+             ? Float32Gemms::microkernel_on_avx512
+             : Float32Gemms::cpu_rule;
+}
+
 // Route columns (weight grad): the chunks are dealt in contiguous runs to a fixed number of
 // partial sums (a unit each), which sum their chunks in order, in float32 for float16 and
 // bfloat16; the partial sums are then added in order. Nothing here depends on the thread count.
@@ -160,6 +177,7 @@ Tensor weight_grad_by_chunks(const Tensor& x, const Tensor& dy, IntArrayRef weig
   const int64_t blocks = gemm_blocks(
       sums, {s.groups, s.out_channels / s.groups, s.column_rows() / s.groups}, x.device());
   std::vector<Tensor> partial(sums);
+  const Float32Gemms float32 = weight_grad_gemms(s, layout);
   run_units(s, plan, sums, workspace, layout, [&](int64_t sum, Workspace& ws) {
     const int64_t first = sum * plan.chunks() / sums, end = (sum + 1) * plan.chunks() / sums;
     for (int64_t index = first; index < end; ++index) {
@@ -170,14 +188,14 @@ Tensor weight_grad_by_chunks(const Tensor& x, const Tensor& dy, IntArrayRef weig
       const Tensor columns_t = columns.transpose(1, 2);
       if (index == first) {  // the first is the result; the others are scratch, summed into it
         const Memory memory = sum == 0 ? Memory::result : Memory::scratch;
-        partial[sum] = empty_gemm_result(dy_g, columns_t, acc_dtype, end - first, memory);
+        partial[sum] = empty_gemm_result(dy_g, columns_t, acc_dtype, end - first, memory, float32);
       }
       if (index != first) {
-        gemm_accumulate(partial[sum], dy_g, columns_t, blocks);
+        gemm_accumulate(partial[sum], dy_g, columns_t, blocks, float32);
       } else if (sums == 1) {  // on the CPU, the only chunk: its GEMM is cut along P if narrow
-        gemm_out_contracting(partial[sum], dy_g, columns_t);
+        gemm_out_contracting(partial[sum], dy_g, columns_t, float32);
       } else {
-        gemm_out(partial[sum], dy_g, columns_t, blocks);
+        gemm_out(partial[sum], dy_g, columns_t, blocks, float32);
       }
     }
   });

@@ -217,10 +217,11 @@ int64_t gemm_blocks(int64_t units, IntArrayRef result, const at::Device& device)
 }
 
 Tensor empty_gemm_result(const Tensor& a, const Tensor& b, at::ScalarType dtype, int64_t gemms,
-                         Memory memory) {
+                         Memory memory, Float32Gemms float32) {
   const auto options = a.options().dtype(dtype);
   const int64_t groups = a.size(0), m = a.size(1), n = b.size(2);
-  const bool transposed = m > 0 && n > 0 && a.size(2) > 0 && on_microkernel(m, n, dtype, a) &&
+  const bool transposed = m > 0 && n > 0 && a.size(2) > 0 &&
+                          on_microkernel(m, n, dtype, a, float32) &&
                           microkernel_prefers_transposed_result(a, b, gemms);
   const auto empty = [&](at::IntArrayRef size) {
     return memory == Memory::scratch ? empty_scratch(size, options) : at::empty(size, options);
@@ -233,17 +234,18 @@ void gemm_out(const Tensor& out, const Tensor& a, const Tensor& b, int64_t block
   gemm_by_blocks(out, a, b, blocks, /*accumulate=*/false, float32);
 }
 
-void gemm_out_contracting(const Tensor& out, const Tensor& a, const Tensor& b) {
+void gemm_out_contracting(const Tensor& out, const Tensor& a, const Tensor& b,
+                          Float32Gemms float32) {
   const int64_t k = a.size(2), shares = contraction_shares(out, k);
   if (shares == 1) {
-    gemm_out(out, a, b, gemm_blocks(/*units=*/1, out.sizes(), out.device()));
+    gemm_out(out, a, b, gemm_blocks(/*units=*/1, out.sizes(), out.device()), float32);
     return;
   }
   // products[i] [1, M, N] = a[:, :, share i] [1, M, K/shares] @ b[:, share i, :] [1, K/shares, N],
   // the first written into out, the others then added to it in order; in float32 where out is
   // in half precision and its GEMMs on the micro-kernel, rounded once at the end
   const int64_t width = (k + shares - 1) / shares;
-  const bool rounded_at_end = out.scalar_type() != at::kFloat && on_microkernel(out, a);
+  const bool rounded_at_end = out.scalar_type() != at::kFloat && on_microkernel(out, a, float32);
   std::vector<Tensor> products(shares);
   products[0] = rounded_at_end ? empty_scratch_like(out, at::kFloat) : out;
   for (int64_t share = 1; share < shares; ++share) {
@@ -252,14 +254,15 @@ void gemm_out_contracting(const Tensor& out, const Tensor& a, const Tensor& b) {
   on_single_threaded_blas(shares, /*cpu=*/true, [&](int64_t share) {
     const int64_t first = share * width, count = std::min(width, k - first);
     gemm_one_block(products[share], a.narrow(2, first, count), b.narrow(1, first, count),
-                   /*accumulate=*/false);
+                   /*accumulate=*/false, float32);
   });
   for (int64_t share = 1; share < shares; ++share) products[0].add_(products[share]);
   if (rounded_at_end) out.copy_(products[0]);
 }
 
-void gemm_accumulate(const Tensor& acc, const Tensor& a, const Tensor& b, int64_t blocks) {
-  gemm_by_blocks(acc, a, b, blocks, /*accumulate=*/true);
+void gemm_accumulate(const Tensor& acc, const Tensor& a, const Tensor& b, int64_t blocks,
+                     Float32Gemms float32) {
+  gemm_by_blocks(acc, a, b, blocks, /*accumulate=*/true, float32);
 }
 
 }  // namespace torch_convbp

@@ -30,7 +30,7 @@ int64_t gemm_blocks(int64_t units, IntArrayRef result, const at::Device& device)
 // GEMM engine writes that with fewer copies, its final copy into row-major order included (the
 // micro-kernel driver, for the NCHW weight gradient's dY @ columns^T: microkernel_gemm.h).
 Tensor empty_gemm_result(const Tensor& a, const Tensor& b, at::ScalarType dtype, int64_t gemms,
-                         Memory memory);
+                         Memory memory, Float32Gemms float32 = Float32Gemms::cpu_rule);
 
 // out = a @ b for [G, M, K] @ [G, K, N], in `blocks` blocks; float32 CPU GEMMs on the engine
 // that `float32` asks for (gemm_choice.h).
@@ -39,7 +39,8 @@ void gemm_out(const Tensor& out, const Tensor& a, const Tensor& b, int64_t block
 
 // acc += a @ b, with acc in the accumulation dtype (float32 for float16 and bfloat16), in
 // `blocks` blocks.
-void gemm_accumulate(const Tensor& acc, const Tensor& a, const Tensor& b, int64_t blocks);
+void gemm_accumulate(const Tensor& acc, const Tensor& a, const Tensor& b, int64_t blocks,
+                     Float32Gemms float32 = Float32Gemms::cpu_rule);
 
 // out = a @ b for [G, M, K] @ [G, K, N] with a long K (a weight gradient that contracts every
 // pixel of a chunk or of the batch): where the result is too narrow to cut into blocks
@@ -47,6 +48,7 @@ void gemm_accumulate(const Tensor& acc, const Tensor& a, const Tensor& b, int64_
 // channels), or one group's K is at least 8 times the result's longer side, K is cut instead, into
 // up to 16 shares (of 1024 or more, their copies of the result 4 MiB at most) fixed by the sizes,
 // whose products run on one thread each and are then added in order. Off the CPU, a plain GEMM.
-void gemm_out_contracting(const Tensor& out, const Tensor& a, const Tensor& b);
+void gemm_out_contracting(const Tensor& out, const Tensor& a, const Tensor& b,
+                          Float32Gemms float32 = Float32Gemms::cpu_rule);
 
 }  // namespace torch_convbp
