@@ -28,7 +28,8 @@ int64_t gemm_blocks(int64_t units, IntArrayRef result, const at::Device& device)
 // An empty [G, M, N] result, in `dtype`, for `gemms` GEMMs like a @ b ([G, M, K] @ [G, K, N]) to
 // write and accumulate into: row-major, or the transposed view of a row-major [G, N, M] where the
 // GEMM engine writes that with fewer copies, its final copy into row-major order included (the
-// micro-kernel driver, for the NCHW weight gradient's dY @ columns^T: microkernel_gemm.h).
+// micro-kernel driver, for the NCHW weight gradient's dY @ columns^T: microkernel_gemm.h), the
+// engine being the one `float32` asks for, as in gemm_out.
 Tensor empty_gemm_result(const Tensor& a, const Tensor& b, at::ScalarType dtype, int64_t gemms,
                          Memory memory, Float32Gemms float32 = Float32Gemms::cpu_rule);
 
@@ -38,7 +39,7 @@ void gemm_out(const Tensor& out, const Tensor& a, const Tensor& b, int64_t block
               Float32Gemms float32 = Float32Gemms::cpu_rule);
 
 // acc += a @ b, with acc in the accumulation dtype (float32 for float16 and bfloat16), in
-// `blocks` blocks.
+// `blocks` blocks, on the engine `float32` asks for, as in gemm_out.
 void gemm_accumulate(const Tensor& acc, const Tensor& a, const Tensor& b, int64_t blocks,
                      Float32Gemms float32 = Float32Gemms::cpu_rule);
 
@@ -48,6 +49,7 @@ void gemm_accumulate(const Tensor& acc, const Tensor& a, const Tensor& b, int64_
 // channels), or one group's K is at least 8 times the result's longer side, K is cut instead, into
 // up to 16 shares (of 1024 or more, their copies of the result 4 MiB at most) fixed by the sizes,
 // whose products run on one thread each and are then added in order. Off the CPU, a plain GEMM.
+// The engine: as in gemm_out.
 void gemm_out_contracting(const Tensor& out, const Tensor& a, const Tensor& b,
                           Float32Gemms float32 = Float32Gemms::cpu_rule);
 
