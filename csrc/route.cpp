@@ -232,6 +232,22 @@ const char* implicit_why_layout(const at::Tensor& first, bool channels_last) {
   return why[rule][channels_last ? 1 : 0];
 }
 
+// Whether the input gradient of a stride-1 convolution takes the col2im route instead of the
+// forward convolution of dY (transposed_columns): on the CPU, in float32, where the weight has at
+// least as many elements as the output gradient. The forward convolution of dY first writes the
+// weight with each group's channels swapped and its taps reversed (flipped_transposed_weight), a
+// pass that ran at 4-5x a plain copy's time (NOTES section 95); the col2im route's GEMM reads the
+// weight as it is (W^T, a GEMM flag) and pays col2im's adds over the columns of dY's size instead.
+// Per operator, fed NCHW: 3x3 512@7 0.77-0.85x the time, 1024@7 0.76x, 256@7 0.75x, 512@14 0.89x,
+// 256@14 level, channels_last 512@7 0.82x; with oneDNN and MKL capped at AVX2 512@7 0.82-0.84x,
+// 512@14 0.91x, and where the weight is the smaller 128@28 1.05x and 64@56 1.10x (section 101).
+bool input_grad_pays_col2im(const ConvShape& s, const at::Tensor& first) {
+  const int64_t weight_per_output_channel = s.in_channels / s.groups * s.taps();
+  const int64_t output_gradient_per_channel = s.batch * s.output_rows() * s.out_width;
+  return first.device().is_cpu() && first.scalar_type() == at::kFloat &&
+         weight_per_output_channel >= output_gradient_per_channel;
+}
+
 }  // namespace
 
 RouteChoice choose_route(Operator op, const ConvShape& s, at::TensorList activations) {
@@ -336,12 +352,17 @@ RouteChoice choose_route(Operator op, const ConvShape& s, at::TensorList activat
   if (op != Operator::input_grad) {
     return {Route::columns, layout, "im2col, then a GEMM", why_layout};
   }
-  if (transposed) {
+  const bool weight_read_as_is = transposed && input_grad_pays_col2im(s, first);
+  if (transposed && !weight_read_as_is) {
     return {Route::transposed_columns, layout,
             "stride 1: the forward convolution of the output gradient (im2col, a GEMM)",
             why_layout};
   }
-  const char* col2im = "stride above 1, or padding past the kernel's reach: a GEMM, then col2im";
+  const char* col2im =
+      weight_read_as_is
+          ? "stride 1, float32 on the CPU, a weight of at least as many elements as the output "
+            "gradient: a GEMM that reads the weight as it is (no flipped copy), then col2im"
+          : "stride above 1, or padding past the kernel's reach: a GEMM, then col2im";
   if (!channels_last && bfloat16_columns_pay_layout(op, s, first)) {
     return {Route::columns, Layout::nhwc, col2im,
             "bfloat16 on a CPU whose GEMM micro-kernel computes bfloat16; 32 or more input and 16 "

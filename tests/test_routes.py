@@ -61,6 +61,12 @@ ROUTES = [
     ("3x3 grouped, 1 output channel per group", dict(k=3, cout=3), 1, 1, 3, ("grouped/nhwc", "transposed_columns/nchw", "grouped/nhwc")),
     ("3x3 contiguous", dict(k=3, c=16, cout=16, layout=NCHW), 1, 1, 1, ("columns/nchw", "transposed_columns/nchw", "columns/nchw")),
     ("3x3 empty batch", dict(n=0, k=3, c=16, cout=16), 1, 1, 1, ("columns/nchw", "transposed_columns/nchw", "columns/nchw")),
+    # float32 on the CPU: where the weight (72 elements per output channel) outnumbers the output
+    # gradient (16 per channel), the stride-1 grad-input reads the weight as it is, then col2im,
+    # instead of flipping it for the forward convolution of dY; where it does not (84 per channel),
+    # that convolution
+    ("3x3 float32, a weight larger than the output gradient", dict(n=1, h=4, w=4, k=3, c=8, cout=16, dtype=torch.float32, layout=NCHW), 1, 1, 1, ("columns/nchw", "col2im-on-cpu", "columns/nchw")),
+    ("3x3 float32, a weight smaller than the output gradient", dict(n=2, h=6, w=7, k=3, c=8, cout=16, dtype=torch.float32, layout=NCHW), 1, 1, 1, ("columns/nchw", "transposed_columns/nchw", "columns/nchw")),
     ("depthwise 3x3", dict(k=3, cout=6), 1, 1, 6, "depthwise/nhwc"),
     ("depthwise multiplier 2, strided", dict(k=3, cout=12), 2, 1, 6, "depthwise/nhwc"),
     # NCHW operands stay NCHW: on the CPU, output planes under 256 pixels compute with the NHWC
@@ -74,7 +80,8 @@ ROUTES = [
 def expected_routes(expected, device):
     routes = (expected,) * 3 if isinstance(expected, str) else expected
     by_images = "columns/nchw" if device == "cpu" else "pointwise_by_images/nchw"
-    return [r.replace("by-images-off-cpu", by_images) for r in routes]
+    col2im = "columns/nchw" if device == "cpu" else "transposed_columns/nchw"
+    return [r.replace("by-images-off-cpu", by_images).replace("col2im-on-cpu", col2im) for r in routes]
 
 
 def result_is_channels_last(activation, weight):
@@ -167,6 +174,25 @@ def test_a_mixed_backward_takes_nchw_and_gives_the_same_values(grad_layout, devi
     torch.testing.assert_close(dw, dw_nchw, rtol=1e-12, atol=1e-12)
     dx = ops.conv2d_input_grad(g, w, list(x.shape), *args)
     assert dx.is_contiguous(memory_format=CL if grad_layout == CL else NCHW)  # a 1x1 weight suggests NCHW
+
+
+@pytest.mark.parametrize("layout", [NCHW, CL], ids=["contiguous", "channels_last"])
+@pytest.mark.parametrize("padding, dilation", [(1, 1), (0, 1), (2, 2), ((1, 0), (1, 2))], ids=["same", "valid", "dilated", "asymmetric"])
+def test_a_stride_1_input_gradient_through_col2im_has_the_convolutions_values(layout, padding, dilation, device):
+    """float32, a weight that outnumbers the output gradient: on the CPU the grad-input's GEMM reads
+    the weight as it is, then col2im (csrc/route.cpp, input_grad_pays_col2im). Its values are
+    F.conv2d's gradient's, within float32's rounding of float64's, for a batch of one and of two."""
+    for n in (1, 2):
+        x, w = operands(n=n, h=4, w=5, k=3, c=8, cout=24, dtype=torch.float32, device=device, layout=layout)
+        args = [1, 1], list(padding) if isinstance(padding, tuple) else [padding] * 2, list(dilation) if isinstance(dilation, tuple) else [dilation] * 2, 1
+        y = ops.conv2d(x, w, None, *args)
+        g = torch.randn_like(y)
+        if device == "cpu":
+            (_, route, _) = torch_convbp.explain(x, w, *args, grad_output=g)
+            assert route.route == "columns"
+        dx = ops.conv2d_input_grad(g, w, list(x.shape), *args)
+        expected = torch.nn.grad.conv2d_input(list(x.shape), w.double(), g.double(), 1, *args[1:])
+        torch.testing.assert_close(dx.double(), expected, rtol=1e-5, atol=1e-5)
 
 
 def test_explain_takes_the_functions_arguments_and_prints_a_table(monkeypatch):
