@@ -65,8 +65,12 @@ ROUTES = [
     # gradient (16 per channel), the stride-1 grad-input reads the weight as it is, then col2im,
     # instead of flipping it for the forward convolution of dY; where it does not (84 per channel),
     # that convolution
-    ("3x3 float32, a weight larger than the output gradient", dict(n=1, h=4, w=4, k=3, c=8, cout=16, dtype=torch.float32, layout=NCHW), 1, 1, 1, ("columns/nchw", "col2im-on-cpu", "columns/nchw")),
-    ("3x3 float32, a weight smaller than the output gradient", dict(n=2, h=6, w=7, k=3, c=8, cout=16, dtype=torch.float32, layout=NCHW), 1, 1, 1, ("columns/nchw", "transposed_columns/nchw", "columns/nchw")),
+    ("3x3 float32, a weight larger than the output gradient",
+     dict(n=1, h=4, w=4, k=3, c=8, cout=16, dtype=torch.float32, layout=NCHW), 1, 1, 1,
+     ("columns/nchw", "col2im-on-cpu", "columns/nchw")),
+    ("3x3 float32, a weight smaller than the output gradient",
+     dict(n=2, h=6, w=7, k=3, c=8, cout=16, dtype=torch.float32, layout=NCHW), 1, 1, 1,
+     ("columns/nchw", "transposed_columns/nchw", "columns/nchw")),
     ("depthwise 3x3", dict(k=3, cout=6), 1, 1, 6, "depthwise/nhwc"),
     ("depthwise multiplier 2, strided", dict(k=3, cout=12), 2, 1, 6, "depthwise/nhwc"),
     # NCHW operands stay NCHW: on the CPU, output planes under 256 pixels compute with the NHWC
@@ -184,7 +188,8 @@ def test_a_stride_1_input_gradient_through_col2im_has_the_convolutions_values(la
     F.conv2d's gradient's, within float32's rounding of float64's, for a batch of one and of two."""
     for n in (1, 2):
         x, w = operands(n=n, h=4, w=5, k=3, c=8, cout=24, dtype=torch.float32, device=device, layout=layout)
-        args = [1, 1], list(padding) if isinstance(padding, tuple) else [padding] * 2, list(dilation) if isinstance(dilation, tuple) else [dilation] * 2, 1
+        pair = lambda v: list(v) if isinstance(v, tuple) else [v, v]  # noqa: E731
+        args = [1, 1], pair(padding), pair(dilation), 1
         y = ops.conv2d(x, w, None, *args)
         g = torch.randn_like(y)
         if device == "cpu":
