@@ -201,6 +201,19 @@ int64_t contraction_shares(const Tensor& out, int64_t k) {
   return 1;
 }
 
+// Whether the shares of a contraction compute out^T = b^T @ a^T, [1, N, M], instead of out [1, M,
+// N]: on MKL, in float32, for the channels_last weight gradient's form dY^T [M, P] @ X [P, N]
+// (a read along K, b row-major) where the result is taller than wide. MKL's single-threaded
+// kernels ran that form at 0.75-0.8x the rate of the same product with the sides swapped
+// (256 x 64 over 1568 pixels: 76 against 100 GFLOP/s; 512 x 128 62 against 72), and the copy of
+// the small transposed result costs little beside it (benchmarks/NOTES.md, section 103).
+bool shares_compute_transposed(const Tensor& out, const Tensor& a, const Tensor& b,
+                               Float32Gemms float32) {
+  return out.scalar_type() == at::kFloat && a.scalar_type() == at::kFloat &&
+         out.size(1) > out.size(2) && a.stride(1) == 1 && b.stride(2) == 1 &&
+         !on_microkernel(out, a, float32);
+}
+
 }  // namespace
 
 int64_t gemm_blocks(int64_t units, IntArrayRef result, const at::Device& device) {
@@ -243,21 +256,28 @@ void gemm_out_contracting(const Tensor& out, const Tensor& a, const Tensor& b,
   }
   // products[i] [1, M, N] = a[:, :, share i] [1, M, K/shares] @ b[:, share i, :] [1, K/shares, N],
   // the first written into out, the others then added to it in order; in float32 where out is
-  // in half precision and its GEMMs on the micro-kernel, rounded once at the end
+  // in half precision and its GEMMs on the micro-kernel, rounded once at the end. Or each the
+  // transposed product [1, N, M] = b^T @ a^T, summed in scratch and copied into out at the end.
   const int64_t width = (k + shares - 1) / shares;
+  const bool transposed = shares_compute_transposed(out, a, b, float32);
   const bool rounded_at_end = out.scalar_type() != at::kFloat && on_microkernel(out, a, float32);
+  const bool in_scratch = transposed || rounded_at_end;
+  const Tensor result = transposed ? out.transpose(1, 2) : out;
+  const Tensor left = transposed ? b.transpose(1, 2) : a, right = transposed ? a.transpose(1, 2) : b;
+  const auto scratch = [&] {  // a share's product, in scratch
+    return transposed ? empty_scratch(result.sizes(), result.options())
+                      : empty_scratch_like(out, rounded_at_end ? at::kFloat : out.scalar_type());
+  };
   std::vector<Tensor> products(shares);
-  products[0] = rounded_at_end ? empty_scratch_like(out, at::kFloat) : out;
-  for (int64_t share = 1; share < shares; ++share) {
-    products[share] = empty_scratch_like(out, products[0].scalar_type());
-  }
+  products[0] = in_scratch ? scratch() : out;
+  for (int64_t share = 1; share < shares; ++share) products[share] = scratch();
   on_single_threaded_blas(shares, /*cpu=*/true, [&](int64_t share) {
     const int64_t first = share * width, count = std::min(width, k - first);
-    gemm_one_block(products[share], a.narrow(2, first, count), b.narrow(1, first, count),
+    gemm_one_block(products[share], left.narrow(2, first, count), right.narrow(1, first, count),
                    /*accumulate=*/false, float32);
   });
   for (int64_t share = 1; share < shares; ++share) products[0].add_(products[share]);
-  if (rounded_at_end) out.copy_(products[0]);
+  if (in_scratch) result.copy_(products[0]);
 }
 
 void gemm_accumulate(const Tensor& acc, const Tensor& a, const Tensor& b, int64_t blocks,

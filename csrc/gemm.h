@@ -48,8 +48,11 @@ void gemm_accumulate(const Tensor& acc, const Tensor& a, const Tensor& b, int64_
 // (gemm_blocks gives 1: one group, M and N under 128, as mobilenet's 1x1 layers of 16 to 96
 // channels), or one group's K is at least 8 times the result's longer side, K is cut instead, into
 // up to 16 shares (of 1024 or more, their copies of the result 4 MiB at most) fixed by the sizes,
-// whose products run on one thread each and are then added in order. Off the CPU, a plain GEMM.
-// The engine: as in gemm_out.
+// whose products run on one thread each and are then added in order; on MKL in float32, where
+// a runs along K, b is row-major and the result is taller than wide (the channels_last 1x1 weight
+// gradient of more output than input channels), each share computes the transposed product, the
+// form MKL runs faster, copied into out at the end. Off the CPU, a plain GEMM. The engine: as in
+// gemm_out.
 void gemm_out_contracting(const Tensor& out, const Tensor& a, const Tensor& b,
                           Float32Gemms float32 = Float32Gemms::cpu_rule);
 

@@ -39,6 +39,9 @@ LAYERS = {
     # fed channels_last: a weight gradient [128, 128] that could be cut into blocks, cut instead
     # along its 8192 pixels (at least 8 times its side), into 8 shares
     "pointwise-long-contraction": ((8, 128, 32, 32), 128, (1, 1), 1, 0, 1, 1, None),
+    # the same with more output than input channels: on MKL in float32, each share computes the
+    # transposed product [32, 128] (gemm.h)
+    "pointwise-long-contraction-tall": ((8, 32, 32, 32), 128, (1, 1), 1, 0, 1, 1, None),
     "dilated-5x5": ((5, 8, 20, 20), 16, (5, 5), 1, 4, 2, 1, None),
     "asymmetric": ((7, 6, 13, 17), 9, (3, 2), (2, 1), (1, 0), (1, 2), 3, None),
     "depthwise": ((6, 16, 15, 13), 32, (3, 3), (2, 1), 1, 1, 16, None),
@@ -166,6 +169,21 @@ def test_a_long_contraction_is_cut_into_shares():
         ops.conv2d_weight_grad(x, dy, weight_size, [1, 1], [0, 0], [1, 1], 1)
     gemm_calls = ("aten::addmm_", "torch_convbp::microkernel_gemm")
     assert sum(event.name in gemm_calls for event in profile.events()) == 8
+
+
+@pytest.mark.parametrize("engine", ["mkl", "microkernel"])
+@pytest.mark.parametrize("out_channels", [128, 16], ids=["tall", "wide"])
+def test_the_shares_of_a_long_contraction_sum_to_the_weight_gradient_in_float32(out_channels, engine, monkeypatch):
+    """Each share's product, in either form (a tall result's transposed where MKL runs it), adds
+    up to the channels_last 1x1 weight gradient: float32 against float64."""
+    monkeypatch.setenv("TORCH_CONVBP_GEMM", engine)
+    size = LAYERS["pointwise-long-contraction-tall"][0]
+    x64 = torch.randn(size, dtype=torch.float64).contiguous(memory_format=torch.channels_last)
+    dy64 = torch.randn(size[0], out_channels, *size[2:], dtype=torch.float64).contiguous(memory_format=torch.channels_last)
+    weight_size = [out_channels, size[1], 1, 1]
+    got = ops.conv2d_weight_grad(x64.float(), dy64.float(), weight_size, [1, 1], [0, 0], [1, 1], 1)
+    want = torch.nn.grad.conv2d_weight(x64, weight_size, dy64)
+    torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-3)
 
 
 # The implicit route's pieces are its tiles: an output row of one image, one group, up to 256 of
