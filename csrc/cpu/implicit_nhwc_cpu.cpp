@@ -251,7 +251,7 @@ void padded_convolution(const Tensor& x, const TapMatrices<at::BFloat16>& w, con
           std::memset(target, 0, s.pad_w * c * sizeof(T));
           std::memcpy(target + s.pad_w * c, x_data + ((first + n) * s.height + h) * s.width * c,
                       s.width * c * sizeof(T));
-          std::memset(target + (s.pad_w + s.width) * c, 0, s.pad_w * c * sizeof(T));
+          std::memset(target + (s.pad_w + s.width) * c, 0, p.zeros_after_row(s) * c * sizeof(T));
         }
         if (hp == p.height - 1) {
           std::memset(target + row, 0, (p.length - p.height * p.width) * c * sizeof(T));

@@ -107,7 +107,7 @@ bool transpose_padded_input(const T* x, const ConvShape& s, const PaddedPlanes& 
           std::fill_n(row, p.width, T(0));
         } else {
           std::fill_n(row, s.pad_w, T(0));
-          std::fill_n(row + s.pad_w + s.width, s.pad_w, T(0));
+          std::fill_n(row + s.pad_w + s.width, p.zeros_after_row(s), T(0));
         }
         if (hp == p.height - 1) std::fill_n(row + p.width, lda - p.height * p.width, T(0));
       }

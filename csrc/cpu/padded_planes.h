@@ -3,6 +3,13 @@
 // zero-padded [Hp, Wp] planes, and its output seen with the same row width. Output pixel (oh, ow)
 // is then the extended pixel e = oh*Wp + ow (the columns ow >= OW are not output pixels), and tap
 // (ki, kj) reads padded pixel e + offset(tap) for every e: one fixed offset per tap.
+//
+// A padded row is its left padding (pad_w zeros), its W pixels, then zeros up to Wp. Its right
+// padding need not be stored: the taps of a row's last output pixels that reach past Wp read the
+// next row's left padding (or the zeros below the plane), which are the zeros they need. So Wp is
+// W + pad_w, or OW where that is wider (padding beyond the kernel's reach), rather than W +
+// 2*pad_w: fewer extended pixels that are not output pixels (5x5 at 28 pixels: 840 against 896;
+// benchmarks/NOTES.md, section 104).
 #pragma once
 
 #include <algorithm>
@@ -20,9 +27,11 @@ struct PaddedPlanes {
   int64_t height, width, pixels, length;
   PaddedPlanes(const ConvShape& s, bool even_pixels)
       : height(s.height + 2 * s.pad_h),
-        width(s.width + 2 * s.pad_w),
+        width(std::max(s.width + s.pad_w, s.out_width)),
         pixels(even_pixels ? (s.out_height * width + 1) / 2 * 2 : s.out_height * width),
         length(height * width + (s.kernel_w - 1) * s.dilation_w + 1) {}
+  // The zeros after a padded row's pixels (its share of the right padding).
+  int64_t zeros_after_row(const ConvShape& s) const { return width - s.pad_w - s.width; }
   int64_t offset(const ConvShape& s, int64_t tap) const {
     return tap / s.kernel_w * s.dilation_h * width + tap % s.kernel_w * s.dilation_w;
   }
