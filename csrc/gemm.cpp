@@ -263,7 +263,8 @@ void gemm_out_contracting(const Tensor& out, const Tensor& a, const Tensor& b,
   const bool rounded_at_end = out.scalar_type() != at::kFloat && on_microkernel(out, a, float32);
   const bool in_scratch = transposed || rounded_at_end;
   const Tensor result = transposed ? out.transpose(1, 2) : out;
-  const Tensor left = transposed ? b.transpose(1, 2) : a, right = transposed ? a.transpose(1, 2) : b;
+  const Tensor left = transposed ? b.transpose(1, 2) : a,
+               right = transposed ? a.transpose(1, 2) : b;
   const auto scratch = [&] {  // a share's product, in scratch
     return transposed ? empty_scratch(result.sizes(), result.options())
                       : empty_scratch_like(out, rounded_at_end ? at::kFloat : out.scalar_type());

@@ -43,6 +43,8 @@ CASES = [
     # channel blocks of 64 and a last, partial block (csrc/cpu/implicit_weight_grad_cpu.cpp)
     ("partial channel blocks", (1, 72, 5, 6), 100, (3, 3), (1, 1), (1, 1), 1),
     ("batch of one, one pixel wide", (1, 8, 7, 1), 8, (3, 1), (1, 0), (1, 1), 1),
+    # 9 tiles of dW: each image's 576 extended pixels cut into 2 parts, summed apart, then added
+    ("parts of the pixels", (2, 16, 24, 23), 16, (3, 3), (1, 1), (1, 1), 1),
 ]
 
 
@@ -127,18 +129,23 @@ def test_fed_nchw_through_layout_copies(kernel, dtype, monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_chunks_and_threads_do_not_change_the_bits(dtype, microkernel):
-    """The sums run on over chunks of images in one order, and each task owns whole tiles of dW: the
-    same bits under a workspace limit of one image per chunk, and on 1, 2 or 3 threads."""
-    x, w, g = operands((5, 48, 11, 13), 80, (3, 3), 1, dtype)
-    dy = torch.randn(5, 80, 11, 13, generator=g).to(dtype).contiguous(memory_format=CL)
+@pytest.mark.parametrize("shape, cout", [
+    ((5, 48, 11, 13), 80),  # 2 x 2 x 9 = 36 tiles of dW, one part of the pixels
+    ((3, 16, 30, 29), 16),  # 9 tiles, each image's 900 extended pixels in 3 parts: 27 tasks
+], ids=["tiles", "parts"])
+def test_chunks_and_threads_do_not_change_the_bits(shape, cout, dtype, microkernel):
+    """The sums run on over chunks of images in one order, and each task owns one part of the
+    pixels of whole tiles of dW: the same bits under a workspace limit of one image per chunk, and
+    on 1, 3 or 16 threads."""
+    x, w, g = operands(shape, cout, (3, 3), 1, dtype)
+    dy = torch.randn(shape[0], cout, *shape[2:], generator=g).to(dtype).contiguous(memory_format=CL)
     args = (list(w.shape), [1, 1], [1, 1], [1, 1], 1)
     whole = ops.conv2d_weight_grad(x, dy, *args)
     with torch_convbp.workspace_limit(20_000):
         assert torch.equal(ops.conv2d_weight_grad(x, dy, *args), whole)
     before = torch.get_num_threads()
     try:
-        for count in (1, 3, 16):  # the 2 x 2 x 9 = 36 tiles dealt to 1, 3 or 16 threads
+        for count in (1, 3, 16):
             torch.set_num_threads(count)
             assert torch.equal(ops.conv2d_weight_grad(x, dy, *args), whole)
     finally:

@@ -19,10 +19,13 @@
 // holds an infinity or a NaN takes plain loops over exactly the convolution's pairs instead, so
 // that non-finite values propagate as F.conv2d's do.
 //
-// The sums: each dW entry is a float32 sum over the images in order, the pixel blocks of each in
-// order, in the micro-kernel's order within a block. A task owns whole (group, channel block,
-// output channel block, tap) tiles of dW, and a thread walks the pixel blocks once for all its
-// tiles, so the bits depend neither on the thread count nor on which thread runs a tile.
+// The sums: the extended pixels of an image are cut into `parts` equal ranges, fixed by the sizes
+// (more than one where dW has too few tiles to give every thread a share). Each dW entry is a
+// float32 sum over the parts in order, each part's own sum over the images in order, the part's
+// pixel blocks of each in order, in the micro-kernel's order within a block. A task owns one part
+// of whole (group, channel block, output channel block, tap) tiles of dW, and a thread walks its
+// parts' pixel blocks once for all its tiles, so the bits depend neither on the thread count nor on
+// which thread runs a task.
 #include <ATen/Parallel.h>
 #include <ATen/ceil_div.h>
 #include <ATen/core/Tensor.h>
@@ -156,7 +159,7 @@ void extended_output_grad(const T* dy, const ConvShape& s, const PaddedPlanes& p
   }
 }
 
-// The tiles of dW: task t is tap t % taps of (group, channel block, output channel block)
+// The tiles of dW: tile t is tap t % taps of (group, channel block, output channel block)
 // t / taps, in that order.
 struct Tiles {
   int64_t group_in, group_out, in_block, out_block, in_blocks, out_blocks, taps;
@@ -171,29 +174,67 @@ struct Tiles {
   int64_t count(int64_t groups) const { return groups * in_blocks * out_blocks * taps; }
 };
 
-// The tasks [begin, end) (Tiles) over images [0, count) of the chunk: for each image and each
-// block of its extended pixels, every task's call. `sums` [C, taps, Cout/G]: dW_tap^T of every
-// group, rows of (channel, tap), added into.
+// The tasks: at least kMinTasks where the tiles are fewer, the extended pixels of each image cut
+// into parts for that. 9 tiles (3x3, 32 channels) left 2 threads 5 and 4, 25 (5x5 at 64) 13 and 12;
+// and a many-core machine needs pieces for every core (benchmarks/NOTES.md, section 105).
+constexpr int64_t kMinTasks = 32;
+struct Parts {
+  int64_t count, tiles, pixels;
+  bool even;  // the VNNI layout pairs pixels: each part starts at an even one
+  Parts(const Tiles& t, const ConvShape& s, const PaddedPlanes& p, bool even_pixels)
+      : count(std::clamp<int64_t>(at::ceil_div(kMinTasks, t.count(s.groups)), 1,
+                                  std::max<int64_t>(p.pixels / kPixelBlock, 1))),
+        tiles(t.count(s.groups)),
+        pixels(p.pixels),
+        even(even_pixels) {}
+  int64_t tasks() const { return count * tiles; }
+  // the first extended pixel of part `part` (of an image); start(count) is the end of the last
+  int64_t start(int64_t part) const {
+    const int64_t first = part * pixels / count;
+    return even ? first / 2 * 2 : first;
+  }
+};
+
+// Tile `tile` (Tiles) of image n's extended pixels [e, e + pixels), added into `sums` [C, taps,
+// Cout/G] (dW_tap^T of every group, rows of (channel, tap)): one micro-kernel call.
+template <class T>
+void accumulate_tile(const T* xt, const T* dy_ext, const ConvShape& s, const PaddedPlanes& p,
+                     const Tiles& t, int64_t tile, int64_t n, int64_t e, int64_t pixels,
+                     float* sums) {
+  const int64_t tap = tile % t.taps, block = tile / t.taps;
+  const int64_t ob = block % t.out_blocks, ib = block / t.out_blocks % t.in_blocks;
+  const int64_t g = block / (t.out_blocks * t.in_blocks);
+  const int64_t c = g * t.group_in + ib * t.in_block, o = g * t.group_out + ob * t.out_block;
+  const int64_t rows = std::min(t.in_block, t.group_in - ib * t.in_block);
+  const int64_t cols = std::min(t.out_block, (g + 1) * t.group_out - o);
+  const T* a = xt + (n * s.in_channels + c) * p.length + e + p.offset(s, tap);
+  // row e of the float32 [pixels, Cout], or pair e / 2 of the VNNI [pixels / 2, Cout, 2]
+  const int64_t cout = s.out_channels;
+  const T* b = dy_ext + (n * p.pixels + e) * cout + (std::is_same_v<T, float> ? o : 2 * o);
+  float* c_tile = sums + (c * t.taps + tap) * t.group_out + (o - g * t.group_out);
+  // [rows, cols] += [rows, pixels] @ [pixels, cols]
+  micro_gemm(rows, cols, pixels, a, p.length, b, cout, c_tile, t.taps * t.group_out, /*add=*/true);
+}
+
+// The tasks [begin, end) over images [0, count) of the chunk: task = part * tiles + tile (Parts,
+// Tiles). For each image, each part and each block of the part's extended pixels, the call of
+// every task of that part. `sums` [parts, C, taps, Cout/G]: a part's sums as accumulate_tile's.
 template <class T>
 void accumulate_tasks(const T* xt, const T* dy_ext, const ConvShape& s, const PaddedPlanes& p,
-                      const Tiles& t, int64_t count, int64_t begin, int64_t end, float* sums) {
-  const int64_t cout = s.out_channels, ldc = t.taps * t.group_out;
+                      const Tiles& t, const Parts& parts, int64_t count, int64_t begin, int64_t end,
+                      float* sums) {
+  const int64_t part_sums = s.in_channels * t.taps * t.group_out;
   for (int64_t n = 0; n < count; ++n) {
-    for (int64_t e = 0; e < p.pixels; e += kPixelBlock) {
-      const int64_t pixels = std::min(kPixelBlock, p.pixels - e);
-      for (int64_t task = begin; task < end; ++task) {
-        const int64_t tap = task % t.taps, tile = task / t.taps;
-        const int64_t ob = tile % t.out_blocks, ib = tile / t.out_blocks % t.in_blocks;
-        const int64_t g = tile / (t.out_blocks * t.in_blocks);
-        const int64_t c = g * t.group_in + ib * t.in_block, o = g * t.group_out + ob * t.out_block;
-        const int64_t rows = std::min(t.in_block, t.group_in - ib * t.in_block);
-        const int64_t cols = std::min(t.out_block, (g + 1) * t.group_out - o);
-        const T* a = xt + (n * s.in_channels + c) * p.length + e + p.offset(s, tap);
-        // row e of the float32 [pixels, Cout], or pair e / 2 of the VNNI [pixels / 2, Cout, 2]
-        const T* b = dy_ext + (n * p.pixels + e) * cout + (std::is_same_v<T, float> ? o : 2 * o);
-        float* c_tile = sums + (c * t.taps + tap) * t.group_out + (o - g * t.group_out);
-        // [rows, cols] += [rows, pixels] @ [pixels, cols]
-        micro_gemm(rows, cols, pixels, a, p.length, b, cout, c_tile, ldc, /*add=*/true);
+    for (int64_t part = begin / parts.tiles; part * parts.tiles < end; ++part) {
+      const int64_t first = std::max(begin, part * parts.tiles);
+      const int64_t last = std::min(end, (part + 1) * parts.tiles);
+      const int64_t part_end = parts.start(part + 1);
+      for (int64_t e = parts.start(part); e < part_end; e += kPixelBlock) {
+        const int64_t pixels = std::min(kPixelBlock, part_end - e);
+        for (int64_t task = first; task < last; ++task) {
+          accumulate_tile(xt, dy_ext, s, p, t, task - part * parts.tiles, n, e, pixels,
+                          sums + part * part_sums);
+        }
       }
     }
   }
@@ -238,9 +279,12 @@ void implicit_weight_grad(const Tensor& input, const Tensor& grad_output, const 
                           const Tensor& grad_weight) {
   const PaddedPlanes p(s, /*even_pixels=*/!std::is_same_v<T, float>);
   const Tiles t(s, /*wide=*/std::is_same_v<T, float> && cpu_allows_avx512_kernels());
+  const Parts parts(t, s, p, /*even_pixels=*/!std::is_same_v<T, float>);
   const auto f32 = input.options().dtype(at::kFloat);
-  // dW_tap^T of every group: [C, taps, Cout/G], each group's rows [C/G * taps, Cout/G]
-  const Tensor sums = empty_scratch({s.in_channels * t.taps, t.group_out}, f32).zero_();
+  // per part, dW_tap^T of every group: [parts, C, taps, Cout/G], each group's rows [C/G * taps,
+  // Cout/G]
+  const Tensor sums =
+      empty_scratch({parts.count, s.in_channels * t.taps, t.group_out}, f32).zero_();
   // The padded copies of a chunk of images (padded_planes.h). The sums run on over the chunks in
   // the same order, so the chunks do not change the bits.
   const int64_t images = padded_chunk_images(
@@ -258,11 +302,12 @@ void implicit_weight_grad(const Tensor& input, const Tensor& grad_output, const 
       continue;
     }
     extended_output_grad(dy, s, p, first, count, dy_ext.mutable_data_ptr<T>());
-    at::parallel_for(0, t.count(s.groups), 1, [&](int64_t begin, int64_t end) {
-      accumulate_tasks(xt.const_data_ptr<T>(), dy_ext.const_data_ptr<T>(), s, p, t, count, begin,
-                       end, sum_data);
+    at::parallel_for(0, parts.tasks(), 1, [&](int64_t begin, int64_t end) {
+      accumulate_tasks(xt.const_data_ptr<T>(), dy_ext.const_data_ptr<T>(), s, p, t, parts, count,
+                       begin, end, sum_data);
     });
   }
+  for (int64_t part = 1; part < parts.count; ++part) sums[0].add_(sums[part]);  // in order
   // [C/G * taps, Cout/G] of group g into its rows of dW [Cout, C/G * taps], rounded once at the end
   const int64_t per_group = t.group_in * t.taps;
   const Tensor rows =
