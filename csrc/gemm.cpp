@@ -204,7 +204,7 @@ int64_t contraction_shares(const Tensor& out, int64_t k) {
 // Whether the shares of a contraction compute out^T = b^T @ a^T, [1, N, M], instead of out [1, M,
 // N]: on MKL, in float32, for the channels_last weight gradient's form dY^T [M, P] @ X [P, N]
 // (a read along K, b row-major) where the result is taller than wide. MKL's single-threaded
-// kernels ran that form at 0.75-0.8x the rate of the same product with the sides swapped
+// kernels ran that form at 0.76-0.86x the rate of the same product with the sides swapped
 // (256 x 64 over 1568 pixels: 76 against 100 GFLOP/s; 512 x 128 62 against 72), and the copy of
 // the small transposed result costs little beside it (benchmarks/NOTES.md, section 103).
 bool shares_compute_transposed(const Tensor& out, const Tensor& a, const Tensor& b,
