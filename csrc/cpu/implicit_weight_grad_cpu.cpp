@@ -179,14 +179,14 @@ struct Tiles {
 // and a many-core machine needs pieces for every core (benchmarks/NOTES.md, section 105).
 constexpr int64_t kMinTasks = 32;
 struct Parts {
-  int64_t count, tiles, pixels;
+  int64_t tiles, count, pixels;
   bool even;  // the VNNI layout pairs pixels: each part starts at an even one
-  Parts(const Tiles& t, const ConvShape& s, const PaddedPlanes& p, bool even_pixels)
-      : count(std::clamp<int64_t>(at::ceil_div(kMinTasks, t.count(s.groups)), 1,
+  Parts(const Tiles& t, const ConvShape& s, const PaddedPlanes& p)
+      : tiles(t.count(s.groups)),
+        count(std::clamp<int64_t>(at::ceil_div(kMinTasks, tiles), 1,
                                   std::max<int64_t>(p.pixels / kPixelBlock, 1))),
-        tiles(t.count(s.groups)),
         pixels(p.pixels),
-        even(even_pixels) {}
+        even(p.even_pixels) {}
   int64_t tasks() const { return count * tiles; }
   // the first extended pixel of part `part` (of an image); start(count) is the end of the last
   int64_t start(int64_t part) const {
@@ -279,7 +279,7 @@ void implicit_weight_grad(const Tensor& input, const Tensor& grad_output, const 
                           const Tensor& grad_weight) {
   const PaddedPlanes p(s, /*even_pixels=*/!std::is_same_v<T, float>);
   const Tiles t(s, /*wide=*/std::is_same_v<T, float> && cpu_allows_avx512_kernels());
-  const Parts parts(t, s, p, /*even_pixels=*/!std::is_same_v<T, float>);
+  const Parts parts(t, s, p);
   const auto f32 = input.options().dtype(at::kFloat);
   // per part, dW_tap^T of every group: [parts, C, taps, Cout/G], each group's rows [C/G * taps,
   // Cout/G]

@@ -23,13 +23,16 @@ namespace torch_convbp {
 struct PaddedPlanes {
   // padded rows and columns; extended output pixels per plane (an even count where the VNNI
   // layout pairs them: the last one past the plane); the plane's length in pixels with the zero
-  // tail past its end that the last extended pixels' taps (or runs of kw taps) reach
+  // tail past its end that the last extended pixels' taps (or runs of kw taps) reach; whether
+  // the extended pixels go in pairs
   int64_t height, width, pixels, length;
-  PaddedPlanes(const ConvShape& s, bool even_pixels)
+  bool even_pixels;
+  PaddedPlanes(const ConvShape& s, bool even)
       : height(s.height + 2 * s.pad_h),
         width(std::max(s.width + s.pad_w, s.out_width)),
-        pixels(even_pixels ? (s.out_height * width + 1) / 2 * 2 : s.out_height * width),
-        length(height * width + (s.kernel_w - 1) * s.dilation_w + 1) {}
+        pixels(even ? (s.out_height * width + 1) / 2 * 2 : s.out_height * width),
+        length(height * width + (s.kernel_w - 1) * s.dilation_w + 1),
+        even_pixels(even) {}
   // The zeros after a padded row's pixels (its share of the right padding).
   int64_t zeros_after_row(const ConvShape& s) const { return width - s.pad_w - s.width; }
   int64_t offset(const ConvShape& s, int64_t tap) const {
