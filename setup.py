@@ -14,7 +14,9 @@ For a CUDA build no variable is needed, on machines without a GPU too:
 
 TORCH_CONVBP_SANITIZE=1 builds the C++ code with AddressSanitizer and UndefinedBehaviorSanitizer
 (tools/check_sanitizers.sh runs the tests under them). TORCH_CONVBP_PCH=0 builds without the
-precompiled header of torch's headers (csrc/torch_headers.h).
+precompiled header of torch's headers (csrc/torch_headers.h). TORCH_CONVBP_QUICK_BUILD=1 compiles
+the C++ code at -O1, in about half the time: a build for checking that the code compiles, links
+and gives the right values (CI's CUDA stage), never for timing.
 """
 import glob
 import importlib.util
@@ -85,13 +87,22 @@ def extension():
     # where they happened to fall (benchmarks/NOTES.md, section 25).
     cxx_flags = ["-O3", "-g0", "-fopenmp", "-falign-loops=32"]
     link_flags = ["-fopenmp", *build_flags().shared_libstdcxx()]
+    if os.environ.get("TORCH_CONVBP_QUICK_BUILD") == "1":
+        # The grouped and depthwise kernels' loop nests are most of -O3's compile time
+        # (benchmarks/NOTES.md, section 107).
+        cxx_flags = ["-O1", "-g0", "-fopenmp"]
     if os.environ.get("TORCH_CONVBP_SANITIZE") == "1":
         # Every error is fatal (no recovery), with stack traces; vptr checks are left out, as the
         # classes of torch's uninstrumented libraries would give false reports. -fno-wrapv undoes
         # Python's -fwrapv, under which signed overflow is defined and so never reported.
         sanitize = ["-fsanitize=address,undefined", "-fno-sanitize=vptr", "-fno-sanitize-recover=all"]
         # -g1 (line tables) gives the reports their files and lines, at two thirds of -g's build time.
-        cxx_flags = ["-O1", "-g1", "-fno-omit-frame-pointer", "-fno-wrapv", "-fopenmp", *sanitize]
+        # -fira-region=one: one register-allocation region a function, not one a loop. The grouped
+        # kernels' always-inlined loop nests, instrumented, spent 42% of their compile in the
+        # regional allocator; this took their two files from 110-127 s to 69-74 s each, and the
+        # code's speed does not matter here (benchmarks/NOTES.md, section 107).
+        cxx_flags = ["-O1", "-g1", "-fira-region=one", "-fno-omit-frame-pointer", "-fno-wrapv", "-fopenmp",
+                     *sanitize]
         # It checks the code this CPU runs: without AVX-512 here, the AVX-512 kernels could never
         # run under it; they were a quarter of its grouped kernels' compile time (benchmarks/NOTES.md,
         # section 79).
@@ -227,7 +238,8 @@ def with_kept_objects(build_ext_class, variant):
 def build_variant(cuda: bool) -> str:
     """What the objects of a build depend on beyond its sources: cpython-311-torch2.13.0-cpu, say."""
     sanitized = "-sanitize" if os.environ.get("TORCH_CONVBP_SANITIZE") == "1" else ""
-    return f"{sys.implementation.cache_tag}-torch{torch_release()}-{'cuda' if cuda else 'cpu'}{sanitized}"
+    quick = "-quick" if os.environ.get("TORCH_CONVBP_QUICK_BUILD") == "1" else ""
+    return f"{sys.implementation.cache_tag}-torch{torch_release()}-{'cuda' if cuda else 'cpu'}{sanitized}{quick}"
 
 
 def cutlass_include_dir():
