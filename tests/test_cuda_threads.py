@@ -159,9 +159,9 @@ DEPTHWISE_CASES = [
     # the NHWC kernels' blocks of 16 channels, and a tail
     ("a-block-and-a-tail-3x3", (2, 19, 23, 17), 1, (3, 3), (1, 2), (1, 1), (1, 1)),
     ("a-block-and-a-tail-5x5", (1, 17, 12, 30), 1, (5, 5), (2, 1), (3, 2), (2, 1)),
-    # and their blocks of 4 pixels that share their terms: two channel blocks and a tail, the input
-    # gradient's pixels of each of 3 residues of the stride, runs that end in single pixels
-    ("pixel-blocks-of-every-residue", (1, 40, 5, 34), 1, (3, 3), (1, 3), (1, 1), (1, 1)),
+    # two blocks and a tail, along rows whose inner pixels share their terms by residue of the
+    # stride (3 residues in the input gradient)
+    ("two-blocks-and-a-tail-every-residue", (1, 40, 5, 34), 1, (3, 3), (1, 3), (1, 1), (1, 1)),
     # the strip kernels (3x3, 5x5 and 7x7 at compile time): interior elements read at constant
     # steps, borders, dilated windows, windows wider than the plane (no interior), strips with
     # tails (heights not a multiple of 4)

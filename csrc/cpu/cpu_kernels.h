@@ -27,13 +27,10 @@
 // the caller's clone: GCC's own choice varied with the torch headers it was built against, and an
 // out-of-line copy is compiled for the baseline, without the clone's vector instructions
 // (benchmarks/NOTES.md, section 19).
-// TORCH_CONVBP_INLINE_LAMBDA does the same for a lambda (after its parameters).
 #if defined(__GNUC__)
 #define TORCH_CONVBP_INLINE inline __attribute__((always_inline))
-#define TORCH_CONVBP_INLINE_LAMBDA __attribute__((always_inline))
 #else
 #define TORCH_CONVBP_INLINE inline
-#define TORCH_CONVBP_INLINE_LAMBDA
 #endif
 
 // Keeps a hot loop nest in a function of its own, where GCC schedules it as well as it did

@@ -155,82 +155,6 @@ TORCH_CONVBP_INLINE void sum_terms(const Terms& terms, const acc_t* w, const sca
   }
 }
 
-// sum[b] += w[b] * operand[b] for a block of channels (sum_terms_of_pixels's pixels).
-template <typename scalar_t, typename acc_t>
-TORCH_CONVBP_INLINE void add_term(const acc_t* w, const scalar_t* operand,
-                                  acc_t (&sum)[kChannelBlock]) {
-  for (int64_t b = 0; b < kChannelBlock; ++b) {
-    sum[b] = multiply_add(w[b], static_cast<acc_t>(operand[b]), sum[b]);
-  }
-}
-
-// The sums of kPixelBlock pixels that share their terms, pixel p's operand `operand_step`
-// elements and its result `result_step` past pixel p - 1's, for the channels of step 1 that the
-// operand reads as they are (no multiplier). A full block of channels goes for the 4 pixels at
-// once, so that each term's weights are loaded once for 4 multiply-adds: one pixel at a time
-// loaded a weight vector for every operand vector, two loads a multiply-add (benchmarks/NOTES.md,
-// section 108). Four sums of their own, not a [4][16] array: that one the compiler kept in memory.
-// Each pixel's sums keep their order: the terms in order, as for one pixel.
-constexpr int kPixelBlock = 4;
-template <typename scalar_t, typename acc_t>
-TORCH_CONVBP_INLINE void sum_terms_of_pixels(const Terms& terms, const acc_t* w,
-                                             const scalar_t* operand, int64_t operand_step,
-                                             int64_t channels, scalar_t* result,
-                                             int64_t result_step) {
-  const int64_t full = channels / kChannelBlock * kChannelBlock;
-  for (int64_t first = 0; first < full; first += kChannelBlock) {
-    acc_t sum0[kChannelBlock] = {}, sum1[kChannelBlock] = {}, sum2[kChannelBlock] = {},
-          sum3[kChannelBlock] = {};
-    for (size_t i = 0; i < terms.weight_offset.size(); ++i) {
-      const acc_t* wt = w + terms.weight_offset[i] + first;
-      const scalar_t* op = operand + terms.operand_offset[i] + first;
-      add_term(wt, op, sum0);
-      add_term(wt, op + operand_step, sum1);
-      add_term(wt, op + 2 * operand_step, sum2);
-      add_term(wt, op + 3 * operand_step, sum3);
-    }
-    for (int64_t b = 0; b < kChannelBlock; ++b) {
-      result[first + b] = static_cast<scalar_t>(sum0[b]);
-      result[result_step + first + b] = static_cast<scalar_t>(sum1[b]);
-      result[2 * result_step + first + b] = static_cast<scalar_t>(sum2[b]);
-      result[3 * result_step + first + b] = static_cast<scalar_t>(sum3[b]);
-    }
-  }
-  if (full == channels) return;
-  for (int p = 0; p < kPixelBlock; ++p) {
-    sum_any_block(
-        terms, w, operand + p * operand_step, full, channels - full, 1, [](int64_t o) { return o; },
-        result + p * result_step);
-  }
-}
-
-// Each pixel x of a row [0, width), its terms from row_terms (built by `build`): blocks of
-// kPixelBlock pixels of one residue modulo the period where a run of repeating columns holds them
-// all (sum_terms_of_pixels), the rest one at a time (`one`, called with the pixel's RowTerms::Use
-// and x). `result_pixel` is the elements of a result pixel.
-template <typename scalar_t, typename acc_t, typename Build, typename One>
-TORCH_CONVBP_INLINE void sum_row_in_pixel_blocks(RowTerms& row_terms, const RepeatingColumns& r,
-                                                 Build&& build, int64_t width, const acc_t* w,
-                                                 const scalar_t* operand, int64_t channels,
-                                                 scalar_t* result, int64_t result_pixel,
-                                                 One&& one) {
-  const int64_t span = kPixelBlock * r.period;  // the pixels of a block of every residue
-  for (int64_t x = 0; x < width;) {
-    if (x >= r.columns.begin && x + span <= r.columns.end) {
-      for (int64_t residue = 0; residue < r.period; ++residue) {
-        const RowTerms::Use use = row_terms.for_pixel(x + residue, r, build);
-        sum_terms_of_pixels(use.terms, w, operand + use.operand_shift, r.shift, channels,
-                            result + (x + residue) * result_pixel, r.period * result_pixel);
-      }
-      x += span;
-    } else {
-      const RowTerms::Use use = row_terms.for_pixel(x, r, build);
-      one(use, x);
-      ++x;
-    }
-  }
-}
-
 // Output row oh of one image, all columns and channels: each output element is the sum over the
 // taps, in (ki, kj) order, of the tap's weight times the input element the tap reads.
 template <typename scalar_t, typename acc_t>
@@ -252,22 +176,16 @@ TORCH_CONVBP_WIDE_VECTOR_CLONES void forward_row(const scalar_t* image, const ac
       }
     }
   };
-  // (the sums are called here and from always-inlined lambdas, so that they are compiled into
-  // this clone)
-  if (m == 1) {
-    sum_row_in_pixel_blocks(row_terms, inner, build, s.out_width, w_by_tap, image, cout, out, cout,
-                            [&](const RowTerms::Use& use, int64_t ow) TORCH_CONVBP_INLINE_LAMBDA {
-                              sum_terms(
-                                  use.terms, w_by_tap, image + use.operand_shift, cout, 1,
-                                  [](int64_t o) { return o; }, out + ow * cout);
-                            });
-    return;
-  }
   for (int64_t ow = 0; ow < s.out_width; ++ow) {
+    // (sum_terms is called here, not from a lambda, so that it is compiled into this clone)
     const RowTerms::Use use = row_terms.for_pixel(ow, inner, build);
-    sum_terms(
-        use.terms, w_by_tap, image + use.operand_shift, cout, 1, [m](int64_t o) { return o / m; },
-        out + ow * cout);
+    const scalar_t* x = image + use.operand_shift;
+    scalar_t* y = out + ow * cout;
+    if (m == 1) {
+      sum_terms(use.terms, w_by_tap, x, cout, 1, [](int64_t o) { return o; }, y);
+    } else {
+      sum_terms(use.terms, w_by_tap, x, cout, 1, [m](int64_t o) { return o / m; }, y);
+    }
   }
 }
 
@@ -307,17 +225,12 @@ TORCH_CONVBP_WIDE_VECTOR_CLONES void input_grad_row(const scalar_t* grad_image,
       }
     }
   };
-  const auto one = [&](const RowTerms::Use& use, int64_t iw) TORCH_CONVBP_INLINE_LAMBDA {
+  for (int64_t iw = 0; iw < s.width; ++iw) {
+    const RowTerms::Use use = row_terms.for_pixel(iw, repeating, build);
     sum_terms(
         use.terms, w_by_tap, grad_image + use.operand_shift, c, m, [](int64_t o) { return o; },
         grad_in + iw * c);
-  };
-  if (m == 1) {
-    sum_row_in_pixel_blocks(row_terms, repeating, build, s.width, w_by_tap, grad_image, c, grad_in,
-                            c, one);
-    return;
   }
-  for (int64_t iw = 0; iw < s.width; ++iw) one(row_terms.for_pixel(iw, repeating, build), iw);
 }
 
 // l[b] += dy[b] * x[x_channel(first + b)] for kChannelBlock channels b of one position. The sums
