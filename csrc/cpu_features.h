@@ -22,4 +22,8 @@ bool cpu_allows_avx512_kernels();
 // AMX-BF16 (and oneDNN may use them), where they run at twice float32's rate.
 bool cpu_has_bfloat16_microkernel();
 
+// Whether it computes them on AMX's tiles (AMX-BF16, which oneDNN may use), where a call's tiles
+// are loaded and stored around its products and longer calls pay (cpu/implicit_nhwc_cpu.cpp).
+bool cpu_has_amx_bfloat16_microkernel();
+
 }  // namespace torch_convbp

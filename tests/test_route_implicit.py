@@ -327,3 +327,38 @@ def test_bfloat16_padded_rows_in_chunks_and_blocks(kernel, microkernel):
             assert torch.equal(run(x[4:5]), whole[4:5])
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.mark.skipif(not has_bfloat16_microkernel(), reason="no bfloat16 arithmetic for the micro-kernel here")
+@pytest.mark.parametrize("kernel", ["forward", "input_grad"])
+@pytest.mark.parametrize("channels", [128, 130, 256, 258])
+def test_bfloat16_stride_one_either_side_of_the_merged_channels(channels, kernel, microkernel):
+    """bfloat16 of stride 1 and one group takes padded rows up to 128 input channels with
+    AVX512_BF16, up to 256 on AMX, and the tiles of one tap a call above
+    (csrc/cpu/implicit_nhwc_cpu.cpp, most_merged_channels): either side of both limits, within
+    bfloat16's rounding of float64, and the same bits on any thread count."""
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(2, channels, 6, 7, generator=g).to(torch.bfloat16).contiguous(memory_format=CL)
+    w = (torch.randn(32, channels, 3, 3, generator=g) / 16).to(torch.bfloat16)
+    if kernel == "input_grad":  # its kernel takes dY (here x) and the layer's weight [Cout, Cin]
+        w = w.transpose(0, 1).contiguous()
+    op = ops.implicit_conv2d if kernel == "forward" else ops.implicit_conv2d_input_grad
+
+    def run():
+        out = torch.empty(2, 32, 6, 7, dtype=torch.bfloat16).contiguous(memory_format=CL)
+        op(x, w, [1, 1], [1, 1], [1, 1], 1, out)
+        return out
+
+    ours = run()
+    if kernel == "forward":
+        ref = F.conv2d(x.double(), w.double(), None, 1, 1)
+    else:
+        ref = torch.nn.grad.conv2d_input((2, 32, 6, 7), w.double(), x.double(), 1, 1)
+    torch.testing.assert_close(ours.double(), ref, rtol=0, atol=2 ** -7 * ref.abs().max().item())
+    before = torch.get_num_threads()
+    try:
+        for count in (1, 3):
+            torch.set_num_threads(count)
+            assert torch.equal(run(), ours)
+    finally:
+        torch.set_num_threads(before)

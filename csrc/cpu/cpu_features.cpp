@@ -57,14 +57,18 @@ bool is_amd() {
   return std::strcmp(vendor, "AuthenticAMD") == 0;
 }
 
-// bfloat16 arithmetic: AVX512_BF16 (leaf 7 subleaf 1, EAX bit 5), or AMX-BF16 (leaf 7, EDX bit 22)
-// with the OS saving the tile state (XCR0 bits 17-18).
+// AMX-BF16 (leaf 7, EDX bit 22) with the OS saving the tile state (XCR0 bits 17-18).
+bool has_amx_bfloat16() {
+  unsigned a, b, c, d;
+  return __get_cpuid_count(7, 0, &a, &b, &c, &d) && ((d >> 22) & 1) &&
+         (saved_state() & 0x60000) == 0x60000;
+}
+
+// bfloat16 arithmetic: AVX512_BF16 (leaf 7 subleaf 1, EAX bit 5), or AMX-BF16.
 bool has_bfloat16_arithmetic() {
   unsigned a, b, c, d;
   const bool avx512_bf16 = __get_cpuid_count(7, 1, &a, &b, &c, &d) && ((a >> 5) & 1);
-  const bool amx_bf16 = __get_cpuid_count(7, 0, &a, &b, &c, &d) && ((d >> 22) & 1) &&
-                        (saved_state() & 0x60000) == 0x60000;
-  return avx512_bf16 || amx_bf16;
+  return avx512_bf16 || has_amx_bfloat16();
 }
 
 // Whether oneDNN's ISA is capped below `isa` by its environment variable (ONEDNN_MAX_CPU_ISA or
@@ -134,10 +138,15 @@ bool cpu_has_bfloat16_microkernel() {
   return false;
 #endif
 }
+bool cpu_has_amx_bfloat16_microkernel() {
+  static const bool amx = has_amx_bfloat16() && !onednn_capped_below("AVX512_CORE_AMX");
+  return amx && cpu_has_bfloat16_microkernel();
+}
 #else
 bool cpu_has_gemm_microkernel() { return false; }
 bool cpu_prefers_gemm_microkernel() { return false; }
 bool cpu_has_bfloat16_microkernel() { return false; }
+bool cpu_has_amx_bfloat16_microkernel() { return false; }
 bool cpu_allows_avx512_kernels() { return false; }
 #endif
 

@@ -17,8 +17,9 @@
 // A task computes whole tiles (a band of output rows, one group, one block of output channels),
 // tap by tap in (ki, kj) order, so every output entry is summed in the same order whichever thread
 // runs its tile, and whichever rows share the tile: the bits depend neither on the thread count
-// nor on the tiles. bfloat16 of stride 1 and one group takes padded rows instead (below): kernel
-// rows of kw taps in one call, blocks of pixels across rows.
+// nor on the tiles. bfloat16 of stride 1, one group and up to 128 or 256 input channels (by the
+// CPU) takes padded rows instead (below): kernel rows of kw taps in one call, blocks of pixels
+// across rows.
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
@@ -208,13 +209,16 @@ void implicit_convolution(const Tensor& x, const TapMatrices<T>& w, const ConvSh
 // K in the micro-kernel's order, whatever the block: the bits depend neither on the blocks nor on
 // the threads.
 constexpr int64_t kPaddedTilePixels = 256;
-// Kernel rows in one call up to this many input channels (K = kw*C): 512@7 took 1.4x with K =
-// 1536, and a dilated layer's taps one by one on the padded copy 1.5x the row tiles (section 70).
-constexpr int64_t kMaxMergedChannels = 256;
+// Kernel rows in one call up to this many input channels (K = kw*C). On AMX 256: 512@7 took 1.4x
+// with K = 1536, and a dilated layer's taps one by one on the padded copy 1.5x the row tiles
+// (section 70). With AVX512_BF16 and no AMX (a Zen 4 EPYC) 128: the forward and input gradient of
+// 256@14 (K = 768) took 1.1-1.2x the time of the tiles' calls of one tap (K = 256), where 64@56
+// and 5x5 64@28 still gained from padded rows and 128@28 ran about even (section 109).
+int64_t most_merged_channels() { return cpu_has_amx_bfloat16_microkernel() ? 256 : 128; }
 
 bool takes_padded_rows(const ConvShape& s) {
   return s.stride_h == 1 && s.stride_w == 1 && s.dilation_w == 1 && s.groups == 1 &&
-         s.in_channels <= kMaxMergedChannels;
+         s.in_channels <= most_merged_channels();
 }
 
 void padded_convolution(const Tensor& x, const TapMatrices<at::BFloat16>& w, const ConvShape& s,
