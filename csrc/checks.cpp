@@ -236,7 +236,8 @@ namespace {
 // G, or none for one group per input channel (depthwise).
 ConvShape check_direct_kernel_call(const char* op, const Tensor& input, const Tensor& weight,
                                    const Tensor& output, IntArrayRef stride, IntArrayRef padding,
-                                   IntArrayRef dilation, std::optional<int64_t> groups) {
+                                   IntArrayRef dilation, std::optional<int64_t> groups,
+                                   WeightLayouts weight_layouts = WeightLayouts::contiguous) {
   check_operands(op, {{"input", &input}, {"weight", &weight}, {"output", &output}});
   TORCH_CHECK(input.dim() == 4, op, ": expected a 4-D input [N, C, H, W], got size ",
               sizes_str(input.sizes()));
@@ -245,7 +246,13 @@ ConvShape check_direct_kernel_call(const char* op, const Tensor& input, const Te
   const std::vector<int64_t> expected{s.batch, s.out_channels, s.out_height, s.out_width};
   TORCH_CHECK(output.sizes() == IntArrayRef(expected), op, ": expected output of size ",
               IntArrayRef(expected), ", got ", output.sizes());
-  TORCH_CHECK(weight.is_contiguous(), op, ": expected a contiguous weight");
+  if (weight_layouts == WeightLayouts::contiguous_or_channels_last) {
+    TORCH_CHECK(weight.is_contiguous() || weight.is_contiguous(at::MemoryFormat::ChannelsLast), op,
+                ": expected a contiguous or channels_last (dense) weight, got strides ",
+                weight.strides());
+  } else {
+    TORCH_CHECK(weight.is_contiguous(), op, ": expected a contiguous weight");
+  }
   return s;
 }
 
@@ -268,9 +275,9 @@ DepthwiseCall check_depthwise(const char* op, const Tensor& input, const Tensor&
 
 ConvShape check_grouped(const char* op, const Tensor& input, const Tensor& weight,
                         const Tensor& output, IntArrayRef stride, IntArrayRef padding,
-                        IntArrayRef dilation, int64_t groups) {
-  const ConvShape s =
-      check_direct_kernel_call(op, input, weight, output, stride, padding, dilation, groups);
+                        IntArrayRef dilation, int64_t groups, WeightLayouts weight_layouts) {
+  const ConvShape s = check_direct_kernel_call(op, input, weight, output, stride, padding, dilation,
+                                               groups, weight_layouts);
   const auto nhwc = at::MemoryFormat::ChannelsLast;
   TORCH_CHECK(input.is_contiguous(nhwc) && output.is_contiguous(nhwc), op,
               ": expected input and output both channels_last (dense), got strides ",

@@ -60,12 +60,19 @@ DepthwiseCall check_depthwise(const char* op, const Tensor& input, const Tensor&
                               const Tensor& output, IntArrayRef stride, IntArrayRef padding,
                               IntArrayRef dilation);
 
-// Checks the arguments of the direct grouped kernels: input [N, C, H, W], weight
-// [Cout, C/G, kh, kw] and output [N, Cout, OH, OW] of one dtype and device, the weight
-// contiguous, the input and output dense channels_last. Returns the convolution's shape.
+// The memory layouts a direct kernel takes its weight in: contiguous, or either contiguous or
+// dense channels_last (the implicit route's forward and input gradient, which transpose it into
+// their tap matrices in one pass from either).
+enum class WeightLayouts { contiguous, contiguous_or_channels_last };
+
+// Checks the arguments of the direct grouped kernels and of the implicit route: input
+// [N, C, H, W], weight [Cout, C/G, kh, kw] and output [N, Cout, OH, OW] of one dtype and device,
+// the weight in one of `weight_layouts`, the input and output dense channels_last. Returns the
+// convolution's shape.
 ConvShape check_grouped(const char* op, const Tensor& input, const Tensor& weight,
                         const Tensor& output, IntArrayRef stride, IntArrayRef padding,
-                        IntArrayRef dilation, int64_t groups);
+                        IntArrayRef dilation, int64_t groups,
+                        WeightLayouts weight_layouts = WeightLayouts::contiguous);
 
 // Checks the arguments of the transposing copy: source [B, R, C] and target [B, C, R] of one
 // dtype (of 1 to 8 bytes) and device, each with unit stride along its last dimension, and the

@@ -281,6 +281,12 @@ Tensor flipped_transposed_weight(const Tensor& weight, const ConvShape& s, Layou
   return flipped;
 }
 
+// The weight as the implicit route's forward and input gradient take it: a channels_last weight as
+// it is (they transpose it into their tap matrices from either layout), any other contiguous.
+Tensor implicit_weight(const Tensor& weight) {
+  return weight.is_contiguous(at::MemoryFormat::ChannelsLast) ? weight : weight.contiguous();
+}
+
 // The weight as the G matrices of `layout` in the GEMMs' dtype.
 Tensor gemm_weight(const Tensor& weight, const ConvShape& s, Layout layout) {
   const auto compute = gemm_dtype(weight.scalar_type(), weight.device());
@@ -343,7 +349,7 @@ Tensor convolution_forward(const char* op, int64_t dims, const Tensor& input, co
       pointwise_nhwc_forward(rows_view(x), weight, s, rows_view(output));
       break;
     case Route::implicit_nhwc:
-      call_implicit(ImplicitKernel::forward, x, weight.contiguous(), s, output);
+      call_implicit(ImplicitKernel::forward, x, implicit_weight(weight), s, output);
       break;
     case Route::pointwise_by_images:
       forward_pointwise_by_images(x, gemm_weight(weight, s, route.layout), s, output);
@@ -423,7 +429,7 @@ Tensor convolution_input_grad(const char* op, int64_t dims, const Tensor& grad_o
       pointwise_nhwc_input_grad(rows_view(dy), weight, s, rows_view(grad_input));
       break;
     case Route::implicit_nhwc:  // the stride-1 convolution of dY
-      call_implicit(ImplicitKernel::input_grad, dy, weight.contiguous(), s, grad_input);
+      call_implicit(ImplicitKernel::input_grad, dy, implicit_weight(weight), s, grad_input);
       break;
     case Route::pointwise_by_images:
     case Route::transposed_columns: {

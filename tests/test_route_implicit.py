@@ -362,3 +362,47 @@ def test_bfloat16_stride_one_either_side_of_the_merged_channels(channels, kernel
             assert torch.equal(run(), ours)
     finally:
         torch.set_num_threads(before)
+
+
+DTYPES_OF_THE_ROUTE = [torch.float32] + ([torch.bfloat16] if has_bfloat16_microkernel() else [])
+
+
+@pytest.mark.parametrize("dtype", DTYPES_OF_THE_ROUTE, ids=str)
+@pytest.mark.parametrize("kernel", ["forward", "input_grad"])
+@pytest.mark.parametrize("groups, kernel_size", [(1, (3, 3)), (2, (3, 2)), (1, (1, 1))], ids=["3x3", "groups-3x2", "1x1"])
+def test_a_channels_last_weight_is_read_in_place(groups, kernel_size, kernel, dtype, microkernel):
+    """The implicit route's forward and input gradient take a channels_last weight as it is, its
+    tap matrices transposed from its own memory (csrc/cpu/implicit_nhwc_cpu.cpp,
+    channels_last_tap_rows): the same bits as from the contiguous weight, through the op and
+    through conv2d's autograd; a weight of neither layout is refused, naming both."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 32, 7, 9, generator=g).to(dtype).contiguous(memory_format=CL)
+    w = (torch.randn(48, 32 // groups, *kernel_size, generator=g) / 8).to(dtype)
+    pad = [k // 2 for k in kernel_size]
+    y_size = F.conv2d(x.float(), w.float(), None, 1, pad, 1, groups).shape
+    if kernel == "forward":
+        op, a, size = ops.implicit_conv2d, x, y_size
+    else:  # the layer's input gradient: dY of the forward's size, a result of the input's
+        op, size = ops.implicit_conv2d_input_grad, x.shape
+        a = torch.randn(y_size, generator=g).to(dtype).contiguous(memory_format=CL)
+
+    def run(weight):
+        out = torch.empty(size, dtype=dtype).contiguous(memory_format=CL)
+        op(a, weight, [1, 1], pad, [1, 1], groups, out)
+        return out
+
+    from_contiguous = run(w)
+    assert torch.equal(run(w.contiguous(memory_format=CL)), from_contiguous)
+    out = torch.empty(size, dtype=dtype).contiguous(memory_format=CL)
+    opcheck(op.default, (a, w.contiguous(memory_format=CL), [1, 1], pad, [1, 1], groups, out))
+    every_other_channel = torch.cat([w, w], dim=1)[:, ::2]  # dense in neither layout
+    with pytest.raises(RuntimeError, match=r"expected a contiguous or channels_last \(dense\) weight"):
+        run(every_other_channel)
+    xr = x.detach().requires_grad_()
+    for weight in (w, w.contiguous(memory_format=CL)):
+        y = torch_convbp.conv2d(xr, weight, None, 1, pad, 1, groups)
+        (dx,) = torch.autograd.grad(y, xr, torch.ones_like(y))
+        if weight is w:
+            expected = (y, dx)
+        else:
+            assert torch.equal(y, expected[0]) and torch.equal(dx, expected[1])

@@ -245,8 +245,9 @@ for _name in ("im2col", "col2im", "im2col_nhwc", "col2im_nhwc"):
     _register_column_fakes(_name, nhwc=_name.endswith("_nhwc"))
 
 
-def _check_direct_kernel_call(op, input, weight, output, stride, padding, dilation, groups):
-    """Mirrors check_direct_kernel_call (csrc/checks.cpp); groups None: one per input channel."""
+def _check_direct_kernel_call(op, input, weight, output, stride, padding, dilation, groups, channels_last_weight=False):
+    """Mirrors check_direct_kernel_call (csrc/checks.cpp); groups None: one per input channel;
+    channels_last_weight: a dense channels_last weight is taken too (WeightLayouts)."""
     check_operands(op, input=input, weight=weight, output=output)
     torch._check(input.dim() == 4, lambda: f"{op}: expected a 4-D input [N, C, H, W], got size {list(input.shape)}")
     groups = input.shape[1] if groups is None else groups
@@ -255,7 +256,13 @@ def _check_direct_kernel_call(op, input, weight, output, stride, padding, dilati
     torch._check(
         list(output.shape) == expected, lambda: f"{op}: expected output of size {expected}, got {list(output.shape)}"
     )
-    torch._check(weight.is_contiguous(), lambda: f"{op}: expected a contiguous weight")
+    if channels_last_weight:
+        torch._check(
+            weight.is_contiguous() or weight.is_contiguous(memory_format=torch.channels_last),
+            lambda: f"{op}: expected a contiguous or channels_last (dense) weight, got strides {list(weight.stride())}",
+        )
+    else:
+        torch._check(weight.is_contiguous(), lambda: f"{op}: expected a contiguous weight")
 
 
 def _check_depthwise(op, input, weight, output, stride, padding, dilation):
@@ -284,9 +291,9 @@ def _depthwise_weight_grad_fake(input, grad_output, stride, padding, dilation, g
     _check_depthwise("torch_convbp.depthwise_weight_grad", input, grad_weight, grad_output, stride, padding, dilation)
 
 
-def _check_grouped(op, input, weight, output, stride, padding, dilation, groups):
+def _check_grouped(op, input, weight, output, stride, padding, dilation, groups, channels_last_weight=False):
     """Mirrors check_grouped (csrc/checks.cpp)."""
-    _check_direct_kernel_call(op, input, weight, output, stride, padding, dilation, groups)
+    _check_direct_kernel_call(op, input, weight, output, stride, padding, dilation, groups, channels_last_weight)
     nhwc = torch.channels_last
     torch._check(
         input.is_contiguous(memory_format=nhwc) and output.is_contiguous(memory_format=nhwc),
@@ -317,7 +324,7 @@ def _check_implicit_dtype(op, t, group_in):
 @register_fake("torch_convbp::implicit_conv2d")
 def _implicit_conv2d_fake(input, weight, stride, padding, dilation, groups, output):
     op = "torch_convbp.implicit_conv2d"
-    _check_grouped(op, input, weight, output, stride, padding, dilation, groups)
+    _check_grouped(op, input, weight, output, stride, padding, dilation, groups, channels_last_weight=True)
     _check_implicit_dtype(op, input, weight.shape[1])
 
 
@@ -325,7 +332,7 @@ def _implicit_conv2d_fake(input, weight, stride, padding, dilation, groups, outp
 def _implicit_conv2d_input_grad_fake(grad_output, weight, stride, padding, dilation, groups, grad_input):
     """Mirrors implicit_conv2d_input_grad_cpu (csrc/cpu/implicit_nhwc_cpu.cpp)."""
     op = "torch_convbp.implicit_conv2d_input_grad"
-    _check_grouped(op, grad_input, weight, grad_output, stride, padding, dilation, groups)
+    _check_grouped(op, grad_input, weight, grad_output, stride, padding, dilation, groups, channels_last_weight=True)
     _check_implicit_dtype(op, grad_output, weight.shape[0] // groups)
     reach = [d * (k - 1) for d, k in zip(dilation, weight.shape[2:])]
     torch._check(

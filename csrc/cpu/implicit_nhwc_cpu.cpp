@@ -69,19 +69,59 @@ struct TapMatrices {
   static int64_t column(int64_t co) { return std::is_same_v<T, float> ? co : 2 * co; }
 };
 
-// `weight` [G, A, B, taps] as B matrices [G, taps, K, N]: K = B and N = A (the forward: B_tap =
-// W_g[:, :, tap]^T), or K = A and N = B with the taps reversed (the input gradient's
-// convolution: B_tap = W_g[:, :, taps-1-tap], each group's channels swapped, each kernel rotated
-// by 180 degrees).
+// The B matrices [G, taps, K, N] of a channels_last weight, whose memory is [Cout][taps][C/G]: a
+// tap's [Cout/G, C/G] matrix of each group has its rows taps * C/G apart. The forward's B_tap is
+// that matrix transposed (one transposing copy per group and tap); the input gradient's, for tap
+// taps-1-t, is that matrix itself (a copy of its rows). Read in place, where a contiguous copy of
+// the weight first was a pass of ATen's copy more: about 1 ms a call on 512@7 in float32, with
+// oneDNN's whole forward at 5 ms (benchmarks/NOTES.md, section 109).
+void channels_last_tap_rows(const Tensor& weight, const ConvShape& s, bool input_grad,
+                            const Tensor& rows) {
+  const int64_t groups = s.groups, taps = s.taps();
+  const int64_t a_size = s.out_channels / groups, b_size = s.in_channels / groups;
+  const int64_t element = weight.element_size();
+  const auto* from = static_cast<const char*>(weight.const_data_ptr());
+  auto* to = static_cast<char*>(rows.mutable_data_ptr());
+  const auto source = [&](int64_t g, int64_t a, int64_t tap) {  // W[g*A + a, :, tap]
+    return from + ((g * a_size + a) * taps + tap) * b_size * element;
+  };
+  if (!input_grad) {  // rows[g, tap] [B, A] = W[g, :, :, tap]^T
+    at::parallel_for(0, groups * taps, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        transpose_matrix(source(i / taps, 0, i % taps), taps * b_size,
+                         to + i * b_size * a_size * element, a_size, a_size, b_size, element);
+      }
+    });
+    return;
+  }
+  // rows[g, tap, a] [B] = W[g*A + a, :, taps-1-tap]
+  at::parallel_for(0, groups * taps * a_size, 64, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t a = i % a_size, tap = i / a_size % taps, g = i / (a_size * taps);
+      std::memcpy(to + i * b_size * element, source(g, a, taps - 1 - tap), b_size * element);
+    }
+  });
+}
+
+// The weight [Cout, C/G, kh, kw] (contiguous or channels_last) as B matrices [G, taps, K, N]:
+// K = C/G and N = Cout/G (the forward: B_tap = W_g[:, :, tap]^T), or K = Cout/G and N = C/G with
+// the taps reversed (the input gradient's convolution: B_tap = W_g[:, :, taps-1-tap], each
+// group's channels swapped, each kernel rotated by 180 degrees).
 template <class T>
-TapMatrices<T> tap_matrices(const Tensor& weight, bool input_grad) {
-  const int64_t groups = weight.size(0), taps = weight.size(3);
-  const int64_t k = weight.size(input_grad ? 1 : 2), n = weight.size(input_grad ? 2 : 1);
+TapMatrices<T> tap_matrices(const Tensor& weight, const ConvShape& s, bool input_grad) {
+  const int64_t groups = s.groups, taps = s.taps();
+  const int64_t group_in = s.in_channels / groups, group_out = s.out_channels / groups;
+  const int64_t k = input_grad ? group_out : group_in, n = input_grad ? group_in : group_out;
   const Tensor rows = at::empty({groups, taps, k, n}, weight.options());
-  // [G, B, A, taps] views of rows: A and N the same dimension in the forward, B and N in the
-  // input gradient
-  const Tensor target = input_grad ? rows.permute({0, 3, 2, 1}) : rows.permute({0, 2, 3, 1});
-  transpose_taps_cpu(weight, target, /*reverse_taps=*/input_grad);
+  if (weight.is_contiguous()) {
+    // [G, A, B, taps] = [G, Cout/G, C/G, taps] into [G, B, A, taps] views of rows: A and N the
+    // same dimension in the forward, B and N in the input gradient
+    const Tensor target = input_grad ? rows.permute({0, 3, 2, 1}) : rows.permute({0, 2, 3, 1});
+    transpose_taps_cpu(weight.view({groups, group_out, group_in, taps}), target,
+                       /*reverse_taps=*/input_grad);
+  } else {
+    channels_last_tap_rows(weight, s, input_grad, rows);
+  }
   if constexpr (std::is_same_v<T, float>) {
     return {rows, taps * k * n, k * n, n};
   } else {
@@ -95,21 +135,6 @@ TapMatrices<T> tap_matrices(const Tensor& weight, bool input_grad) {
     });
     return {pairs, taps * k * n, k * n, n};
   }
-}
-
-// For the forward convolution, weight [Cout, Cin/G, kh, kw]: B_tap [Cin/G, Cout/G].
-template <class T>
-TapMatrices<T> forward_tap_matrices(const Tensor& weight, const ConvShape& s) {
-  const int64_t group_in = s.in_channels / s.groups, group_out = s.out_channels / s.groups;
-  return tap_matrices<T>(weight.view({s.groups, group_out, group_in, s.taps()}), false);
-}
-
-// For the input gradient's convolution, from the weight [Cout, Cin/G, kh, kw] of the layer `s`
-// whose input gradient it computes: B_tap [Cout/G, Cin/G], the layer's tap taps-1-tap.
-template <class T>
-TapMatrices<T> input_grad_tap_matrices(const Tensor& weight, const ConvShape& s) {
-  const int64_t group_in = s.in_channels / s.groups, group_out = s.out_channels / s.groups;
-  return tap_matrices<T>(weight.view({s.groups, group_out, group_in, s.taps()}), true);
 }
 
 // A tile's output rows: consecutive rows of the output (of one image or of several), as many as
@@ -319,13 +344,14 @@ void implicit_conv2d_cpu(const Tensor& input, const Tensor& weight, IntArrayRef 
                          IntArrayRef padding, IntArrayRef dilation, int64_t groups,
                          const Tensor& output) {
   constexpr const char* op = "torch_convbp.implicit_conv2d";
-  const ConvShape s = check_grouped(op, input, weight, output, stride, padding, dilation, groups);
+  const ConvShape s = check_grouped(op, input, weight, output, stride, padding, dilation, groups,
+                                    WeightLayouts::contiguous_or_channels_last);
   check_dtype(op, input, s.in_channels / s.groups);
   if (output.numel() == 0) return;
   if (input.scalar_type() == at::kFloat) {
-    convolution(input, forward_tap_matrices<float>(weight, s), s, output);
+    convolution(input, tap_matrices<float>(weight, s, /*input_grad=*/false), s, output);
   } else {
-    convolution(input, forward_tap_matrices<at::BFloat16>(weight, s), s, output);
+    convolution(input, tap_matrices<at::BFloat16>(weight, s, /*input_grad=*/false), s, output);
   }
 }
 
@@ -335,8 +361,8 @@ void implicit_conv2d_input_grad_cpu(const Tensor& grad_output, const Tensor& wei
                                     IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
                                     int64_t groups, const Tensor& grad_input) {
   constexpr const char* op = "torch_convbp.implicit_conv2d_input_grad";
-  const ConvShape s =
-      check_grouped(op, grad_input, weight, grad_output, stride, padding, dilation, groups);
+  const ConvShape s = check_grouped(op, grad_input, weight, grad_output, stride, padding, dilation,
+                                    groups, WeightLayouts::contiguous_or_channels_last);
   check_dtype(op, grad_output, s.out_channels / s.groups);
   const std::optional<ConvShape> transposed = input_grad_convolution(s);
   TORCH_CHECK(transposed, op,
@@ -349,10 +375,11 @@ void implicit_conv2d_input_grad_cpu(const Tensor& grad_output, const Tensor& wei
     return;
   }
   if (grad_output.scalar_type() == at::kFloat) {
-    convolution(grad_output, input_grad_tap_matrices<float>(weight, s), *transposed, grad_input);
-  } else {
-    convolution(grad_output, input_grad_tap_matrices<at::BFloat16>(weight, s), *transposed,
+    convolution(grad_output, tap_matrices<float>(weight, s, /*input_grad=*/true), *transposed,
                 grad_input);
+  } else {
+    convolution(grad_output, tap_matrices<at::BFloat16>(weight, s, /*input_grad=*/true),
+                *transposed, grad_input);
   }
 }
 
