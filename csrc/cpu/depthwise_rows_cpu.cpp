@@ -309,11 +309,21 @@ void weight_grad_rows(Ops ops, const scalar_t* input, const scalar_t* grad_outpu
                        group_sums.data() + g * taps * cout, sums, s, layout);
     }
   });
+  // Each entry's total: its groups' sums added in order, from zero. Group by group over all the
+  // entries at once, in parts of them for the threads (the same additions per entry): entry by
+  // entry, the groups' sums were taps * Cout apart and one thread added them all, while the others
+  // waited (a tenth of 576@14's weight gradient, benchmarks/NOTES.md, section 109).
+  const int64_t entries = taps * cout;
+  std::vector<acc_t> totals(entries, acc_t(0));
+  at::parallel_for(0, entries, 2048, [&](int64_t begin, int64_t end) {
+    for (int64_t g = 0; g < groups; ++g) {
+      const acc_t* group = group_sums.data() + g * entries;
+      for (int64_t i = begin; i < end; ++i) totals[i] = totals[i] + group[i];
+    }
+  });
   for (int64_t o = 0; o < cout; ++o) {
     for (int64_t t = 0; t < taps; ++t) {
-      acc_t total = 0;
-      for (int64_t g = 0; g < groups; ++g) total = total + group_sums[(g * taps + t) * cout + o];
-      grad_weight[o * taps + t] = static_cast<scalar_t>(total);
+      grad_weight[o * taps + t] = static_cast<scalar_t>(totals[t * cout + o]);
     }
   }
 }
