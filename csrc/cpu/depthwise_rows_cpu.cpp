@@ -312,7 +312,7 @@ void weight_grad_rows(Ops ops, const scalar_t* input, const scalar_t* grad_outpu
   // Each entry's total: its groups' sums added in order, from zero. Group by group over all the
   // entries at once, in parts of them for the threads (the same additions per entry): entry by
   // entry, the groups' sums were taps * Cout apart and one thread added them all, while the others
-  // waited (a tenth of 576@14's weight gradient, benchmarks/NOTES.md, section 109).
+  // waited (benchmarks/NOTES.md, section 109).
   const int64_t entries = taps * cout;
   std::vector<acc_t> totals(entries, acc_t(0));
   at::parallel_for(0, entries, 2048, [&](int64_t begin, int64_t end) {

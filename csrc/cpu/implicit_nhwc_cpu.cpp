@@ -73,8 +73,8 @@ struct TapMatrices {
 // tap's [Cout/G, C/G] matrix of each group has its rows taps * C/G apart. The forward's B_tap is
 // that matrix transposed (one transposing copy per group and tap); the input gradient's, for tap
 // taps-1-t, is that matrix itself (a copy of its rows). Read in place, where a contiguous copy of
-// the weight first was a pass of ATen's copy more: about 1 ms a call on 512@7 in float32, with
-// oneDNN's whole forward at 5 ms (benchmarks/NOTES.md, section 109).
+// the weight first was a pass of ATen's copy more on every call, a tenth of 512@7's step fed
+// channels_last (benchmarks/NOTES.md, section 109).
 void channels_last_tap_rows(const Tensor& weight, const ConvShape& s, bool input_grad,
                             const Tensor& rows) {
   const int64_t groups = s.groups, taps = s.taps();
@@ -236,9 +236,9 @@ void implicit_convolution(const Tensor& x, const TapMatrices<T>& w, const ConvSh
 constexpr int64_t kPaddedTilePixels = 256;
 // Kernel rows in one call up to this many input channels (K = kw*C). On AMX 256: 512@7 took 1.4x
 // with K = 1536, and a dilated layer's taps one by one on the padded copy 1.5x the row tiles
-// (section 70). With AVX512_BF16 and no AMX (a Zen 4 EPYC) 128: the forward and input gradient of
-// 256@14 (K = 768) took 1.1-1.2x the time of the tiles' calls of one tap (K = 256), where 64@56
-// and 5x5 64@28 still gained from padded rows and 128@28 ran about even (section 109).
+// (section 70). With AVX512_BF16 and no AMX (a Zen 4 EPYC) 128: the forward and input gradient
+// of 256@14 (K = 768) ran slower than on the tiles' calls of one tap (K = 256), while 64@56 and
+// 5x5 64@28 still gained from padded rows (section 109).
 int64_t most_merged_channels() { return cpu_has_amx_bfloat16_microkernel() ? 256 : 128; }
 
 bool takes_padded_rows(const ConvShape& s) {
