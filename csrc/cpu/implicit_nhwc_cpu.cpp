@@ -71,34 +71,29 @@ struct TapMatrices {
 
 // The B matrices [G, taps, K, N] of a channels_last weight, whose memory is [Cout][taps][C/G]: a
 // tap's [Cout/G, C/G] matrix of each group has its rows taps * C/G apart. The forward's B_tap is
-// that matrix transposed (one transposing copy per group and tap); the input gradient's, for tap
-// taps-1-t, is that matrix itself (a copy of its rows). Read in place, where a contiguous copy of
-// the weight first was a pass of ATen's copy more on every call, a tenth of 512@7's step fed
-// channels_last (benchmarks/NOTES.md, section 109).
+// that matrix transposed (the transposing copy, the taps of a group as its batch); the input
+// gradient's, for tap taps-1-t, is that matrix itself (a copy of its rows). Read in place, where a
+// contiguous copy of the weight first was one more pass over it on every call (benchmarks/NOTES.md,
+// section 109).
 void channels_last_tap_rows(const Tensor& weight, const ConvShape& s, bool input_grad,
                             const Tensor& rows) {
   const int64_t groups = s.groups, taps = s.taps();
   const int64_t a_size = s.out_channels / groups, b_size = s.in_channels / groups;
-  const int64_t element = weight.element_size();
-  const auto* from = static_cast<const char*>(weight.const_data_ptr());
-  auto* to = static_cast<char*>(rows.mutable_data_ptr());
-  const auto source = [&](int64_t g, int64_t a, int64_t tap) {  // W[g*A + a, :, tap]
-    return from + ((g * a_size + a) * taps + tap) * b_size * element;
-  };
-  if (!input_grad) {  // rows[g, tap] [B, A] = W[g, :, :, tap]^T
-    at::parallel_for(0, groups * taps, 1, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        transpose_matrix(source(i / taps, 0, i % taps), taps * b_size,
-                         to + i * b_size * a_size * element, a_size, a_size, b_size, element);
-      }
-    });
+  // the weight's memory, [Cout, kh, kw, C/G], as [G, A, taps, B]
+  const Tensor memory = weight.permute({0, 2, 3, 1}).view({groups, a_size, taps, b_size});
+  if (!input_grad) {  // rows[g] [taps, B, A] = the [taps, A, B] view of W_g, each tap transposed
+    for (int64_t g = 0; g < groups; ++g) transpose_copy_cpu(memory[g].transpose(0, 1), rows[g]);
     return;
   }
-  // rows[g, tap, a] [B] = W[g*A + a, :, taps-1-tap]
+  // rows[g, tap, a] [B] = W[g*A + a, :, taps-1-tap]: rows copied, the taps reversed
+  const int64_t row_bytes = b_size * weight.element_size();
+  const auto* from = static_cast<const char*>(memory.const_data_ptr());
+  auto* to = static_cast<char*>(rows.mutable_data_ptr());
   at::parallel_for(0, groups * taps * a_size, 64, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const int64_t a = i % a_size, tap = i / a_size % taps, g = i / (a_size * taps);
-      std::memcpy(to + i * b_size * element, source(g, a, taps - 1 - tap), b_size * element);
+      std::memcpy(to + i * row_bytes, from + ((g * a_size + a) * taps + taps - 1 - tap) * row_bytes,
+                  row_bytes);
     }
   });
 }
