@@ -399,10 +399,9 @@ def test_a_channels_last_weight_is_read_in_place(groups, kernel_size, kernel, dt
     with pytest.raises(RuntimeError, match=r"expected a contiguous or channels_last \(dense\) weight"):
         run(every_other_channel)
     xr = x.detach().requires_grad_()
+    results = []
     for weight in (w, w.contiguous(memory_format=CL)):
         y = torch_convbp.conv2d(xr, weight, None, 1, pad, 1, groups)
-        (dx,) = torch.autograd.grad(y, xr, torch.ones_like(y))
-        if weight is w:
-            expected = (y, dx)
-        else:
-            assert torch.equal(y, expected[0]) and torch.equal(dx, expected[1])
+        results.append((y, *torch.autograd.grad(y, xr, torch.ones_like(y))))
+    (y, dx), (y_cl, dx_cl) = results
+    assert torch.equal(y_cl, y) and torch.equal(dx_cl, dx)
