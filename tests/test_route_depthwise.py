@@ -44,6 +44,10 @@ DEPTHWISE = [
     ("wide rows, strided and dilated along them", (1, 18, 14, 40), 1, (3, 3), (1, 2), (1, 3), (1, 2)),
     ("stride 3, multiplier 2, wide rows", (1, 8, 24, 50), 2, (3, 4), (1, 3), (1, 2), (1, 1)),
     ("rows narrower than the kernel's reach", (2, 16, 60, 3), 1, (3, 5), (1, 1), (1, 3), (1, 1)),
+    # inner pixels summed four side by side, in full blocks of 16 channels and in a partial one
+    # (and, with a multiplier, the input gradient's channels a step apart, pixel by pixel)
+    ("four pixels side by side", (2, 37, 17, 22), 1, (3, 3), (1, 1), (1, 1), (1, 1)),
+    ("four pixels side by side, multiplier 2", (1, 16, 16, 23), 2, (3, 3), (1, 1), (1, 1), (1, 1)),
     # 3x3 planes of 256 pixels or more, stride 1 along the rows: float32 NCHW calls sum each pixel
     # in vector registers (csrc/cpu/depthwise_cpu.cpp, PlaneOfVectors), the last vector of a row
     # overlapping the one before, or one by one where a row's inner pixels fill no vector

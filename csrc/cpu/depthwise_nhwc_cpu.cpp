@@ -155,6 +155,88 @@ TORCH_CONVBP_INLINE void sum_terms(const Terms& terms, const acc_t* w, const sca
   }
 }
 
+// Pixels whose terms are the same but for a shift of the operand, summed side by side: kPixels
+// pixels, `operand_step` elements apart in the operand and `result_step` in the result. A term's
+// weights are then loaded once for all of them, and its offsets read once: one pixel at a time,
+// each multiply-add loaded its weight and its operand, and the kernels waited on the loads
+// (benchmarks/NOTES.md, section 110). Each pixel's sums are the one-pixel kernels' sums.
+constexpr int64_t kPixels = 4;
+
+// sum[b] += wt[b] * op[operand_channel(first + b)] for one block: one pixel's term.
+template <typename scalar_t, typename acc_t, typename Channel>
+TORCH_CONVBP_INLINE void add_term(acc_t* sum, const acc_t* wt, const scalar_t* op, int64_t first,
+                                  Channel operand_channel) {
+  for (int64_t b = 0; b < kChannelBlock; ++b) {
+    sum[b] = multiply_add(wt[b], static_cast<acc_t>(op[operand_channel(first + b)]), sum[b]);
+  }
+}
+
+// Asks for this block's operand lines of the next kPixels pixels, at the first and the last term
+// (the forward's last tap and the input gradient's first reach furthest on, into the row that
+// no earlier result row has read). Side by side, the pixels' loads jump 4 pixels ahead block by
+// block, and the hardware's prefetcher no longer kept up where the operands stream from memory:
+// without this, 128@56's forward and input gradient took 1.1-1.3x the one-pixel sums' time
+// (benchmarks/NOTES.md, section 110).
+template <typename scalar_t>
+TORCH_CONVBP_INLINE void prefetch_next_pixels(const Terms& terms, const scalar_t* operand,
+                                              int64_t operand_step, int64_t channel) {
+  if (terms.operand_offset.empty()) return;
+  const scalar_t* first = operand + terms.operand_offset.front() + channel;
+  const scalar_t* last = operand + terms.operand_offset.back() + channel;
+  for (int64_t p = kPixels; p < 2 * kPixels; ++p) {
+    __builtin_prefetch(first + p * operand_step);
+    __builtin_prefetch(last + p * operand_step);
+  }
+}
+
+// The sums are four arrays of their own, not one [kPixels][kChannelBlock]: GCC kept those on the
+// stack, these in vector registers.
+template <typename scalar_t, typename acc_t, typename Channel>
+TORCH_CONVBP_INLINE void sum_full_block_of_pixels(const Terms& terms, const acc_t* w,
+                                                  const scalar_t* operand, int64_t operand_step,
+                                                  int64_t first, Channel operand_channel,
+                                                  scalar_t* result, int64_t result_step) {
+  static_assert(kPixels == 4);
+  acc_t sum0[kChannelBlock] = {}, sum1[kChannelBlock] = {}, sum2[kChannelBlock] = {},
+        sum3[kChannelBlock] = {};
+  prefetch_next_pixels(terms, operand, operand_step, operand_channel(first));
+  for (size_t i = 0; i < terms.weight_offset.size(); ++i) {
+    const acc_t* wt = w + terms.weight_offset[i] + first;
+    const scalar_t* op = operand + terms.operand_offset[i];
+    add_term(sum0, wt, op, first, operand_channel);
+    add_term(sum1, wt, op + operand_step, first, operand_channel);
+    add_term(sum2, wt, op + 2 * operand_step, first, operand_channel);
+    add_term(sum3, wt, op + 3 * operand_step, first, operand_channel);
+  }
+  for (int64_t b = 0; b < kChannelBlock; ++b) {
+    result[first + b] = static_cast<scalar_t>(sum0[b]);
+    result[result_step + first + b] = static_cast<scalar_t>(sum1[b]);
+    result[2 * result_step + first + b] = static_cast<scalar_t>(sum2[b]);
+    result[3 * result_step + first + b] = static_cast<scalar_t>(sum3[b]);
+  }
+}
+
+// sum_terms for kPixels pixels that share their terms (as above).
+template <typename scalar_t, typename acc_t, typename Channel>
+TORCH_CONVBP_INLINE void sum_terms_of_pixels(const Terms& terms, const acc_t* w,
+                                             const scalar_t* operand, int64_t operand_step,
+                                             int64_t channels, int64_t step,
+                                             Channel operand_channel, scalar_t* result,
+                                             int64_t result_step) {
+  for (int64_t first = 0; first < channels; first += kChannelBlock) {
+    const int64_t block = std::min(kChannelBlock, channels - first);
+    if (block == kChannelBlock && step == 1) {
+      sum_full_block_of_pixels(terms, w, operand, operand_step, first, operand_channel, result,
+                               result_step);
+    } else {
+      for (int64_t p = 0; p < kPixels; ++p) {
+        sum_any_block(terms, w, operand + p * operand_step, first, block, step, operand_channel,
+                      result + p * result_step);
+      }
+    }
+  }
+}
+
 // Output row oh of one image, all columns and channels: each output element is the sum over the
 // taps, in (ki, kj) order, of the tap's weight times the input element the tap reads.
 template <typename scalar_t, typename acc_t>
@@ -176,15 +258,27 @@ TORCH_CONVBP_WIDE_VECTOR_CLONES void forward_row(const scalar_t* image, const ac
       }
     }
   };
-  for (int64_t ow = 0; ow < s.out_width; ++ow) {
-    // (sum_terms is called here, not from a lambda, so that it is compiled into this clone)
+  const auto same = [](int64_t o) { return o; };
+  const auto divided = [m](int64_t o) { return o / m; };
+  for (int64_t ow = 0; ow < s.out_width;) {
+    // (the sums are called here, not from a lambda, so that they are compiled into this clone)
     const RowTerms::Use use = row_terms.for_pixel(ow, inner, build);
     const scalar_t* x = image + use.operand_shift;
     scalar_t* y = out + ow * cout;
-    if (m == 1) {
-      sum_terms(use.terms, w_by_tap, x, cout, 1, [](int64_t o) { return o; }, y);
+    if (ow >= inner.columns.begin && ow + kPixels <= inner.columns.end) {
+      if (m == 1) {
+        sum_terms_of_pixels(use.terms, w_by_tap, x, inner.shift, cout, 1, same, y, cout);
+      } else {
+        sum_terms_of_pixels(use.terms, w_by_tap, x, inner.shift, cout, 1, divided, y, cout);
+      }
+      ow += kPixels;
     } else {
-      sum_terms(use.terms, w_by_tap, x, cout, 1, [m](int64_t o) { return o / m; }, y);
+      if (m == 1) {
+        sum_terms(use.terms, w_by_tap, x, cout, 1, same, y);
+      } else {
+        sum_terms(use.terms, w_by_tap, x, cout, 1, divided, y);
+      }
+      ow += 1;
     }
   }
 }
@@ -225,11 +319,22 @@ TORCH_CONVBP_WIDE_VECTOR_CLONES void input_grad_row(const scalar_t* grad_image,
       }
     }
   };
-  for (int64_t iw = 0; iw < s.width; ++iw) {
+  // With stride 1, kPixels adjacent inner columns share their terms, one output column (cout
+  // elements) apart. With a longer stride those of a residue do, but summed side by side (their
+  // 1-4 terms each, their results `stride` pixels apart) the 3x3/2 layer's input gradient took
+  // 1.4x the time (benchmarks/NOTES.md, section 110).
+  const bool side_by_side = s.stride_w == 1;
+  for (int64_t iw = 0; iw < s.width;) {
     const RowTerms::Use use = row_terms.for_pixel(iw, repeating, build);
-    sum_terms(
-        use.terms, w_by_tap, grad_image + use.operand_shift, c, m, [](int64_t o) { return o; },
-        grad_in + iw * c);
+    const scalar_t* dy = grad_image + use.operand_shift;
+    if (side_by_side && iw >= inner.begin && iw + kPixels <= inner.end) {
+      sum_terms_of_pixels(
+          use.terms, w_by_tap, dy, cout, c, m, [](int64_t o) { return o; }, grad_in + iw * c, c);
+      iw += kPixels;
+    } else {
+      sum_terms(use.terms, w_by_tap, dy, c, m, [](int64_t o) { return o; }, grad_in + iw * c);
+      iw += 1;
+    }
   }
 }
 
