@@ -58,41 +58,62 @@ TORCH_CONVBP_INLINE V load_vector(const scalar_t* p) {
 // benchmarks/NOTES.md, section 74).
 constexpr int kRegisterVectors = 2;
 
+// One output pixel's products for every tap of a KH x KW kernel, added into the row's sums of
+// `NV` vectors of output channels from `first`. kInside: every tap reads inside the image's
+// columns, and the column checks are left out (the row's inner pixels).
+template <class Ops, int KH, int KW, int NV, bool kInside, typename scalar_t, typename acc_t,
+          typename V>
+TORCH_CONVBP_INLINE void add_pixel(const scalar_t* image, const scalar_t* grad_row,
+                                   const int64_t (&rows)[KH], int64_t ow, int64_t first,
+                                   V (&sums)[NV][KH * KW], const ConvShape& s) {
+  constexpr int64_t lanes = Vector<acc_t, Ops::kBytes>::lanes;
+  const int64_t c = s.in_channels, cout = s.out_channels;
+  V dy[NV];
+  for (int v = 0; v < NV; ++v) {
+    dy[v] = load_vector<acc_t, V>(grad_row + ow * cout + first + v * lanes);
+  }
+#pragma GCC unroll 8
+  for (int ki = 0; ki < KH; ++ki) {
+    if (rows[ki] < 0) continue;
+#pragma GCC unroll 8
+    for (int kj = 0; kj < KW; ++kj) {
+      const int64_t iw = input_index(ow, s.stride_w, s.pad_w, int64_t{kj}, s.dilation_w);
+      if (!kInside && (iw < 0 || iw >= s.width)) continue;
+      const scalar_t* x = image + (rows[ki] * s.width + iw) * c + first;
+      for (int v = 0; v < NV; ++v) {
+        const V xv = load_vector<acc_t, V>(x + v * lanes);
+        sums[v][ki * KW + kj] = Ops::multiply_add(dy[v], xv, sums[v][ki * KW + kj]);
+      }
+    }
+  }
+}
+
 // One output row's sums of `NV` vectors of output channels from `first`, for every tap of a
 // KH x KW kernel, in registers along the row (KH, KW compile-time, the tap loops unrolled), then
-// added into totals [taps][Cout]. m == 1: output channel o reads input channel o.
+// added into totals [taps][Cout]. m == 1: output channel o reads input channel o. The pixels in
+// increasing order, the inner ones without the column checks.
 template <class Ops, int KH, int KW, int NV, typename scalar_t, typename acc_t>
 TORCH_CONVBP_INLINE void row_of_vectors(const scalar_t* image, const scalar_t* grad_row, int64_t oh,
                                         int64_t first, acc_t* totals, const ConvShape& s) {
   using V = typename Vector<acc_t, Ops::kBytes>::type;
   constexpr int64_t lanes = Vector<acc_t, Ops::kBytes>::lanes;
   constexpr int taps = KH * KW;
-  const int64_t c = s.in_channels, cout = s.out_channels;
+  const int64_t cout = s.out_channels;
   V sums[NV][taps];
   for (int v = 0; v < NV; ++v) {
     for (int t = 0; t < taps; ++t) sums[v][t] = Ops::template splat<V>(acc_t(0));
   }
   int64_t rows[KH];  // the input rows, -1 in the padding
   for (int ki = 0; ki < KH; ++ki) rows[ki] = input_row(s, oh, ki);
-  for (int64_t ow = 0; ow < s.out_width; ++ow) {
-    V dy[NV];
-    for (int v = 0; v < NV; ++v) {
-      dy[v] = load_vector<acc_t, V>(grad_row + ow * cout + first + v * lanes);
-    }
-#pragma GCC unroll 8
-    for (int ki = 0; ki < KH; ++ki) {
-      if (rows[ki] < 0) continue;
-#pragma GCC unroll 8
-      for (int kj = 0; kj < KW; ++kj) {
-        const int64_t iw = input_index(ow, s.stride_w, s.pad_w, int64_t{kj}, s.dilation_w);
-        if (iw < 0 || iw >= s.width) continue;
-        const scalar_t* x = image + (rows[ki] * s.width + iw) * c + first;
-        for (int v = 0; v < NV; ++v) {
-          const V xv = load_vector<acc_t, V>(x + v * lanes);
-          sums[v][ki * KW + kj] = Ops::multiply_add(dy[v], xv, sums[v][ki * KW + kj]);
-        }
-      }
-    }
+  const Span inner = inner_columns(s);
+  for (int64_t ow = 0; ow < inner.begin; ++ow) {
+    add_pixel<Ops, KH, KW, NV, false, scalar_t, acc_t>(image, grad_row, rows, ow, first, sums, s);
+  }
+  for (int64_t ow = inner.begin; ow < inner.end; ++ow) {
+    add_pixel<Ops, KH, KW, NV, true, scalar_t, acc_t>(image, grad_row, rows, ow, first, sums, s);
+  }
+  for (int64_t ow = inner.end; ow < s.out_width; ++ow) {
+    add_pixel<Ops, KH, KW, NV, false, scalar_t, acc_t>(image, grad_row, rows, ow, first, sums, s);
   }
   for (int v = 0; v < NV; ++v) {
     for (int t = 0; t < taps; ++t) {
