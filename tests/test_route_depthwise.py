@@ -48,6 +48,7 @@ DEPTHWISE = [
     # (and, with a multiplier, the input gradient's channels a step apart, pixel by pixel)
     ("four pixels side by side", (2, 37, 17, 22), 1, (3, 3), (1, 1), (1, 1), (1, 1)),
     ("four pixels side by side, multiplier 2", (1, 16, 16, 23), 2, (3, 3), (1, 1), (1, 1), (1, 1)),
+    ("four pixels side by side, rows wholly in the padding", (1, 16, 9, 24), 1, (3, 3), (1, 1), (4, 1), (1, 1)),
     # 3x3 planes of 256 pixels or more, stride 1 along the rows: float32 NCHW calls sum each pixel
     # in vector registers (csrc/cpu/depthwise_cpu.cpp, PlaneOfVectors), the last vector of a row
     # overlapping the one before, or one by one where a row's inner pixels fill no vector
