@@ -102,6 +102,15 @@ class RowTerms {
   std::vector<Terms> repeating_;
 };
 
+// sum[b] += wt[b] * op[operand_channel(first + b)] for one block: one pixel's term.
+template <typename scalar_t, typename acc_t, typename Channel>
+TORCH_CONVBP_INLINE void add_term(acc_t* sum, const acc_t* wt, const scalar_t* op, int64_t first,
+                                  Channel operand_channel) {
+  for (int64_t b = 0; b < kChannelBlock; ++b) {
+    sum[b] = multiply_add(wt[b], static_cast<acc_t>(op[operand_channel(first + b)]), sum[b]);
+  }
+}
+
 // One block of kChannelBlock adjacent channels (step 1): the sums in registers. The trip counts
 // are constants, down to the stores, so that the compiler keeps `sum` in vector registers: with
 // a store loop of a run-time length it kept them as 16 scalars (benchmarks/NOTES.md, section 18).
@@ -110,11 +119,8 @@ TORCH_CONVBP_INLINE void sum_full_block(const Terms& terms, const acc_t* w, cons
                                         int64_t first, Channel operand_channel, scalar_t* result) {
   acc_t sum[kChannelBlock] = {};
   for (size_t i = 0; i < terms.weight_offset.size(); ++i) {
-    const acc_t* wt = w + terms.weight_offset[i] + first;
-    const scalar_t* op = operand + terms.operand_offset[i];
-    for (int64_t b = 0; b < kChannelBlock; ++b) {
-      sum[b] = multiply_add(wt[b], static_cast<acc_t>(op[operand_channel(first + b)]), sum[b]);
-    }
+    add_term(sum, w + terms.weight_offset[i] + first, operand + terms.operand_offset[i], first,
+             operand_channel);
   }
   for (int64_t b = 0; b < kChannelBlock; ++b) result[first + b] = static_cast<scalar_t>(sum[b]);
 }
@@ -161,15 +167,6 @@ TORCH_CONVBP_INLINE void sum_terms(const Terms& terms, const acc_t* w, const sca
 // each multiply-add loaded its weight and its operand, and the kernels waited on the loads
 // (benchmarks/NOTES.md, section 110). Each pixel's sums are the one-pixel kernels' sums.
 constexpr int64_t kPixels = 4;
-
-// sum[b] += wt[b] * op[operand_channel(first + b)] for one block: one pixel's term.
-template <typename scalar_t, typename acc_t, typename Channel>
-TORCH_CONVBP_INLINE void add_term(acc_t* sum, const acc_t* wt, const scalar_t* op, int64_t first,
-                                  Channel operand_channel) {
-  for (int64_t b = 0; b < kChannelBlock; ++b) {
-    sum[b] = multiply_add(wt[b], static_cast<acc_t>(op[operand_channel(first + b)]), sum[b]);
-  }
-}
 
 // Asks for this block's operand lines of the next kPixels pixels, at the first and the last term
 // (the forward's last tap and the input gradient's first reach furthest on, into the row that
@@ -324,15 +321,15 @@ TORCH_CONVBP_WIDE_VECTOR_CLONES void input_grad_row(const scalar_t* grad_image,
   // 1-4 terms each, their results `stride` pixels apart) the 3x3/2 layer's input gradient took
   // 1.4x the time (benchmarks/NOTES.md, section 110).
   const bool side_by_side = s.stride_w == 1;
+  const auto same = [](int64_t o) { return o; };
   for (int64_t iw = 0; iw < s.width;) {
     const RowTerms::Use use = row_terms.for_pixel(iw, repeating, build);
     const scalar_t* dy = grad_image + use.operand_shift;
     if (side_by_side && iw >= inner.begin && iw + kPixels <= inner.end) {
-      sum_terms_of_pixels(
-          use.terms, w_by_tap, dy, cout, c, m, [](int64_t o) { return o; }, grad_in + iw * c, c);
+      sum_terms_of_pixels(use.terms, w_by_tap, dy, cout, c, m, same, grad_in + iw * c, c);
       iw += kPixels;
     } else {
-      sum_terms(use.terms, w_by_tap, dy, c, m, [](int64_t o) { return o; }, grad_in + iw * c);
+      sum_terms(use.terms, w_by_tap, dy, c, m, same, grad_in + iw * c);
       iw += 1;
     }
   }
