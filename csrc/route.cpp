@@ -209,6 +209,20 @@ bool takes_implicit_weight_grad(const ConvShape& s, const at::Tensor& first, boo
                       s.dilation_h == 1 && s.dilation_w == 1);
 }
 
+// Whether the implicit route computes the input gradient of a convolution `s` that is not a
+// stride-1 convolution of dY (strided, or padded past the kernel's reach) by scattering dY's
+// GEMMs per tap into dX's pixels (cpu/implicit_nhwc_cpu.cpp, TileProducts). Its GEMMs are the
+// forward's with K and N swapped (K = Cout/G, N = C/G, dY's rows as M), so the forward's rule
+// holds on that shape; by default only where the micro-kernel outruns MKL, where the column
+// route's GEMM ran at 0.7x the forward's rate and its column matrix cost a pass more (NOTES
+// section 111).
+bool takes_implicit_scatter(const ConvShape& s, const at::Tensor& first, bool channels_last) {
+  ConvShape products = s;
+  std::swap(products.in_channels, products.out_channels);
+  return implicit_pays_layout(products, first, channels_last) && takes_implicit(products, first) &&
+         (cpu_prefers_gemm_microkernel() || implicit_setting().has_value());
+}
+
 // explain()'s line for the implicit route's layout: which operands take it on this CPU, and
 // whether through layout copies.
 const char* implicit_why_layout(const at::Tensor& first, bool channels_last) {
@@ -337,6 +351,14 @@ RouteChoice choose_route(Operator op, const ConvShape& s, at::TensorList activat
             implicit_why_layout(first, channels_last)};
   }
 
+  if (op == Operator::input_grad && !transposed &&
+      takes_implicit_scatter(s, first, channels_last)) {
+    return {Route::implicit_nhwc, Layout::nhwc,
+            "stride above 1, or padding past the kernel's reach: a GEMM per tap on views of the "
+            "output gradient, added into the input gradient's pixels it reaches (no column matrix, "
+            "no col2im)",
+            implicit_why_layout(first, channels_last)};
+  }
   if (op == Operator::weight_grad && !channels_last && bfloat16_columns_pay_layout(op, s, first)) {
     return {Route::columns, Layout::nhwc, "im2col, then a GEMM",
             "bfloat16 on a CPU whose GEMM micro-kernel computes bfloat16; 16 or more input and "

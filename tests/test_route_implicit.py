@@ -4,8 +4,9 @@ as GEMMs on shifted views of the input, one per tap, with no column matrix
 (csrc/cpu/implicit_nhwc_cpu.cpp). By default it takes layers of 16 to 256 input channels per group
 whose output rows have 14 pixels or more, NCHW operands of stride 1 and more than one tap too
 (through layout copies); on a CPU where the micro-kernel outruns MKL, every layer of 16 channels or
-more per group with more than one tap, NCHW operands too;
-TORCH_CONVBP_GEMM=microkernel makes it take every call it can compute, =mkl none
+more per group with more than one tap, NCHW operands too, and there the input gradient of a strided
+layer as well: dY's GEMMs per tap added into the dX pixels they reach (no column matrix, no
+col2im). TORCH_CONVBP_GEMM=microkernel makes it take every call it can compute, =mkl none
 (csrc/route.cpp)."""
 import pytest
 import torch
@@ -64,6 +65,10 @@ def test_values_and_gradients_against_the_references(name, shape, cout, kernel, 
     # the direct grouped kernels take narrow groups fed channels_last; NCHW ones have no such route
     narrow = name == "narrow groups" and layout == CL
     assert routes["forward"].route == ("grouped" if narrow else "implicit_nhwc")
+    # the input gradient too: of stride 1 the convolution of dY (the direct grouped kernels' where
+    # its groups, C/G input channels wide, are narrow), else dY's products scattered
+    narrow_input_grad = layout == CL and groups > 1 and shape[1] // groups <= 32 and stride == (1, 1)
+    assert routes["input_grad"].route == ("grouped" if narrow_input_grad else "implicit_nhwc")
     y = torch_convbp.conv2d(x, w, None, *args)
     dy = torch.randn(y.shape, generator=g).contiguous(memory_format=layout)
     ours = (y, *torch.autograd.grad(y, (x, w), dy))
@@ -140,6 +145,7 @@ def test_the_rule_that_chooses_it(name, shape, cout, kernel, dtype, channels_las
     stride, padding = (2, 0) if kernel == 1 else (1, 1)
     routes = torch_convbp.explain(x, w, stride, padding)
     assert (routes["forward"].route == "implicit_nhwc") == takes
+    # the strided 1x1 layer's input gradient: one tap, which the rule leaves to col2im
     assert (routes["input_grad"].route == "implicit_nhwc") == (takes and stride == 1)
     # the weight gradient's rule is its own (tests/test_route_implicit_weight_grad.py)
     monkeypatch.setenv("TORCH_CONVBP_GEMM", "mkl")
@@ -156,6 +162,38 @@ def test_strided_float32_nchw_keeps_the_columns_where_mkl_is_as_fast(monkeypatch
     nchw = torch_convbp.explain(x, w, 2, 1)["forward"].route
     assert (nchw == "implicit_nhwc") == microkernel_outruns_mkl()
     assert torch_convbp.explain(x.contiguous(memory_format=CL), w, 2, 1)["forward"].route == "implicit_nhwc"
+
+
+# (name, input [N, C, H, W], out channels, kernel, stride, dtype, channels_last, taken where the
+# micro-kernel outruns MKL): the input gradient of a strided layer, scattered from dY's GEMMs. Its
+# GEMMs are the forward's with the channels swapped (K = Cout/G, N = C/G), so the forward's rule
+# holds on that shape: 16 or more channels per group each way, more than one tap.
+SCATTER_RULE = [
+    ("3x3/2 64>128", (2, 64, 56, 56), 128, 3, 2, torch.float32, True, True),
+    ("3x3/2 64>128 fed NCHW", (2, 64, 56, 56), 128, 3, 2, torch.float32, False, True),
+    ("5x5/2", (2, 32, 28, 28), 64, 5, 2, torch.float32, True, True),
+    ("bfloat16", (2, 64, 28, 28), 128, 3, 2, torch.bfloat16, True, True),
+    ("8 input channels", (2, 8, 56, 56), 32, 3, 2, torch.float32, True, False),  # N = 8
+    ("8 output channels", (2, 32, 56, 56), 8, 3, 2, torch.float32, True, False),  # K = 8
+    ("one tap", (2, 64, 28, 28), 128, 1, 2, torch.float32, True, False),
+    ("float64", (2, 64, 28, 28), 128, 3, 2, torch.float64, True, False),
+]
+
+
+@pytest.mark.parametrize("name, shape, cout, kernel, stride, dtype, channels_last, takes", SCATTER_RULE,
+                         ids=[r[0] for r in SCATTER_RULE])
+def test_the_rule_for_a_strided_input_gradient(name, shape, cout, kernel, stride, dtype, channels_last, takes, monkeypatch):
+    """Where the micro-kernel outruns MKL (an AVX-512 EPYC) the strided input gradient took
+    0.86-0.99x oneDNN's time where the column route took 1.02-1.34x (benchmarks/NOTES.md, section
+    111); elsewhere it was not measured and keeps the column route (col2im)."""
+    monkeypatch.delenv("TORCH_CONVBP_GEMM", raising=False)
+    takes = takes and microkernel_outruns_mkl() and (dtype != torch.bfloat16 or has_bfloat16_microkernel())
+    x = torch.empty(shape, dtype=dtype).contiguous(memory_format=CL if channels_last else torch.contiguous_format)
+    w = torch.empty(cout, shape[1], kernel, kernel, dtype=dtype)
+    route = torch_convbp.explain(x, w, stride, kernel // 2)["input_grad"]
+    assert (route.route == "implicit_nhwc") == takes, route
+    if takes:
+        assert "added into the input gradient's pixels" in route.reason
 
 
 def test_the_setting_is_checked(monkeypatch):
@@ -222,13 +260,59 @@ def test_the_input_grad_kernel_and_its_fake(microkernel):
     torch.testing.assert_close(dx.double(), expected, rtol=1e-4, atol=1e-4)
     opcheck(ops.implicit_conv2d_input_grad.default,
             (dy.float().contiguous(memory_format=CL), w.float(), *args, dx))
-    with pytest.raises(RuntimeError, match=r"computes stride 1 with padding within the kernel's reach"):
-        strided_dy = torch.empty(2, 48, 3, 8).contiguous(memory_format=CL)  # stride (2, 1)
-        ops.implicit_conv2d_input_grad(strided_dy, w.float(), [2, 1], [1, 0], [2, 1], 2, dx)
     with pytest.raises(RuntimeError, match="computes float32 and bfloat16 only, got Double"):
         ops.implicit_conv2d_input_grad(dy.contiguous(memory_format=CL), w, *args, dx.double())
     with pytest.raises(RuntimeError, match=r"expected output of size"):
         ops.implicit_conv2d_input_grad(dy.float().contiguous(memory_format=CL)[:, :, :3], w.float(), *args, dx)
+
+
+# (name, dX [N, C, H, W], out channels, kernel, stride, padding, dilation, groups): input gradients
+# that are not a stride-1 convolution of dY, which the kernel scatters
+SCATTERED = [
+    ("3x3/2", (5, 32, 13, 12), 48, (3, 3), (2, 2), (1, 1), (1, 1), 1),
+    # pixels that no tap reaches (stride 3 past a kernel of 2) stay zero
+    ("stride past the kernel", (3, 16, 11, 10), 32, (2, 2), (3, 3), (0, 1), (1, 1), 1),
+    ("asymmetric, dilated, groups", (2, 32, 15, 13), 64, (3, 2), (2, 3), (1, 0), (2, 1), 2),
+    ("stride 1, padding past the reach", (2, 16, 6, 7), 16, (3, 3), (1, 1), (3, 2), (1, 1), 1),
+    ("256 output channels: a tile's block of them", (2, 256, 6, 9), 256, (3, 3), (2, 2), (1, 1), (1, 1), 1),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("name, shape, cout, kernel, stride, padding, dilation, groups", SCATTERED,
+                         ids=[c[0] for c in SCATTERED])
+def test_the_input_grad_kernel_scatters_a_strided_layer(name, shape, cout, kernel, stride, padding, dilation, groups, dtype, microkernel):
+    """The input gradient of a strided layer (or one padded past the kernel's reach): each tap's
+    GEMM on a run of dY's pixels, added into the dX pixels it reaches (C's rows stride pixels
+    apart), taps in (ki, kj) order, so within float32's (bfloat16's) rounding of float64; each
+    image's result bitwise the same alone and on any thread count; the fake agrees (opcheck)."""
+    if dtype == torch.bfloat16 and not has_bfloat16_microkernel():
+        pytest.skip("no bfloat16 arithmetic for the micro-kernel here")
+    g = torch.Generator().manual_seed(2)
+    w = (torch.randn(cout, shape[1] // groups, *kernel, generator=g) / 8).to(dtype)
+    args = (list(stride), list(padding), list(dilation), groups)
+    y_size = F.conv2d(torch.empty(shape), w.float(), None, *args).shape
+    dy = torch.randn(y_size, generator=g).to(dtype).contiguous(memory_format=CL)
+
+    def run(grad_output):
+        dx = torch.full((grad_output.shape[0], *shape[1:]), float("nan"), dtype=dtype)
+        dx = dx.contiguous(memory_format=CL)
+        ops.implicit_conv2d_input_grad(grad_output, w, *args, dx)
+        return dx
+
+    ours = run(dy)
+    ref = torch.nn.grad.conv2d_input(shape, w.double(), dy.double(), *args)
+    tolerance = 2 ** -7 * ref.abs().max().item() if dtype == torch.bfloat16 else 1e-4
+    torch.testing.assert_close(ours.double(), ref, rtol=0 if dtype == torch.bfloat16 else 1e-4, atol=tolerance)
+    assert torch.equal(run(dy[1:2]), ours[1:2])
+    before = torch.get_num_threads()
+    try:
+        for count in (1, 3):
+            torch.set_num_threads(count)
+            assert torch.equal(run(dy), ours)
+    finally:
+        torch.set_num_threads(before)
+    opcheck(ops.implicit_conv2d_input_grad.default, (dy, w, *args, run(dy)))
 
 
 @pytest.mark.skipif(not has_bfloat16_microkernel(), reason="no bfloat16 arithmetic for the micro-kernel here")

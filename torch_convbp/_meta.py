@@ -334,12 +334,6 @@ def _implicit_conv2d_input_grad_fake(grad_output, weight, stride, padding, dilat
     op = "torch_convbp.implicit_conv2d_input_grad"
     _check_grouped(op, grad_input, weight, grad_output, stride, padding, dilation, groups, channels_last_weight=True)
     _check_implicit_dtype(op, grad_output, weight.shape[0] // groups)
-    reach = [d * (k - 1) for d, k in zip(dilation, weight.shape[2:])]
-    torch._check(
-        list(stride) == [1, 1] and all(p <= r for p, r in zip(padding, reach)),
-        lambda: f"{op}: computes stride 1 with padding within the kernel's reach (dilation*(k-1)) only, "
-        f"got stride {list(stride)}, padding {list(padding)}",
-    )
 
 
 @register_fake("torch_convbp::implicit_conv2d_weight_grad")

@@ -1,8 +1,9 @@
 // Route implicit_nhwc (route.h): a float32 or bfloat16 convolution of channels_last operands as
 // GEMMs on shifted views of the input, with no column matrix (an implicit GEMM), on oneDNN's
 // micro-kernel (at::native::cpublas::brgemm). Two operators: the forward convolution, and the
-// input gradient of a stride-1 one, which is itself such a convolution (input_grad_convolution,
-// shape.h) of dY. (The weight gradient: implicit_weight_grad_cpu.cpp.)
+// input gradient: of a stride-1 convolution itself such a convolution (input_grad_convolution,
+// shape.h) of dY, of a strided one the same GEMMs scattered into dX's pixels (TileProducts).
+// (The weight gradient: implicit_weight_grad_cpu.cpp.)
 //
 // For one group, the output row (n, oh) of channels [co, co + nb) is
 //   Y[n, oh, :, co..] = sum over the taps (ki, kj) in order of  X_tap [OW', C/G] @ W_tap [C/G, nb]
@@ -141,76 +142,127 @@ TapMatrices<T> tap_matrices(const Tensor& weight, const ConvShape& s, bool input
 constexpr int64_t kTilePixels = 128;
 constexpr int64_t kMinTiles = 16;
 
-// One tile of convolution `s`: output rows [first_row, first_row + rows) of [N * OH] (row r is
-// image r / OH, row r % OH), group g, output channels [co, co + count) of the group. Tap by tap
-// in (ki, kj) order, each tap over all the rows: every output entry sums its taps in that order,
-// whatever the tile's rows, so the rows per tile do not change the bits. The sums are float32:
-// in the output rows themselves (float32), or in `sums` [rows, OW, count], rounded once into the
-// rows after the last tap.
+// The products of one tile, in either direction of convolution `s`:
+// - gather, the forward: result row oh of Y takes, at tap (ki, kj), input row
+//   ih = oh*s - p + ki*d; its output columns ow of tap_columns(s, kj) read input columns
+//   ow*stride_w + offset (A's rows stride_w pixels apart, C's rows adjacent);
+// - scatter, the input gradient of a strided `s`: result row ih of dX takes, at tap (ki, kj), the
+//   row oh of dY with ih = oh*s - p + ki*d (none where ih + p - ki*d is off the stride); dY's
+//   columns ow of the same tap_columns(s, kj) add into dX's columns ow*stride_w + offset (A's rows
+//   adjacent, C's rows stride_w pixels apart). dX's pixels that no tap reaches stay zero. This is
+//   the column route's GEMM and col2im in one: each dX pixel sums its taps in (ki, kj) order as
+//   they come, with no column matrix (benchmarks/NOTES.md, section 111). B is then the weight's
+//   tap itself, [Cout/G, C/G]: the input gradient's tap matrices, whose taps are reversed, read
+//   from the end.
+struct TileProducts {
+  const ConvShape& s;
+  bool scatter;
+
+  int64_t result_height() const { return scatter ? s.height : s.out_height; }
+  int64_t result_width() const { return scatter ? s.width : s.out_width; }
+  int64_t result_channels() const { return scatter ? s.in_channels : s.out_channels; }
+  int64_t source_height() const { return scatter ? s.out_height : s.height; }
+  int64_t source_width() const { return scatter ? s.out_width : s.width; }
+  int64_t source_channels() const { return scatter ? s.out_channels : s.in_channels; }
+  int64_t b_tap(int64_t ki, int64_t kj) const {
+    const int64_t tap = ki * s.kernel_w + kj;
+    return scatter ? s.taps() - 1 - tap : tap;
+  }
+  // The source row that result row `row` (of an image) takes at kernel row ki, or -1 (none).
+  int64_t source_row(int64_t row, int64_t ki) const {
+    if (!scatter) return input_row(s, row, ki);
+    const int64_t on_stride = row + s.pad_h - ki * s.dilation_h;
+    if (on_stride < 0 || on_stride % s.stride_h != 0) return -1;
+    return on_stride / s.stride_h < s.out_height ? on_stride / s.stride_h : -1;
+  }
+};
+
+// One call's pixels along a row: `pixels` of them, the first at source_column of the source row
+// and result_column of the result row, and the steps between them in pixels.
+struct TapRun {
+  int64_t pixels, source_column, result_column, source_step, result_step;
+};
+TapRun tap_run(const TileProducts& p, int64_t kj) {
+  const Tap tap = tap_columns(p.s, kj);
+  const int64_t pixels = tap.columns.end - tap.columns.begin;
+  const int64_t strided = tap.columns.begin * p.s.stride_w + tap.offset, step = p.s.stride_w;
+  return p.scatter ? TapRun{pixels, tap.columns.begin, strided, 1, step}
+                   : TapRun{pixels, strided, tap.columns.begin, step, 1};
+}
+
+// One tile: result rows [first_row, first_row + rows) of [N * result_height] (row r is image
+// r / result_height, row r % result_height), group g, result channels [co, co + count) of the
+// group. Tap by tap in (ki, kj) order, each tap over all the rows: every result entry sums its
+// taps in that order, whatever the tile's rows, so the rows per tile do not change the bits. The
+// sums are float32: in the result rows themselves (float32), or in `sums` [rows, width, count],
+// rounded once into the rows after the last tap.
 template <class T>
-void tile(const T* x, const TapMatrices<T>& w, T* y, float* sums, const ConvShape& s,
+void tile(const T* x, const TapMatrices<T>& w, T* y, float* sums, const TileProducts& p,
           int64_t first_row, int64_t rows, int64_t g, int64_t co, int64_t count) {
-  const int64_t group_in = s.in_channels / s.groups, group_out = s.out_channels / s.groups;
+  const ConvShape& s = p.s;
+  const int64_t width = p.result_width(), channels = p.result_channels();
+  const int64_t group_k = p.source_channels() / s.groups, group_n = channels / s.groups;
   constexpr bool in_place = std::is_same_v<T, float>;
-  const int64_t ldc = in_place ? s.out_channels : count;
+  const int64_t ldc = in_place ? channels : count;
   const auto out_row = [&](int64_t r) {
-    return y + (first_row + r) * s.out_width * s.out_channels + g * group_out + co;
+    return y + (first_row + r) * width * channels + g * group_n + co;
   };
   const auto sum_row = [&](int64_t r) {
-    return in_place ? reinterpret_cast<float*>(out_row(r)) : sums + r * s.out_width * count;
+    return in_place ? reinterpret_cast<float*>(out_row(r)) : sums + r * width * count;
   };
   for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t ow = 0; ow < s.out_width; ++ow) std::fill_n(sum_row(r) + ow * ldc, count, 0.f);
+    for (int64_t ow = 0; ow < width; ++ow) std::fill_n(sum_row(r) + ow * ldc, count, 0.f);
   }
   for (int64_t ki = 0; ki < s.kernel_h; ++ki) {
     for (int64_t kj = 0; kj < s.kernel_w; ++kj) {
-      const Tap tap = tap_columns(s, kj);
-      const int64_t columns = tap.columns.end - tap.columns.begin;
-      if (columns <= 0) continue;
-      const int64_t iw = tap.columns.begin * s.stride_w + tap.offset;
-      const T* b = w.of(g, ki * s.kernel_w + kj) + TapMatrices<T>::column(co);
+      const TapRun run = tap_run(p, kj);
+      if (run.pixels <= 0) continue;
+      const T* b = w.of(g, p.b_tap(ki, kj)) + TapMatrices<T>::column(co);
       for (int64_t r = 0; r < rows; ++r) {
-        const int64_t n = (first_row + r) / s.out_height, oh = (first_row + r) % s.out_height;
-        const int64_t ih = input_row(s, oh, ki);
-        if (ih < 0) continue;
-        const T* x_row = x + ((n * s.height + ih) * s.width) * s.in_channels + g * group_in;
-        // [columns, nb] += [columns, C/G] @ [C/G, nb]
-        micro_gemm(columns, count, group_in, x_row + iw * s.in_channels, s.stride_w * s.in_channels,
-                   b, w.ldb, sum_row(r) + tap.columns.begin * ldc, ldc,
-                   /*add=*/true);
+        const int64_t n = (first_row + r) / p.result_height();
+        const int64_t source_row = p.source_row((first_row + r) % p.result_height(), ki);
+        if (source_row < 0) continue;
+        const T* x_row =
+            x + (n * p.source_height() + source_row) * p.source_width() * p.source_channels() +
+            g * group_k;
+        // [pixels, nb] += [pixels, K] @ [K, nb]
+        micro_gemm(run.pixels, count, group_k, x_row + run.source_column * p.source_channels(),
+                   run.source_step * p.source_channels(), b, w.ldb,
+                   sum_row(r) + run.result_column * ldc, run.result_step * ldc, /*add=*/true);
       }
     }
   }
   if constexpr (!in_place) {
     for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t ow = 0; ow < s.out_width; ++ow) {
-        round_to_bfloat16(sum_row(r) + ow * count, count, out_row(r) + ow * s.out_channels);
+      for (int64_t ow = 0; ow < width; ++ow) {
+        round_to_bfloat16(sum_row(r) + ow * count, count, out_row(r) + ow * channels);
       }
     }
   }
 }
 
-// Convolution `s` of x into y (both NHWC), every tile of it.
+// Every tile of the products `p`, from x into y (both NHWC).
 template <class T>
-void implicit_convolution(const Tensor& x, const TapMatrices<T>& w, const ConvShape& s,
+void implicit_convolution(const Tensor& x, const TapMatrices<T>& w, const TileProducts& p,
                           const Tensor& y) {
-  const int64_t group_out = s.out_channels / s.groups;
-  const int64_t per_tile = std::min(group_out, kMaxTileChannels);
-  const int64_t blocks = (group_out + per_tile - 1) / per_tile;
-  const int64_t rows = s.batch * s.out_height, units = s.groups * blocks;
-  const int64_t tile_rows = std::max<int64_t>(
-      1, std::min((kTilePixels + s.out_width - 1) / s.out_width, rows * units / kMinTiles));
+  const int64_t group_n = p.result_channels() / p.s.groups;
+  const int64_t per_tile = std::min(group_n, kMaxTileChannels);
+  const int64_t blocks = (group_n + per_tile - 1) / per_tile;
+  const int64_t width = p.result_width();
+  const int64_t rows = p.s.batch * p.result_height(), units = p.s.groups * blocks;
+  const int64_t tile_rows =
+      std::max<int64_t>(1, std::min((kTilePixels + width - 1) / width, rows * units / kMinTiles));
   const int64_t row_tiles = (rows + tile_rows - 1) / tile_rows, tiles = row_tiles * units;
   const T* x_data = x.const_data_ptr<T>();
   T* y_data = y.mutable_data_ptr<T>();
   // Tiles in the order (group, block, rows): consecutive tasks share a block of weights.
   at::parallel_for(0, tiles, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> sums(std::is_same_v<T, float> ? 0 : tile_rows * s.out_width * per_tile);
+    std::vector<float> sums(std::is_same_v<T, float> ? 0 : tile_rows * width * per_tile);
     for (int64_t t = begin; t < end; ++t) {
       const int64_t first_row = t % row_tiles * tile_rows, unit = t / row_tiles;
       const int64_t g = unit / blocks, co = unit % blocks * per_tile;
-      tile(x_data, w, y_data, sums.data(), s, first_row, std::min(tile_rows, rows - first_row), g,
-           co, std::min(per_tile, group_out - co));
+      tile(x_data, w, y_data, sums.data(), p, first_row, std::min(tile_rows, rows - first_row), g,
+           co, std::min(per_tile, group_n - co));
     }
     if constexpr (!std::is_same_v<T, float>) release_microkernel(/*vnni=*/true);
   });
@@ -317,7 +369,7 @@ void convolution(const Tensor& x, const TapMatrices<T>& w, const ConvShape& s, c
   if constexpr (std::is_same_v<T, at::BFloat16>) {
     if (takes_padded_rows(s)) return padded_convolution(x, w, s, y);
   }
-  implicit_convolution(x, w, s, y);
+  implicit_convolution(x, w, TileProducts{s, /*scatter=*/false}, y);
 }
 
 // float32; bfloat16 where the CPU has bfloat16 arithmetic, with an even number of input channels
@@ -350,8 +402,20 @@ void implicit_conv2d_cpu(const Tensor& input, const Tensor& weight, IntArrayRef 
   }
 }
 
-// The input gradient of the stride-1 convolution of `weight` (checked as that convolution, with
-// grad_input as its input and grad_output as its output).
+// The input gradient of the convolution of `weight` (checked as that convolution, with
+// grad_input as its input and grad_output as its output): of stride 1 with padding within the
+// kernel's reach, the forward convolution of dY (input_grad_convolution); else dY's products
+// scattered into dX's pixels (TileProducts).
+template <class T>
+void input_grad(const Tensor& grad_output, const Tensor& weight, const ConvShape& s,
+                const Tensor& grad_input) {
+  const TapMatrices<T> w = tap_matrices<T>(weight, s, /*input_grad=*/true);
+  if (const std::optional<ConvShape> transposed = input_grad_convolution(s)) {
+    return convolution(grad_output, w, *transposed, grad_input);
+  }
+  implicit_convolution(grad_output, w, TileProducts{s, /*scatter=*/true}, grad_input);
+}
+
 void implicit_conv2d_input_grad_cpu(const Tensor& grad_output, const Tensor& weight,
                                     IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
                                     int64_t groups, const Tensor& grad_input) {
@@ -359,22 +423,15 @@ void implicit_conv2d_input_grad_cpu(const Tensor& grad_output, const Tensor& wei
   const ConvShape s = check_grouped(op, grad_input, weight, grad_output, stride, padding, dilation,
                                     groups, WeightLayouts::contiguous_or_channels_last);
   check_dtype(op, grad_output, s.out_channels / s.groups);
-  const std::optional<ConvShape> transposed = input_grad_convolution(s);
-  TORCH_CHECK(transposed, op,
-              ": computes stride 1 with padding within the kernel's reach (dilation*(k-1)) only, "
-              "got stride ",
-              stride, ", padding ", padding);
   if (grad_input.numel() == 0) return;
   if (grad_output.numel() == 0) {
     grad_input.zero_();
     return;
   }
   if (grad_output.scalar_type() == at::kFloat) {
-    convolution(grad_output, tap_matrices<float>(weight, s, /*input_grad=*/true), *transposed,
-                grad_input);
+    input_grad<float>(grad_output, weight, s, grad_input);
   } else {
-    convolution(grad_output, tap_matrices<at::BFloat16>(weight, s, /*input_grad=*/true),
-                *transposed, grad_input);
+    input_grad<at::BFloat16>(grad_output, weight, s, grad_input);
   }
 }
 
