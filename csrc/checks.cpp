@@ -256,21 +256,26 @@ ConvShape check_direct_kernel_call(const char* op, const Tensor& input, const Te
   return s;
 }
 
-}  // namespace
-
-DepthwiseCall check_depthwise(const char* op, const Tensor& input, const Tensor& weight,
-                              const Tensor& output, IntArrayRef stride, IntArrayRef padding,
-                              IntArrayRef dilation) {
-  const ConvShape s = check_direct_kernel_call(op, input, weight, output, stride, padding, dilation,
-                                               /*groups=*/std::nullopt);
-  // NCHW where both are contiguous (also when both layouts are one, as for 1x1 images).
-  if (input.is_contiguous() && output.is_contiguous()) return {s, /*channels_last=*/false};
+// Whether the input and output are both dense channels_last (true) or both contiguous (false: NCHW,
+// also where both layouts are one, as for 1x1 images); any other pair is refused.
+bool both_channels_last(const char* op, const Tensor& input, const Tensor& output) {
+  if (input.is_contiguous() && output.is_contiguous()) return false;
   const auto nhwc = at::MemoryFormat::ChannelsLast;
   TORCH_CHECK(input.is_contiguous(nhwc) && output.is_contiguous(nhwc), op,
               ": expected input and output both contiguous or both channels_last (dense), got "
               "strides ",
               input.strides(), " and ", output.strides());
-  return {s, /*channels_last=*/true};
+  return true;
+}
+
+}  // namespace
+
+LayoutCall check_depthwise(const char* op, const Tensor& input, const Tensor& weight,
+                           const Tensor& output, IntArrayRef stride, IntArrayRef padding,
+                           IntArrayRef dilation) {
+  const ConvShape s = check_direct_kernel_call(op, input, weight, output, stride, padding, dilation,
+                                               /*groups=*/std::nullopt);
+  return {s, both_channels_last(op, input, output)};
 }
 
 ConvShape check_grouped(const char* op, const Tensor& input, const Tensor& weight,
@@ -283,6 +288,14 @@ ConvShape check_grouped(const char* op, const Tensor& input, const Tensor& weigh
               ": expected input and output both channels_last (dense), got strides ",
               input.strides(), " and ", output.strides());
   return s;
+}
+
+LayoutCall check_grouped_either_layout(const char* op, const Tensor& input, const Tensor& weight,
+                                       const Tensor& output, IntArrayRef stride,
+                                       IntArrayRef padding, IntArrayRef dilation, int64_t groups) {
+  const ConvShape s = check_direct_kernel_call(op, input, weight, output, stride, padding, dilation,
+                                               groups, WeightLayouts::contiguous);
+  return {s, both_channels_last(op, input, output)};
 }
 
 namespace {

@@ -48,17 +48,20 @@ ColumnGeometry check_columns(const char* op, Layout layout, const Tensor& images
                              IntArrayRef padding, IntArrayRef dilation, int64_t row_start,
                              int64_t rows);
 
+// A direct kernel's call that takes its activations in either layout: the convolution's shape,
+// and whether the input and output are NHWC in memory (else both NCHW, contiguous).
+struct LayoutCall {
+  ConvShape shape;
+  bool channels_last;
+};
+
 // Checks the arguments of the depthwise operators: input [N, C, H, W], weight [C*m, 1, kh, kw]
 // and output [N, C*m, OH, OW] (for the gradient operators: their gradients), of one dtype and
 // device, the weight contiguous, the input and output both contiguous or both dense
 // channels_last. Returns the convolution's shape, with groups = C, and the layout.
-struct DepthwiseCall {
-  ConvShape shape;
-  bool channels_last;  // the input and output are NHWC in memory
-};
-DepthwiseCall check_depthwise(const char* op, const Tensor& input, const Tensor& weight,
-                              const Tensor& output, IntArrayRef stride, IntArrayRef padding,
-                              IntArrayRef dilation);
+LayoutCall check_depthwise(const char* op, const Tensor& input, const Tensor& weight,
+                           const Tensor& output, IntArrayRef stride, IntArrayRef padding,
+                           IntArrayRef dilation);
 
 // The memory layouts a direct kernel takes its weight in: contiguous, or either contiguous or
 // dense channels_last (the implicit route's forward and input gradient, which transpose it into
@@ -73,6 +76,13 @@ ConvShape check_grouped(const char* op, const Tensor& input, const Tensor& weigh
                         const Tensor& output, IntArrayRef stride, IntArrayRef padding,
                         IntArrayRef dilation, int64_t groups,
                         WeightLayouts weight_layouts = WeightLayouts::contiguous);
+
+// As check_grouped (a contiguous weight), but the input and output both contiguous or both dense
+// channels_last: the implicit route's weight gradient, which reads either. Returns the shape and
+// the layout.
+LayoutCall check_grouped_either_layout(const char* op, const Tensor& input, const Tensor& weight,
+                                       const Tensor& output, IntArrayRef stride,
+                                       IntArrayRef padding, IntArrayRef dilation, int64_t groups);
 
 // Checks the arguments of the transposing copy: source [B, R, C] and target [B, C, R] of one
 // dtype (of 1 to 8 bytes) and device, each with unit stride along its last dimension, and the

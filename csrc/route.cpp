@@ -322,7 +322,8 @@ RouteChoice choose_route(Operator op, const ConvShape& s, at::TensorList activat
 
   const bool bfloat16 = first.scalar_type() == at::kBFloat16;
   if (op == Operator::weight_grad && takes_implicit_weight_grad(s, first, channels_last)) {
-    return {Route::implicit_nhwc, Layout::nhwc,
+    // float32 fed NCHW: read as it is (its padded copies built from NCHW rows, NOTES section 111)
+    return {Route::implicit_nhwc, channels_last || bfloat16 ? Layout::nhwc : Layout::nchw,
             "stride 1: a GEMM per tap on shifted views of padded copies of the input and the "
             "output gradient (no column matrix)",
             !bfloat16 && channels_last
@@ -331,8 +332,8 @@ RouteChoice choose_route(Operator op, const ConvShape& s, at::TensorList activat
                   "of 14 pixels or more"
             : !bfloat16
                 ? "float32 on a CPU that runs AVX-512 kernels; 16 to 128 input channels per group "
-                  "and no more output channels, undilated, output rows of 14 pixels or more: NHWC, "
-                  "through layout copies"
+                  "and no more output channels, undilated, output rows of 14 pixels or more: NCHW "
+                  "operands read as they are"
             : channels_last
                 ? "channels_last bfloat16 operands on a CPU whose GEMM micro-kernel computes "
                   "bfloat16; 16 or more channels per group, output rows of 14 pixels or more"

@@ -1,11 +1,12 @@
-"""Route implicit_nhwc, the weight gradient: dW of a stride-1 convolution of channels_last operands
-as GEMMs per tap on shifted views of padded copies of the input and the output gradient, with no
-column matrix (csrc/cpu/implicit_weight_grad_cpu.cpp), in float32 and, where the CPU has bfloat16
-arithmetic, in bfloat16. By default it takes bfloat16 layers of 16 or more channels per group whose
-output rows have 14 pixels or more, fed NCHW too (through layout copies), and float32 ones of 16
-to 128 input channels per group, no more output channels, undilated, fed NCHW too on a CPU that
-runs AVX-512 kernels; TORCH_CONVBP_GEMM=microkernel makes it take every stride-1 call of
-channels_last operands, =mkl none (csrc/route.cpp)."""
+"""Route implicit_nhwc, the weight gradient: dW of a stride-1 convolution as GEMMs per tap on
+shifted views of padded copies of the input and the output gradient, with no column matrix
+(csrc/cpu/implicit_weight_grad_cpu.cpp), in float32 of channels_last or NCHW operands (the copies
+read either) and, where the CPU has bfloat16 arithmetic, in bfloat16 of channels_last ones. By
+default it takes bfloat16 layers of 16 or more channels per group whose output rows have 14 pixels
+or more, fed NCHW too (through layout copies), and float32 ones of 16 to 128 input channels per
+group, no more output channels, undilated, fed NCHW too (read as they are) on a CPU that runs
+AVX-512 kernels; TORCH_CONVBP_GEMM=microkernel makes it take every stride-1 call of channels_last
+operands, =mkl none (csrc/route.cpp)."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -77,15 +78,21 @@ def test_values_against_the_references(name, shape, cout, kernel, padding, dilat
     torch.testing.assert_close(ours.double(), ref, rtol=tol, atol=tol)
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+LAYOUTS_AND_DTYPES = [(CL, torch.float32), pytest.param(CL, torch.bfloat16, marks=NO_BFLOAT16),
+                      (torch.contiguous_format, torch.float32)]
+LAYOUT_IDS = ["channels_last-float32", "channels_last-bfloat16", "nchw-float32"]
+
+
+@pytest.mark.parametrize("layout, dtype", LAYOUTS_AND_DTYPES, ids=LAYOUT_IDS)
 @pytest.mark.parametrize("where", ["right edge", "left edge", "interior", "padding row"])
-def test_non_finite_inputs_propagate_like_f_conv2d(where, dtype, microkernel):
+def test_non_finite_inputs_propagate_like_f_conv2d(where, layout, dtype):
     """The padded copies pair the extended output gradient's zero columns with input values that
     the convolution never pairs (0 * inf is NaN): a chunk whose input holds an infinity or a NaN
     takes the convolution's own pairs instead, so each tap's gradient is inf, NaN or finite where
-    F.conv2d's is. Also a NaN of the output gradient, which the padding's zeros pair with."""
+    F.conv2d's is. Also a NaN of the output gradient, which the padding's zeros pair with. The
+    kernel itself, of operands in either layout it reads."""
     x, w, g = operands((2, 16, 6, 7), 16, (3, 3), 1, dtype)
-    dy = torch.randn(2, 16, 6, 7, generator=g).to(dtype).contiguous(memory_format=CL)
+    dy = torch.randn(2, 16, 6, 7, generator=g).to(dtype)
     if where == "right edge":
         x[1, 3, 2, -1] = float("inf")
     elif where == "left edge":
@@ -94,8 +101,9 @@ def test_non_finite_inputs_propagate_like_f_conv2d(where, dtype, microkernel):
         x[1, 0, 3, 3] = float("nan")
     else:
         dy[0, 2, 0, 4] = float("nan")
-    args = ([1, 1], [1, 1], [1, 1], 1)
-    ours = ops.conv2d_weight_grad(x, dy, list(w.shape), *args)
+    ours = torch.empty(w.shape, dtype=dtype)
+    ops.implicit_conv2d_weight_grad(x.contiguous(memory_format=layout), dy.contiguous(memory_format=layout),
+                                    [1, 1], [1, 1], [1, 1], 1, ours)
     ref = torch.nn.grad.conv2d_weight(x.double(), w.shape, dy.double(), 1, 1)
     assert torch.equal(ours.isnan(), ref.isnan())
     assert torch.equal(ours.isposinf(), ref.isposinf()) and torch.equal(ours.isneginf(), ref.isneginf())
@@ -110,16 +118,19 @@ NO_AVX512 = pytest.mark.skipif(not runs_avx512_kernels(), reason="float32 fed NC
 
 @pytest.mark.parametrize("dtype", [pytest.param(torch.float32, marks=NO_AVX512), pytest.param(torch.bfloat16, marks=NO_BFLOAT16)], ids=str)
 @pytest.mark.parametrize("kernel", [(3, 3), (5, 5)], ids=["3x3", "5x5"])
-def test_fed_nchw_through_layout_copies(kernel, dtype, monkeypatch):
-    """Operands fed NCHW take the route through layout copies (bfloat16 where the micro-kernel
-    computes it, float32 where AVX-512 kernels run); the weight gradient is the same as fed
-    channels_last, bit for bit, and a contiguous tensor."""
+def test_fed_nchw(kernel, dtype, monkeypatch):
+    """Operands fed NCHW take the route: float32 where AVX-512 kernels run, read as they are (the
+    padded copies built from NCHW rows), bfloat16 where the micro-kernel computes it, through
+    layout copies. The weight gradient is the same as fed channels_last, bit for bit (the same
+    padded copies, the same GEMMs), and a contiguous tensor."""
     monkeypatch.delenv("TORCH_CONVBP_GEMM", raising=False)
     x, w, g = operands((2, 32, 16, 15), 24, kernel, 1, dtype)
     padding = [kernel[0] // 2, kernel[1] // 2]
     dy = torch.randn(2, 24, 16, 15, generator=g).to(dtype)
     args = (list(w.shape), [1, 1], padding, [1, 1], 1)
-    assert torch_convbp.explain(x.contiguous(), w, 1, padding)["weight_grad"].route == "implicit_nhwc"
+    route = torch_convbp.explain(x.contiguous(), w, 1, padding)["weight_grad"]
+    assert route.route == "implicit_nhwc"
+    assert route.layout == ("nchw" if dtype == torch.float32 else "nhwc")
     nchw = ops.conv2d_weight_grad(x.contiguous(), dy, *args)
     assert nchw.is_contiguous()
     assert torch.equal(nchw, ops.conv2d_weight_grad(x, dy.contiguous(memory_format=CL), *args))
@@ -162,7 +173,7 @@ RULE = [
     ("dilated", (2, 64, 28, 28), 64, 3, 1, 2, torch.float32, True, False),
     ("rows of 7", (2, 64, 7, 7), 64, 3, 1, 1, torch.float32, True, False),
     ("strided", (2, 64, 56, 56), 64, 3, 2, 1, torch.float32, True, False),
-    # float32 fed NCHW through layout copies where AVX-512 kernels run (NOTES section 94)
+    # float32 fed NCHW where AVX-512 kernels run (NOTES section 94), read as it is (section 111)
     ("NCHW", (2, 64, 56, 56), 64, 3, 1, 1, torch.float32, False, "avx512"),
     ("NCHW 5x5", (2, 64, 28, 28), 64, 5, 1, 1, torch.float32, False, "avx512"),
     ("NCHW 256 channels", (1, 256, 14, 14), 256, 3, 1, 1, torch.float32, False, False),
@@ -189,7 +200,10 @@ def test_the_rule_that_chooses_it(name, shape, cout, kernel, stride, dilation, d
     x = torch.empty(shape, dtype=dtype).contiguous(memory_format=CL if channels_last else torch.contiguous_format)
     w = torch.empty(cout, shape[1], kernel, kernel, dtype=dtype)
     args = (stride, dilation * (kernel // 2), dilation)
-    assert (torch_convbp.explain(x, w, *args)["weight_grad"].route == "implicit_nhwc") == takes
+    route = torch_convbp.explain(x, w, *args)["weight_grad"]
+    assert (route.route == "implicit_nhwc") == takes
+    if takes:  # float32 NCHW operands read as they are, bfloat16 ones through layout copies
+        assert route.layout == ("nhwc" if channels_last or dtype == torch.bfloat16 else "nchw")
     monkeypatch.setenv("TORCH_CONVBP_GEMM", "mkl")
     assert torch_convbp.explain(x, w, *args)["weight_grad"].route != "implicit_nhwc"
 
@@ -208,7 +222,15 @@ def test_the_kernel_and_its_fake(microkernel):
         ops.implicit_conv2d_weight_grad(x, torch.empty(2, 48, 3, 8).contiguous(memory_format=CL), [2, 1], [1, 0], [2, 1], 2, dw)
     with pytest.raises(RuntimeError, match="computes float32 and bfloat16 only, got Double"):
         ops.implicit_conv2d_weight_grad(x.double(), dy.double(), *args, dw.double())
-    with pytest.raises(RuntimeError, match="both channels_last"):
+    # NCHW operands, read as they are: the same bits as channels_last ones
+    nchw = torch.empty_like(dw)
+    ops.implicit_conv2d_weight_grad(x.contiguous(), dy.contiguous(), *args, nchw)
+    assert torch.equal(nchw, dw)
+    opcheck(ops.implicit_conv2d_weight_grad.default, (x.contiguous(), dy.contiguous(), *args, nchw))
+    with pytest.raises(RuntimeError, match="both contiguous or both channels_last"):
         ops.implicit_conv2d_weight_grad(x.contiguous(), dy, *args, dw)
+    with pytest.raises(RuntimeError, match=r"computes bfloat16 of channels_last input and output only \(NCHW: float32\)"):
+        bf = torch.bfloat16
+        ops.implicit_conv2d_weight_grad(x.to(bf).contiguous(), dy.to(bf).contiguous(), *args, dw.to(bf))
     with pytest.raises(RuntimeError, match=r"expected output of size"):
         ops.implicit_conv2d_weight_grad(x, dy[:, :, :3], *args, dw)

@@ -265,8 +265,8 @@ def _check_direct_kernel_call(op, input, weight, output, stride, padding, dilati
         torch._check(weight.is_contiguous(), lambda: f"{op}: expected a contiguous weight")
 
 
-def _check_depthwise(op, input, weight, output, stride, padding, dilation):
-    _check_direct_kernel_call(op, input, weight, output, stride, padding, dilation, None)
+def _check_both_channels_last(op, input, output):
+    """Mirrors both_channels_last (csrc/checks.cpp)."""
     both_nchw = input.is_contiguous() and output.is_contiguous()
     torch._check(
         both_nchw
@@ -274,6 +274,11 @@ def _check_depthwise(op, input, weight, output, stride, padding, dilation):
         lambda: f"{op}: expected input and output both contiguous or both channels_last (dense), got strides "
         f"{list(input.stride())} and {list(output.stride())}",
     )
+
+
+def _check_depthwise(op, input, weight, output, stride, padding, dilation):
+    _check_direct_kernel_call(op, input, weight, output, stride, padding, dilation, None)
+    _check_both_channels_last(op, input, output)
 
 
 @register_fake("torch_convbp::depthwise_conv2d")
@@ -340,10 +345,17 @@ def _implicit_conv2d_input_grad_fake(grad_output, weight, stride, padding, dilat
 def _implicit_conv2d_weight_grad_fake(input, grad_output, stride, padding, dilation, groups, grad_weight):
     """Mirrors implicit_conv2d_weight_grad_cpu (csrc/cpu/implicit_weight_grad_cpu.cpp)."""
     op = "torch_convbp.implicit_conv2d_weight_grad"
-    _check_grouped(op, input, grad_weight, grad_output, stride, padding, dilation, groups)
+    _check_direct_kernel_call(op, input, grad_weight, grad_output, stride, padding, dilation, groups)
+    _check_both_channels_last(op, input, grad_output)
     torch._check(
         input.dtype in (torch.float32, torch.bfloat16),
         lambda: f"{op}: computes float32 and bfloat16 only, got {input.dtype}",
+    )
+    nhwc = torch.channels_last
+    torch._check(
+        input.dtype == torch.float32
+        or (input.is_contiguous(memory_format=nhwc) and grad_output.is_contiguous(memory_format=nhwc)),
+        lambda: f"{op}: computes bfloat16 of channels_last input and output only (NCHW: float32)",
     )
     torch._check(list(stride) == [1, 1], lambda: f"{op}: computes stride 1 only, got stride {list(stride)}")
 

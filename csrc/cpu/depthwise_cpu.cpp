@@ -242,14 +242,14 @@ void on_widened_planes(const scalar_t* source, int64_t source_plane, int64_t sou
   });
 }
 
-Layout operand_layout(const DepthwiseCall& call) {
+Layout operand_layout(const LayoutCall& call) {
   return call.channels_last ? Layout::nhwc : Layout::nchw;
 }
 
 void depthwise_conv2d_cpu(const Tensor& input, const Tensor& weight, IntArrayRef stride,
                           IntArrayRef padding, IntArrayRef dilation, const Tensor& output) {
-  const DepthwiseCall call = check_depthwise("torch_convbp.depthwise_conv2d", input, weight, output,
-                                             stride, padding, dilation);
+  const LayoutCall call = check_depthwise("torch_convbp.depthwise_conv2d", input, weight, output,
+                                          stride, padding, dilation);
   const ConvShape& s = call.shape;
   const NchwKernels kernels = nchw_kernels(s, input.scalar_type(), vector_planes_take_forward);
   if (call.channels_last || kernels == NchwKernels::nhwc) {
@@ -276,8 +276,8 @@ void depthwise_conv2d_cpu(const Tensor& input, const Tensor& weight, IntArrayRef
 
 void depthwise_input_grad_cpu(const Tensor& grad_output, const Tensor& weight, IntArrayRef stride,
                               IntArrayRef padding, IntArrayRef dilation, const Tensor& grad_input) {
-  const DepthwiseCall call = check_depthwise("torch_convbp.depthwise_input_grad", grad_input,
-                                             weight, grad_output, stride, padding, dilation);
+  const LayoutCall call = check_depthwise("torch_convbp.depthwise_input_grad", grad_input, weight,
+                                          grad_output, stride, padding, dilation);
   const ConvShape& s = call.shape;
   const NchwKernels kernels =
       nchw_kernels(s, grad_output.scalar_type(), vector_planes_take_input_grad);
@@ -308,8 +308,8 @@ void depthwise_input_grad_cpu(const Tensor& grad_output, const Tensor& weight, I
 void depthwise_weight_grad_cpu(const Tensor& input, const Tensor& grad_output, IntArrayRef stride,
                                IntArrayRef padding, IntArrayRef dilation,
                                const Tensor& grad_weight) {
-  const DepthwiseCall call = check_depthwise("torch_convbp.depthwise_weight_grad", input,
-                                             grad_weight, grad_output, stride, padding, dilation);
+  const LayoutCall call = check_depthwise("torch_convbp.depthwise_weight_grad", input, grad_weight,
+                                          grad_output, stride, padding, dilation);
   const ConvShape& s = call.shape;
   if (cpu_depthwise_order() == DepthwiseOrder::rows) {
     return depthwise_weight_grad_rows(input, grad_output, s, grad_weight, operand_layout(call));

@@ -1,7 +1,7 @@
-// Route implicit_nhwc, the weight gradient (route.h): dW of a stride-1 convolution of
-// channels_last operands as GEMMs on shifted views of two padded copies, with no column matrix,
-// on oneDNN's micro-kernel (at::native::cpublas::brgemm), in float32, or in bfloat16 where the
-// CPU has bfloat16 arithmetic.
+// Route implicit_nhwc, the weight gradient (route.h): dW of a stride-1 convolution as GEMMs on
+// shifted views of two padded copies, with no column matrix, on oneDNN's micro-kernel
+// (at::native::cpublas::brgemm), in float32 of channels_last or NCHW operands (the copies read
+// either), or in bfloat16 of channels_last ones where the CPU has bfloat16 arithmetic.
 //
 // Pad the input with zeros into [Hp, Wp] planes and give the output gradient the same row width:
 // output pixel (oh, ow) becomes the extended pixel e = oh*Wp + ow, and the columns ow >= OW hold
@@ -92,51 +92,100 @@ bool all_finite(const T* x, int64_t n) {
   return largest != kExponent;
 }
 
-// Images [first, first + count) of x (NHWC) transposed and padded: xt [count, C, length], each
-// channel's padded plane then the zero tail. Returns whether every input value was finite.
+// Where the activations' values lie: x [N, C, H, W] and dY [N, Cout, OH, OW], both NHWC in
+// memory or both NCHW (float32 only: bfloat16's VNNI pairs are built from NHWC rows of dY).
+struct Activations {
+  const ConvShape& s;
+  bool channels_last;
+  int64_t x_at(int64_t n, int64_t c, int64_t h, int64_t w) const {
+    return channels_last ? ((n * s.height + h) * s.width + w) * s.in_channels + c
+                         : ((n * s.in_channels + c) * s.height + h) * s.width + w;
+  }
+  int64_t dy_at(int64_t n, int64_t o, int64_t oh, int64_t ow) const {
+    return channels_last ? ((n * s.out_height + oh) * s.out_width + ow) * s.out_channels + o
+                         : ((n * s.out_channels + o) * s.out_height + oh) * s.out_width + ow;
+  }
+  // the elements between dY's channels o and o + 1 of a pixel
+  int64_t dy_channel_stride() const { return channels_last ? 1 : s.out_height * s.out_width; }
+};
+
+// The zeros of row hp of one channel's padded plane: the whole row in the top or bottom padding,
+// else its left padding and the zeros after its pixels; after the last row, the plane's zero tail.
 template <class T>
-bool transpose_padded_input(const T* x, const ConvShape& s, const PaddedPlanes& p, int64_t first,
-                            int64_t count, T* xt) {
+void zero_padding_of_row(T* plane, const ConvShape& s, const PaddedPlanes& p, int64_t hp) {
+  T* row = plane + hp * p.width;
+  const int64_t h = hp - s.pad_h;
+  if (h < 0 || h >= s.height) {
+    std::fill_n(row, p.width, T(0));
+  } else {
+    std::fill_n(row, s.pad_w, T(0));
+    std::fill_n(row + s.pad_w + s.width, p.zeros_after_row(s), T(0));
+  }
+  if (hp == p.height - 1) std::fill_n(row + p.width, p.length - p.height * p.width, T(0));
+}
+
+// Images [first, first + count) of x padded into planes, xt [count, C, length]: each channel's
+// padded plane then the zero tail. From NHWC a padded row of every channel at a time, its pixels
+// transposed; from NCHW a channel's plane at a time, its rows as they are (no layout copy before:
+// benchmarks/NOTES.md, section 111). Returns whether every input value was finite.
+template <class T>
+bool padded_input_planes(const T* x, const Activations& a, const PaddedPlanes& p, int64_t first,
+                         int64_t count, T* xt) {
+  const ConvShape& s = a.s;
   const int64_t c = s.in_channels, lda = p.length;
   std::atomic<bool> finite{true};
+  if (!a.channels_last) {
+    at::parallel_for(0, count * c, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {  // channel i % C of image i / C
+        const T* source = x + a.x_at(first + i / c, i % c, 0, 0);
+        if (!all_finite(source, s.height * s.width)) finite = false;
+        T* plane = xt + i * lda;
+        for (int64_t hp = 0; hp < p.height; ++hp) {
+          zero_padding_of_row(plane, s, p, hp);
+          const int64_t h = hp - s.pad_h;
+          if (h >= 0 && h < s.height) {
+            std::copy_n(source + h * s.width, s.width, plane + hp * p.width + s.pad_w);
+          }
+        }
+      }
+    });
+    return finite;
+  }
   at::parallel_for(0, count * p.height, 1, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {  // padded row r % Hp of image r / Hp
       const int64_t n = r / p.height, hp = r % p.height, h = hp - s.pad_h;
-      T* plane = xt + n * c * lda;
-      const bool real = h >= 0 && h < s.height;
-      for (int64_t ch = 0; ch < c; ++ch) {
-        T* row = plane + ch * lda + hp * p.width;
-        if (!real) {
-          std::fill_n(row, p.width, T(0));
-        } else {
-          std::fill_n(row, s.pad_w, T(0));
-          std::fill_n(row + s.pad_w + s.width, p.zeros_after_row(s), T(0));
-        }
-        if (hp == p.height - 1) std::fill_n(row + p.width, lda - p.height * p.width, T(0));
-      }
-      if (!real) continue;
-      const T* source = x + ((first + n) * s.height + h) * s.width * c;
+      T* planes = xt + n * c * lda;
+      for (int64_t ch = 0; ch < c; ++ch) zero_padding_of_row(planes + ch * lda, s, p, hp);
+      if (h < 0 || h >= s.height) continue;
+      const T* source = x + a.x_at(first + n, 0, h, 0);
       if (!all_finite(source, s.width * c)) finite = false;
       // [W, C] into the C rows' columns [pad_w, pad_w + W)
-      transpose_matrix(source, c, plane + hp * p.width + s.pad_w, lda, s.width, c, sizeof(T));
+      transpose_matrix(source, c, planes + hp * p.width + s.pad_w, lda, s.width, c, sizeof(T));
     }
   });
   return finite;
 }
 
-// Images [first, first + count) of dY (NHWC) extended, [count, pixels, Cout]: output row oh's OW
-// pixels, then Wp - OW pixels of zeros. In float32 row-major; in bfloat16 in the VNNI layout,
-// [count, pixels / 2, Cout, 2], extended pixels 2q and 2q + 1 interleaved into pair q.
+// Images [first, first + count) of dY extended, [count, pixels, Cout]: output row oh's OW
+// pixels, then Wp - OW pixels of zeros. In float32 row-major (from NCHW each row transposed); in
+// bfloat16 (from NHWC) in the VNNI layout, [count, pixels / 2, Cout, 2], extended pixels 2q and
+// 2q + 1 interleaved into pair q.
 template <class T>
-void extended_output_grad(const T* dy, const ConvShape& s, const PaddedPlanes& p, int64_t first,
+void extended_output_grad(const T* dy, const Activations& a, const PaddedPlanes& p, int64_t first,
                           int64_t count, T* dy_ext) {
+  const ConvShape& s = a.s;
   const int64_t co = s.out_channels;
   if constexpr (std::is_same_v<T, float>) {
     at::parallel_for(0, count * s.out_height, 16, [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {  // output row r % OH of image r / OH
+        const int64_t n = first + r / s.out_height, oh = r % s.out_height;
         float* row = dy_ext + r * p.width * co;
-        std::memcpy(row, dy + (first * s.out_height + r) * s.out_width * co,
-                    s.out_width * co * sizeof(float));
+        const float* source = dy + a.dy_at(n, 0, oh, 0);
+        if (a.channels_last) {
+          std::memcpy(row, source, s.out_width * co * sizeof(float));
+        } else {  // [Cout, OW], rows OH*OW apart, into [OW, Cout]
+          transpose_matrix(source, a.dy_channel_stride(), row, co, co, s.out_width, sizeof(float));
+        }
         std::fill_n(row + s.out_width * co, (p.width - s.out_width) * co, 0.f);
       }
     });
@@ -145,8 +194,7 @@ void extended_output_grad(const T* dy, const ConvShape& s, const PaddedPlanes& p
     const auto pixel = [&](int64_t n, int64_t e) {  // extended pixel e of image n: dY's, or zeros
       const int64_t oh = e / p.width, ow = e % p.width;
       if (oh >= s.out_height || ow >= s.out_width) return zeros.data();
-      return reinterpret_cast<const uint16_t*>(dy) +
-             (((first + n) * s.out_height + oh) * s.out_width + ow) * co;
+      return reinterpret_cast<const uint16_t*>(dy) + a.dy_at(first + n, 0, oh, ow);
     };
     const int64_t pairs = p.pixels / 2;
     at::parallel_for(0, count * pairs, 64, [&](int64_t begin, int64_t end) {
@@ -244,27 +292,27 @@ void accumulate_tasks(const T* xt, const T* dy_ext, const ConvShape& s, const Pa
 // For a chunk whose input holds an infinity or a NaN: the convolution's pairs and no others, in
 // plain loops, added into `sums` as accumulate_tasks does. A task owns a channel's rows of sums.
 template <class T>
-void accumulate_exact_pairs(const T* x, const T* dy, const ConvShape& s, const Tiles& t,
+void accumulate_exact_pairs(const T* x, const T* dy, const Activations& a, const Tiles& t,
                             int64_t first, int64_t count, float* sums) {
+  const ConvShape& s = a.s;
+  const int64_t dy_step = a.dy_channel_stride();
   at::parallel_for(0, s.in_channels, 1, [&](int64_t begin, int64_t end) {
     for (int64_t c = begin; c < end; ++c) {
       const int64_t g = c / t.group_in;
       for (int64_t n = first; n < first + count; ++n) {
         for (int64_t oh = 0; oh < s.out_height; ++oh) {
           for (int64_t ow = 0; ow < s.out_width; ++ow) {
-            const T* d = dy + ((n * s.out_height + oh) * s.out_width + ow) * s.out_channels +
-                         g * t.group_out;
+            const T* d = dy + a.dy_at(n, g * t.group_out, oh, ow);
             for (int64_t tap = 0; tap < t.taps; ++tap) {
               const int64_t ih = oh - s.pad_h + tap / s.kernel_w * s.dilation_h;
               const int64_t iw = ow - s.pad_w + tap % s.kernel_w * s.dilation_w;
               const bool inside = ih >= 0 && ih < s.height && iw >= 0 && iw < s.width;
               // padding is a zero the convolution pairs too (0 * a NaN of dY is NaN)
-              const float v = inside
-                                  ? static_cast<float>(
-                                        x[((n * s.height + ih) * s.width + iw) * s.in_channels + c])
-                                  : 0.f;
+              const float v = inside ? static_cast<float>(x[a.x_at(n, c, ih, iw)]) : 0.f;
               float* row = sums + (c * t.taps + tap) * t.group_out;
-              for (int64_t o = 0; o < t.group_out; ++o) row[o] += v * static_cast<float>(d[o]);
+              for (int64_t o = 0; o < t.group_out; ++o) {
+                row[o] += v * static_cast<float>(d[o * dy_step]);
+              }
             }
           }
         }
@@ -273,10 +321,12 @@ void accumulate_exact_pairs(const T* x, const T* dy, const ConvShape& s, const T
   });
 }
 
-// The weight gradient of convolution `s` into grad_weight [Cout, C/G, kh, kw] (contiguous).
+// The weight gradient of convolution `s` into grad_weight [Cout, C/G, kh, kw] (contiguous), of
+// activations in the layout `channels_last` says.
 template <class T>
 void implicit_weight_grad(const Tensor& input, const Tensor& grad_output, const ConvShape& s,
-                          const Tensor& grad_weight) {
+                          bool channels_last, const Tensor& grad_weight) {
+  const Activations a{s, channels_last};
   const PaddedPlanes p(s, /*even_pixels=*/!std::is_same_v<T, float>);
   const Tiles t(s, /*wide=*/std::is_same_v<T, float> && cpu_allows_avx512_kernels());
   const Parts parts(t, s, p);
@@ -297,11 +347,11 @@ void implicit_weight_grad(const Tensor& input, const Tensor& grad_output, const 
   float* sum_data = sums.mutable_data_ptr<float>();
   for (int64_t first = 0; first < s.batch; first += images) {
     const int64_t count = std::min(images, s.batch - first);
-    if (!transpose_padded_input(x, s, p, first, count, xt.mutable_data_ptr<T>())) {
-      accumulate_exact_pairs(x, dy, s, t, first, count, sum_data);
+    if (!padded_input_planes(x, a, p, first, count, xt.mutable_data_ptr<T>())) {
+      accumulate_exact_pairs(x, dy, a, t, first, count, sum_data);
       continue;
     }
-    extended_output_grad(dy, s, p, first, count, dy_ext.mutable_data_ptr<T>());
+    extended_output_grad(dy, a, p, first, count, dy_ext.mutable_data_ptr<T>());
     at::parallel_for(0, parts.tasks(), 1, [&](int64_t begin, int64_t end) {
       accumulate_tasks(xt.const_data_ptr<T>(), dy_ext.const_data_ptr<T>(), s, p, t, parts, count,
                        begin, end, sum_data);
@@ -329,11 +379,15 @@ void implicit_conv2d_weight_grad_cpu(const Tensor& input, const Tensor& grad_out
                                      IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
                                      int64_t groups, const Tensor& grad_weight) {
   constexpr const char* op = "torch_convbp.implicit_conv2d_weight_grad";
-  const ConvShape s =
-      check_grouped(op, input, grad_weight, grad_output, stride, padding, dilation, groups);
+  const auto [s, channels_last] = check_grouped_either_layout(op, input, grad_weight, grad_output,
+                                                              stride, padding, dilation, groups);
   const auto dtype = input.scalar_type();
   TORCH_CHECK(dtype == at::kFloat || dtype == at::kBFloat16, op,
               ": computes float32 and bfloat16 only, got ", dtype);
+  // (bfloat16's pairs of dY's pixels are built from NHWC rows)
+  const auto nhwc = at::MemoryFormat::ChannelsLast;
+  TORCH_CHECK(dtype == at::kFloat || (input.is_contiguous(nhwc) && grad_output.is_contiguous(nhwc)),
+              op, ": computes bfloat16 of channels_last input and output only (NCHW: float32)");
   TORCH_CHECK(s.stride_h == 1 && s.stride_w == 1, op, ": computes stride 1 only, got stride ",
               stride);
   TORCH_CHECK(dtype == at::kFloat ? cpu_has_gemm_microkernel() : cpu_has_bfloat16_microkernel(), op,
@@ -345,9 +399,9 @@ void implicit_conv2d_weight_grad_cpu(const Tensor& input, const Tensor& grad_out
     return;
   }
   if (dtype == at::kFloat) {
-    implicit_weight_grad<float>(input, grad_output, s, grad_weight);
+    implicit_weight_grad<float>(input, grad_output, s, channels_last, grad_weight);
   } else {
-    implicit_weight_grad<at::BFloat16>(input, grad_output, s, grad_weight);
+    implicit_weight_grad<at::BFloat16>(input, grad_output, s, channels_last, grad_weight);
   }
 }
 

@@ -48,7 +48,7 @@ void with_compiled_size(const ConvShape& s, Run&& run) {
 // DepthwiseInputGradStrip) over `total` results, of `height` rows each: a thread per strip.
 template <template <int, typename, typename> class Strip, typename scalar_t, typename index_t,
           class Launcher>
-void depthwise_strip_kernel(Launcher& launcher, const DepthwiseCall& call, const scalar_t* source,
+void depthwise_strip_kernel(Launcher& launcher, const LayoutCall& call, const scalar_t* source,
                             const scalar_t* weight, scalar_t* result, bool output_grid,
                             int64_t total, int64_t height) {
   const DepthwiseStripDims<index_t> dims(call.shape, call.channels_last, output_grid);
@@ -63,7 +63,7 @@ template <class Launcher>
 void launch_depthwise_forward(Launcher& launcher, const char* op, const at::Tensor& input,
                               const at::Tensor& weight, IntArrayRef stride, IntArrayRef padding,
                               IntArrayRef dilation, const at::Tensor& output) {
-  const DepthwiseCall call = check_depthwise(op, input, weight, output, stride, padding, dilation);
+  const LayoutCall call = check_depthwise(op, input, weight, output, stride, padding, dilation);
   const int64_t total = output.numel();
   if (total == 0) return;
   launcher.use_device(input.device());
@@ -82,7 +82,7 @@ template <class Launcher>
 void launch_depthwise_input_grad(Launcher& launcher, const char* op, const at::Tensor& grad_output,
                                  const at::Tensor& weight, IntArrayRef stride, IntArrayRef padding,
                                  IntArrayRef dilation, const at::Tensor& grad_input) {
-  const DepthwiseCall call =
+  const LayoutCall call =
       check_depthwise(op, grad_input, weight, grad_output, stride, padding, dilation);
   const int64_t total = grad_input.numel();
   if (total == 0) return;
@@ -152,7 +152,7 @@ void launch_depthwise_weight_grad(Launcher& launcher, const char* op, const at::
                                   const at::Tensor& grad_output, IntArrayRef stride,
                                   IntArrayRef padding, IntArrayRef dilation,
                                   const at::Tensor& grad_weight) {
-  const DepthwiseCall call =
+  const LayoutCall call =
       check_depthwise(op, input, grad_weight, grad_output, stride, padding, dilation);
   if (grad_weight.numel() == 0) return;
   launcher.use_device(input.device());
