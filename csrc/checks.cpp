@@ -290,6 +290,25 @@ ConvShape check_grouped(const char* op, const Tensor& input, const Tensor& weigh
   return s;
 }
 
+LayoutCall check_implicit_call(const char* op, const Tensor& input, const Tensor& weight,
+                               const Tensor& output, IntArrayRef stride, IntArrayRef padding,
+                               IntArrayRef dilation, int64_t groups, Written written) {
+  const ConvShape s = check_direct_kernel_call(op, input, weight, output, stride, padding, dilation,
+                                               groups, WeightLayouts::contiguous_or_channels_last);
+  const bool writes_output = written == Written::output;
+  const Tensor& read = writes_output ? input : output;
+  const Tensor& result = writes_output ? output : input;
+  const char* read_name = writes_output ? "input" : "output";
+  const char* result_name = writes_output ? "output" : "input";
+  const auto nhwc = at::MemoryFormat::ChannelsLast;
+  TORCH_CHECK(read.is_contiguous(nhwc), op, ": expected a channels_last (dense) ", read_name,
+              ", got strides ", read.strides());
+  TORCH_CHECK(result.is_contiguous(nhwc) || result.is_contiguous(), op,
+              ": expected a channels_last or contiguous (dense) ", result_name, ", got strides ",
+              result.strides());
+  return {s, result.is_contiguous(nhwc)};
+}
+
 LayoutCall check_grouped_either_layout(const char* op, const Tensor& input, const Tensor& weight,
                                        const Tensor& output, IntArrayRef stride,
                                        IntArrayRef padding, IntArrayRef dilation, int64_t groups) {

@@ -77,6 +77,15 @@ ConvShape check_grouped(const char* op, const Tensor& input, const Tensor& weigh
                         IntArrayRef dilation, int64_t groups,
                         WeightLayouts weight_layouts = WeightLayouts::contiguous);
 
+// As check_grouped (the weight contiguous or channels_last), but the result the call writes dense
+// channels_last or contiguous (NCHW): the implicit route's forward (which writes the output) and
+// input gradient (which writes its input's gradient); the operand it reads dense channels_last.
+// Returns the shape and whether the result is channels_last.
+enum class Written { output, input };
+LayoutCall check_implicit_call(const char* op, const Tensor& input, const Tensor& weight,
+                               const Tensor& output, IntArrayRef stride, IntArrayRef padding,
+                               IntArrayRef dilation, int64_t groups, Written written);
+
 // As check_grouped (a contiguous weight), but the input and output both contiguous or both dense
 // channels_last: the implicit route's weight gradient, which reads either. Returns the shape and
 // the layout.

@@ -298,10 +298,22 @@ Tensor gemm_weight(const Tensor& weight, const ConvShape& s, Layout layout) {
                         " is not one of its routes");
 }
 
-// Where a route's activation result lives: it is the operator's result where the route computes
+// The layout a route writes its activation result in: the one it computes in, but the implicit
+// route writes a float32 result NCHW itself where the result's format is NCHW (its tiles
+// transposed in cache), where a layout copy of the result after it took one more pass in memory
+// (NOTES section 111).
+Layout result_layout(const RouteChoice& route, at::MemoryFormat result, const Tensor& activation) {
+  const bool nchw_result = result == at::MemoryFormat::Contiguous;
+  return route.route == Route::implicit_nhwc && nchw_result &&
+                 activation.scalar_type() == at::kFloat
+             ? Layout::nchw
+             : route.layout;
+}
+
+// Where a route's activation result lives: it is the operator's result where the route writes it
 // in the result's format, else scratch, copied into the result's format at the end.
-Memory route_memory(const RouteChoice& route, at::MemoryFormat result, int64_t rank) {
-  return memory_format(route.layout, rank) == result ? Memory::result : Memory::scratch;
+Memory route_memory(Layout written, at::MemoryFormat result, int64_t rank) {
+  return memory_format(written, rank) == result ? Memory::result : Memory::scratch;
 }
 
 // A route's activation result `t` as the operator's result, in `format`: itself, or a copy in
@@ -336,8 +348,9 @@ Tensor convolution_forward(const char* op, int64_t dims, const Tensor& input, co
   const RouteChoice route = choose_route(Operator::forward, s, {input});
   const Tensor x = in_layout(input, route.layout);
   const at::MemoryFormat format = result_format(input, weight);  // the operands' format
-  const Memory memory = route_memory(route, format, input.dim());
-  Tensor output = empty_in_layout(output_size(s), x, route.layout, memory);
+  const Layout written = result_layout(route, format, input);
+  const Memory memory = route_memory(written, format, input.dim());
+  Tensor output = empty_in_layout(output_size(s), x, written, memory);
   switch (route.route) {
     case Route::depthwise:
       call_depthwise(DepthwiseKernel::forward, x, weight.contiguous(), s, output);
@@ -415,8 +428,9 @@ Tensor convolution_input_grad(const char* op, int64_t dims, const Tensor& grad_o
   const RouteChoice route = choose_route(Operator::input_grad, s, {grad_output});
   const Tensor dy = in_layout(grad_output, route.layout);
   const at::MemoryFormat format = result_format(grad_output, weight);  // the operands' format
-  const Memory memory = route_memory(route, format, grad_output.dim());
-  Tensor grad_input = empty_in_layout(input_size, dy, route.layout, memory);
+  const Layout written = result_layout(route, format, grad_output);
+  const Memory memory = route_memory(written, format, grad_output.dim());
+  Tensor grad_input = empty_in_layout(input_size, dy, written, memory);
   switch (route.route) {
     case Route::depthwise:
       call_depthwise(DepthwiseKernel::input_grad, dy, weight.contiguous(), s, grad_input);

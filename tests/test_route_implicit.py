@@ -211,8 +211,10 @@ def test_the_kernel_and_its_fake(microkernel):
     opcheck(ops.implicit_conv2d.default, (x, w, *args, out))
     with pytest.raises(RuntimeError, match="computes float32 and bfloat16 only, got Double"):
         ops.implicit_conv2d(x.double(), w.double(), *args, out.double())
-    with pytest.raises(RuntimeError, match="both channels_last"):
+    with pytest.raises(RuntimeError, match=r"expected a channels_last \(dense\) input"):
         ops.implicit_conv2d(x.contiguous(), w, *args, out)
+    with pytest.raises(RuntimeError, match=r"expected a channels_last or contiguous \(dense\) output"):
+        ops.implicit_conv2d(x, w, *args, torch.empty(2, 6, 8, 7).transpose(1, 2))
     with pytest.raises(RuntimeError, match=r"expected output of size \[2, 8, 6, 7\]"):
         ops.implicit_conv2d(x, w, *args, out[:, :, :5])
 
@@ -244,6 +246,35 @@ def test_an_image_gets_the_same_bits_in_any_batch(kernel, dtype, microkernel):
         for i in (0, 2, size[0] - 1):
             assert torch.equal(run(x[i : i + 1]), whole[i : i + 1])
         assert torch.equal(run(x[1:6]), whole[1:6])
+
+
+@pytest.mark.parametrize("kernel", ["forward", "input_grad"])
+@pytest.mark.parametrize("stride", [1, 2])
+def test_a_float32_result_written_nchw(kernel, stride, microkernel):
+    """The forward and the input gradient write a float32 result NCHW themselves where it is
+    contiguous (each tile's sums transposed into the planes): the same bits as channels_last, and
+    what conv2d returns for NCHW operands without a layout copy after. bfloat16 results are written
+    channels_last only."""
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(3, 32, 9, 10, generator=g).contiguous(memory_format=CL)
+    w = torch.randn(48, 16, 3, 3, generator=g)
+    args = ([stride, stride], [1, 1], [1, 1], 2)
+    y_size = F.conv2d(x, w, None, *args).shape
+    if kernel == "forward":
+        op, a, size = ops.implicit_conv2d, x, y_size
+    else:
+        op, a, size = ops.implicit_conv2d_input_grad, torch.randn(y_size, generator=g).contiguous(memory_format=CL), x.shape
+
+    def run(layout, dtype=torch.float32):
+        out = torch.full(size, float("nan"), dtype=dtype).contiguous(memory_format=layout)
+        op(a.to(dtype), w.to(dtype), *args, out)
+        return out
+
+    nchw = run(torch.contiguous_format)
+    assert nchw.is_contiguous() and torch.equal(nchw, run(CL))
+    opcheck(op.default, (a, w, *args, torch.empty(size)))
+    with pytest.raises(RuntimeError, match=r"writes bfloat16 results channels_last only \(contiguous ones: float32\)"):
+        run(torch.contiguous_format, torch.bfloat16)
 
 
 def test_the_input_grad_kernel_and_its_fake(microkernel):

@@ -326,19 +326,39 @@ def _check_implicit_dtype(op, t, group_in):
     )
 
 
+def _check_implicit_call(op, read, read_name, result, result_name, group_in):
+    """Mirrors check_implicit_call (csrc/checks.cpp) past the shared checks, then check_dtype
+    (csrc/cpu/implicit_nhwc_cpu.cpp) as _check_implicit_dtype, and its refusal of a bfloat16
+    result in NCHW."""
+    nhwc = torch.channels_last
+    torch._check(
+        read.is_contiguous(memory_format=nhwc),
+        lambda: f"{op}: expected a channels_last (dense) {read_name}, got strides {list(read.stride())}",
+    )
+    torch._check(
+        result.is_contiguous(memory_format=nhwc) or result.is_contiguous(),
+        lambda: f"{op}: expected a channels_last or contiguous (dense) {result_name}, got strides {list(result.stride())}",
+    )
+    _check_implicit_dtype(op, read, group_in)
+    torch._check(
+        read.dtype != torch.bfloat16 or result.is_contiguous(memory_format=nhwc),
+        lambda: f"{op}: writes bfloat16 results channels_last only (contiguous ones: float32)",
+    )
+
+
 @register_fake("torch_convbp::implicit_conv2d")
 def _implicit_conv2d_fake(input, weight, stride, padding, dilation, groups, output):
     op = "torch_convbp.implicit_conv2d"
-    _check_grouped(op, input, weight, output, stride, padding, dilation, groups, channels_last_weight=True)
-    _check_implicit_dtype(op, input, weight.shape[1])
+    _check_direct_kernel_call(op, input, weight, output, stride, padding, dilation, groups, channels_last_weight=True)
+    _check_implicit_call(op, input, "input", output, "output", weight.shape[1])
 
 
 @register_fake("torch_convbp::implicit_conv2d_input_grad")
 def _implicit_conv2d_input_grad_fake(grad_output, weight, stride, padding, dilation, groups, grad_input):
     """Mirrors implicit_conv2d_input_grad_cpu (csrc/cpu/implicit_nhwc_cpu.cpp)."""
     op = "torch_convbp.implicit_conv2d_input_grad"
-    _check_grouped(op, grad_input, weight, grad_output, stride, padding, dilation, groups, channels_last_weight=True)
-    _check_implicit_dtype(op, grad_output, weight.shape[0] // groups)
+    _check_direct_kernel_call(op, grad_input, weight, grad_output, stride, padding, dilation, groups, channels_last_weight=True)
+    _check_implicit_call(op, grad_output, "output", grad_input, "input", weight.shape[0] // groups)
 
 
 @register_fake("torch_convbp::implicit_conv2d_weight_grad")

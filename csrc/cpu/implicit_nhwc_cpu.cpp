@@ -154,9 +154,13 @@ constexpr int64_t kMinTiles = 16;
 //   they come, with no column matrix (benchmarks/NOTES.md, section 111). B is then the weight's
 //   tap itself, [Cout/G, C/G]: the input gradient's tap matrices, whose taps are reversed, read
 //   from the end.
+// The source is NHWC; the result NHWC, or, in float32, NCHW (result_nchw): each tile's sums then
+// transposed into the result's planes while in cache, where a layout copy after the call was one
+// more pass over the result in memory (benchmarks/NOTES.md, section 111).
 struct TileProducts {
   const ConvShape& s;
   bool scatter;
+  bool result_nchw = false;
 
   int64_t result_height() const { return scatter ? s.height : s.out_height; }
   int64_t result_width() const { return scatter ? s.width : s.out_width; }
@@ -194,15 +198,20 @@ TapRun tap_run(const TileProducts& p, int64_t kj) {
 // r / result_height, row r % result_height), group g, result channels [co, co + count) of the
 // group. Tap by tap in (ki, kj) order, each tap over all the rows: every result entry sums its
 // taps in that order, whatever the tile's rows, so the rows per tile do not change the bits. The
-// sums are float32: in the result rows themselves (float32), or in `sums` [rows, width, count],
-// rounded once into the rows after the last tap.
+// sums are float32: in the NHWC result rows themselves (float32), or in `sums` [rows, width,
+// count], after the last tap rounded once into the rows (bfloat16) or transposed into the NCHW
+// planes (float32).
+template <class T>
+bool sums_in_place(const TileProducts& p) {
+  return std::is_same_v<T, float> && !p.result_nchw;
+}
 template <class T>
 void tile(const T* x, const TapMatrices<T>& w, T* y, float* sums, const TileProducts& p,
           int64_t first_row, int64_t rows, int64_t g, int64_t co, int64_t count) {
   const ConvShape& s = p.s;
   const int64_t width = p.result_width(), channels = p.result_channels();
   const int64_t group_k = p.source_channels() / s.groups, group_n = channels / s.groups;
-  constexpr bool in_place = std::is_same_v<T, float>;
+  const bool in_place = sums_in_place<T>(p);
   const int64_t ldc = in_place ? channels : count;
   const auto out_row = [&](int64_t r) {
     return y + (first_row + r) * width * channels + g * group_n + co;
@@ -232,7 +241,16 @@ void tile(const T* x, const TapMatrices<T>& w, T* y, float* sums, const TileProd
       }
     }
   }
-  if constexpr (!in_place) {
+  if (in_place) return;
+  if constexpr (std::is_same_v<T, float>) {  // NCHW: [width, count] into count planes' rows
+    const int64_t plane = p.result_height() * width;
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t n = (first_row + r) / p.result_height(),
+                    h = (first_row + r) % p.result_height();
+      T* first_plane = y + (n * channels + g * group_n + co) * plane + h * width;
+      transpose_matrix(sum_row(r), count, first_plane, plane, width, count, sizeof(float));
+    }
+  } else {
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t ow = 0; ow < width; ++ow) {
         round_to_bfloat16(sum_row(r) + ow * count, count, out_row(r) + ow * channels);
@@ -241,7 +259,7 @@ void tile(const T* x, const TapMatrices<T>& w, T* y, float* sums, const TileProd
   }
 }
 
-// Every tile of the products `p`, from x into y (both NHWC).
+// Every tile of the products `p`, from x (NHWC) into y (NHWC, or NCHW: TileProducts).
 template <class T>
 void implicit_convolution(const Tensor& x, const TapMatrices<T>& w, const TileProducts& p,
                           const Tensor& y) {
@@ -257,7 +275,7 @@ void implicit_convolution(const Tensor& x, const TapMatrices<T>& w, const TilePr
   T* y_data = y.mutable_data_ptr<T>();
   // Tiles in the order (group, block, rows): consecutive tasks share a block of weights.
   at::parallel_for(0, tiles, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> sums(std::is_same_v<T, float> ? 0 : tile_rows * width * per_tile);
+    std::vector<float> sums(sums_in_place<T>(p) ? 0 : tile_rows * width * per_tile);
     for (int64_t t = begin; t < end; ++t) {
       const int64_t first_row = t % row_tiles * tile_rows, unit = t / row_tiles;
       const int64_t g = unit / blocks, co = unit % blocks * per_tile;
@@ -363,22 +381,26 @@ void padded_convolution(const Tensor& x, const TapMatrices<at::BFloat16>& w, con
   }
 }
 
-// Convolution `s` of x into y (both NHWC): on padded rows where that applies, else by tiles.
+// Convolution `s` of x (NHWC) into y (NHWC, or NCHW in float32): on padded rows where that
+// applies (bfloat16), else by tiles.
 template <class T>
-void convolution(const Tensor& x, const TapMatrices<T>& w, const ConvShape& s, const Tensor& y) {
+void convolution(const Tensor& x, const TapMatrices<T>& w, const ConvShape& s, const Tensor& y,
+                 bool y_nchw) {
   if constexpr (std::is_same_v<T, at::BFloat16>) {
     if (takes_padded_rows(s)) return padded_convolution(x, w, s, y);
   }
-  implicit_convolution(x, w, TileProducts{s, /*scatter=*/false}, y);
+  implicit_convolution(x, w, TileProducts{s, /*scatter=*/false, y_nchw}, y);
 }
 
 // float32; bfloat16 where the CPU has bfloat16 arithmetic, with an even number of input channels
-// per group in the computed convolution (the VNNI layout's pairs).
-void check_dtype(const char* op, const Tensor& t, int64_t group_in) {
+// per group in the computed convolution (the VNNI layout's pairs), and a channels_last result.
+void check_dtype(const char* op, const Tensor& t, int64_t group_in, bool result_channels_last) {
   const auto dtype = t.scalar_type();
   TORCH_CHECK(dtype == at::kFloat || dtype == at::kBFloat16, op,
               ": computes float32 and bfloat16 only, got ", dtype);
   if (dtype != at::kBFloat16) return;
+  TORCH_CHECK(result_channels_last, op,
+              ": writes bfloat16 results channels_last only (contiguous ones: float32)");
   TORCH_CHECK(cpu_has_bfloat16_microkernel(), op,
               ": computes bfloat16 only on a CPU with bfloat16 arithmetic (AVX512_BF16 or AMX)");
   TORCH_CHECK(group_in % 2 == 0, op,
@@ -391,14 +413,16 @@ void implicit_conv2d_cpu(const Tensor& input, const Tensor& weight, IntArrayRef 
                          IntArrayRef padding, IntArrayRef dilation, int64_t groups,
                          const Tensor& output) {
   constexpr const char* op = "torch_convbp.implicit_conv2d";
-  const ConvShape s = check_grouped(op, input, weight, output, stride, padding, dilation, groups,
-                                    WeightLayouts::contiguous_or_channels_last);
-  check_dtype(op, input, s.in_channels / s.groups);
+  const auto [s, channels_last] = check_implicit_call(op, input, weight, output, stride, padding,
+                                                      dilation, groups, Written::output);
+  check_dtype(op, input, s.in_channels / s.groups, channels_last);
   if (output.numel() == 0) return;
   if (input.scalar_type() == at::kFloat) {
-    convolution(input, tap_matrices<float>(weight, s, /*input_grad=*/false), s, output);
+    convolution(input, tap_matrices<float>(weight, s, /*input_grad=*/false), s, output,
+                !channels_last);
   } else {
-    convolution(input, tap_matrices<at::BFloat16>(weight, s, /*input_grad=*/false), s, output);
+    convolution(input, tap_matrices<at::BFloat16>(weight, s, /*input_grad=*/false), s, output,
+                !channels_last);
   }
 }
 
@@ -408,30 +432,31 @@ void implicit_conv2d_cpu(const Tensor& input, const Tensor& weight, IntArrayRef 
 // scattered into dX's pixels (TileProducts).
 template <class T>
 void input_grad(const Tensor& grad_output, const Tensor& weight, const ConvShape& s,
-                const Tensor& grad_input) {
+                const Tensor& grad_input, bool grad_input_nchw) {
   const TapMatrices<T> w = tap_matrices<T>(weight, s, /*input_grad=*/true);
   if (const std::optional<ConvShape> transposed = input_grad_convolution(s)) {
-    return convolution(grad_output, w, *transposed, grad_input);
+    return convolution(grad_output, w, *transposed, grad_input, grad_input_nchw);
   }
-  implicit_convolution(grad_output, w, TileProducts{s, /*scatter=*/true}, grad_input);
+  implicit_convolution(grad_output, w, TileProducts{s, /*scatter=*/true, grad_input_nchw},
+                       grad_input);
 }
 
 void implicit_conv2d_input_grad_cpu(const Tensor& grad_output, const Tensor& weight,
                                     IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
                                     int64_t groups, const Tensor& grad_input) {
   constexpr const char* op = "torch_convbp.implicit_conv2d_input_grad";
-  const ConvShape s = check_grouped(op, grad_input, weight, grad_output, stride, padding, dilation,
-                                    groups, WeightLayouts::contiguous_or_channels_last);
-  check_dtype(op, grad_output, s.out_channels / s.groups);
+  const auto [s, channels_last] = check_implicit_call(op, grad_input, weight, grad_output, stride,
+                                                      padding, dilation, groups, Written::input);
+  check_dtype(op, grad_output, s.out_channels / s.groups, channels_last);
   if (grad_input.numel() == 0) return;
   if (grad_output.numel() == 0) {
     grad_input.zero_();
     return;
   }
   if (grad_output.scalar_type() == at::kFloat) {
-    input_grad<float>(grad_output, weight, s, grad_input);
+    input_grad<float>(grad_output, weight, s, grad_input, !channels_last);
   } else {
-    input_grad<at::BFloat16>(grad_output, weight, s, grad_input);
+    input_grad<at::BFloat16>(grad_output, weight, s, grad_input, !channels_last);
   }
 }
 
