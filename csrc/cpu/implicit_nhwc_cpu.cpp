@@ -194,6 +194,12 @@ TapRun tap_run(const TileProducts& p, int64_t kj) {
                    : TapRun{pixels, strided, tap.columns.begin, step, 1};
 }
 
+// Whether a tile sums in the result itself: a float32 NHWC result (else in a float32 buffer).
+template <class T>
+bool sums_in_place(const TileProducts& p) {
+  return std::is_same_v<T, float> && !p.result_nchw;
+}
+
 // One tile: result rows [first_row, first_row + rows) of [N * result_height] (row r is image
 // r / result_height, row r % result_height), group g, result channels [co, co + count) of the
 // group. Tap by tap in (ki, kj) order, each tap over all the rows: every result entry sums its
@@ -201,10 +207,6 @@ TapRun tap_run(const TileProducts& p, int64_t kj) {
 // sums are float32: in the NHWC result rows themselves (float32), or in `sums` [rows, width,
 // count], after the last tap rounded once into the rows (bfloat16) or transposed into the NCHW
 // planes (float32).
-template <class T>
-bool sums_in_place(const TileProducts& p) {
-  return std::is_same_v<T, float> && !p.result_nchw;
-}
 template <class T>
 void tile(const T* x, const TapMatrices<T>& w, T* y, float* sums, const TileProducts& p,
           int64_t first_row, int64_t rows, int64_t g, int64_t co, int64_t count) {
@@ -399,14 +401,14 @@ void check_dtype(const char* op, const Tensor& t, int64_t group_in, bool result_
   TORCH_CHECK(dtype == at::kFloat || dtype == at::kBFloat16, op,
               ": computes float32 and bfloat16 only, got ", dtype);
   if (dtype != at::kBFloat16) return;
-  TORCH_CHECK(result_channels_last, op,
-              ": writes bfloat16 results channels_last only (contiguous ones: float32)");
   TORCH_CHECK(cpu_has_bfloat16_microkernel(), op,
               ": computes bfloat16 only on a CPU with bfloat16 arithmetic (AVX512_BF16 or AMX)");
   TORCH_CHECK(group_in % 2 == 0, op,
               ": computes bfloat16 with an even number of input channels per group only (pairs of "
               "the micro-kernel's VNNI layout), got ",
               group_in);
+  TORCH_CHECK(result_channels_last, op,
+              ": writes bfloat16 results channels_last only (contiguous ones: float32)");
 }
 
 void implicit_conv2d_cpu(const Tensor& input, const Tensor& weight, IntArrayRef stride,
