@@ -231,6 +231,10 @@ ColumnGeometry check_columns(const char* op, Layout layout, const Tensor& images
 
 namespace {
 
+// The memory layouts a direct kernel takes its weight in: contiguous, or either contiguous or
+// dense channels_last (the implicit route's forward and input gradient).
+enum class WeightLayouts { contiguous, contiguous_or_channels_last };
+
 // What the direct kernels' checks share: input [N, C, H, W], weight [Cout, C/G, kh, kw] contiguous
 // and output [N, Cout, OH, OW], of one dtype and device, with sizes F.conv2d accepts. `groups`:
 // G, or none for one group per input channel (depthwise).
@@ -280,9 +284,9 @@ LayoutCall check_depthwise(const char* op, const Tensor& input, const Tensor& we
 
 ConvShape check_grouped(const char* op, const Tensor& input, const Tensor& weight,
                         const Tensor& output, IntArrayRef stride, IntArrayRef padding,
-                        IntArrayRef dilation, int64_t groups, WeightLayouts weight_layouts) {
-  const ConvShape s = check_direct_kernel_call(op, input, weight, output, stride, padding, dilation,
-                                               groups, weight_layouts);
+                        IntArrayRef dilation, int64_t groups) {
+  const ConvShape s =
+      check_direct_kernel_call(op, input, weight, output, stride, padding, dilation, groups);
   const auto nhwc = at::MemoryFormat::ChannelsLast;
   TORCH_CHECK(input.is_contiguous(nhwc) && output.is_contiguous(nhwc), op,
               ": expected input and output both channels_last (dense), got strides ",

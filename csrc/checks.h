@@ -63,21 +63,15 @@ LayoutCall check_depthwise(const char* op, const Tensor& input, const Tensor& we
                            const Tensor& output, IntArrayRef stride, IntArrayRef padding,
                            IntArrayRef dilation);
 
-// The memory layouts a direct kernel takes its weight in: contiguous, or either contiguous or
-// dense channels_last (the implicit route's forward and input gradient, which transpose it into
-// their tap matrices in one pass from either).
-enum class WeightLayouts { contiguous, contiguous_or_channels_last };
-
-// Checks the arguments of the direct grouped kernels and of the implicit route: input
-// [N, C, H, W], weight [Cout, C/G, kh, kw] and output [N, Cout, OH, OW] of one dtype and device,
-// the weight in one of `weight_layouts`, the input and output dense channels_last. Returns the
-// convolution's shape.
+// Checks the arguments of the direct grouped kernels: input [N, C, H, W], weight [Cout, C/G, kh,
+// kw] and output [N, Cout, OH, OW] of one dtype and device, the weight contiguous, the input and
+// output dense channels_last. Returns the convolution's shape.
 ConvShape check_grouped(const char* op, const Tensor& input, const Tensor& weight,
                         const Tensor& output, IntArrayRef stride, IntArrayRef padding,
-                        IntArrayRef dilation, int64_t groups,
-                        WeightLayouts weight_layouts = WeightLayouts::contiguous);
+                        IntArrayRef dilation, int64_t groups);
 
-// As check_grouped (the weight contiguous or channels_last), but the result the call writes dense
+// As check_grouped, but the weight contiguous or dense channels_last (which the implicit route
+// transposes into its tap matrices in one pass from either) and the result the call writes dense
 // channels_last or contiguous (NCHW): the implicit route's forward (which writes the output) and
 // input gradient (which writes its input's gradient); the operand it reads dense channels_last.
 // Returns the shape and whether the result is channels_last.

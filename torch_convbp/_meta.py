@@ -296,9 +296,9 @@ def _depthwise_weight_grad_fake(input, grad_output, stride, padding, dilation, g
     _check_depthwise("torch_convbp.depthwise_weight_grad", input, grad_weight, grad_output, stride, padding, dilation)
 
 
-def _check_grouped(op, input, weight, output, stride, padding, dilation, groups, channels_last_weight=False):
+def _check_grouped(op, input, weight, output, stride, padding, dilation, groups):
     """Mirrors check_grouped (csrc/checks.cpp)."""
-    _check_direct_kernel_call(op, input, weight, output, stride, padding, dilation, groups, channels_last_weight)
+    _check_direct_kernel_call(op, input, weight, output, stride, padding, dilation, groups)
     nhwc = torch.channels_last
     torch._check(
         input.is_contiguous(memory_format=nhwc) and output.is_contiguous(memory_format=nhwc),
