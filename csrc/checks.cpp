@@ -232,7 +232,7 @@ ColumnGeometry check_columns(const char* op, Layout layout, const Tensor& images
 namespace {
 
 // The memory layouts a direct kernel takes its weight in: contiguous, or either contiguous or
-// dense channels_last (the implicit route's forward and input gradient).
+// dense channels_last (the implicit route's kernels).
 enum class WeightLayouts { contiguous, contiguous_or_channels_last };
 
 // What the direct kernels' checks share: input [N, C, H, W], weight [Cout, C/G, kh, kw] contiguous
@@ -317,7 +317,7 @@ LayoutCall check_grouped_either_layout(const char* op, const Tensor& input, cons
                                        const Tensor& output, IntArrayRef stride,
                                        IntArrayRef padding, IntArrayRef dilation, int64_t groups) {
   const ConvShape s = check_direct_kernel_call(op, input, weight, output, stride, padding, dilation,
-                                               groups, WeightLayouts::contiguous);
+                                               groups, WeightLayouts::contiguous_or_channels_last);
   return {s, both_channels_last(op, input, output)};
 }
 

@@ -80,9 +80,9 @@ LayoutCall check_implicit_call(const char* op, const Tensor& input, const Tensor
                                const Tensor& output, IntArrayRef stride, IntArrayRef padding,
                                IntArrayRef dilation, int64_t groups, Written written);
 
-// As check_grouped (a contiguous weight), but the input and output both contiguous or both dense
-// channels_last: the implicit route's weight gradient, which reads either. Returns the shape and
-// the layout.
+// As check_grouped, but the input and output both contiguous or both dense channels_last, and the
+// weight contiguous or dense channels_last: the implicit route's weight gradient, which reads
+// either layout and writes the weight in either. Returns the shape and the activations' layout.
 LayoutCall check_grouped_either_layout(const char* op, const Tensor& input, const Tensor& weight,
                                        const Tensor& output, IntArrayRef stride,
                                        IntArrayRef padding, IntArrayRef dilation, int64_t groups);

@@ -16,8 +16,8 @@
 // The other routes (route.h) skip parts of this: the pointwise ones im2col, the direct ones
 // (depthwise, narrow groups) the GEMMs too.
 //
-// Every operator returns its activation result in result_format() (route.h), whatever layout
-// its route computed in.
+// Every operator returns its activation result in result_format() (route.h), and the weight
+// gradient in weight_grad_format(), whatever layout its route computed in.
 #include "conv2d.h"
 
 #include <ATen/OpMathType.h>
@@ -380,16 +380,11 @@ Tensor convolution_forward(const char* op, int64_t dims, const Tensor& input, co
   return as_result(output, format, memory);
 }
 
-Tensor convolution_weight_grad(const char* op, int64_t dims, const Tensor& input,
-                               const Tensor& grad_output, IntArrayRef weight_size,
-                               IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
-                               int64_t groups) {
-  check_operands(op, {{"input", &input}, {"grad_output", &grad_output}});
-  const ConvShape s =
-      check_convolution(op, dims, input.sizes(), weight_size, stride, padding, dilation, groups);
-  check_grad_output(op, grad_output, s);
-
-  const RouteChoice route = choose_route(Operator::weight_grad, s, {input, grad_output});
+// The weight gradient on `route`, in the memory format its route writes: the implicit route's
+// kernel writes `format`, the NHWC column route channels_last, the others contiguous.
+Tensor weight_grad_on_route(const char* op, const RouteChoice& route, const Tensor& input,
+                            const Tensor& grad_output, IntArrayRef weight_size, const ConvShape& s,
+                            at::MemoryFormat format) {
   const Tensor x = in_layout(input, route.layout);
   const Tensor dy = in_layout(grad_output, route.layout);
   switch (route.route) {
@@ -406,7 +401,7 @@ Tensor convolution_weight_grad(const char* op, int64_t dims, const Tensor& input
     case Route::pointwise_nhwc:
       return pointwise_nhwc_weight_grad(rows_view(x), rows_view(dy), weight_size, s);
     case Route::implicit_nhwc: {
-      Tensor grad_weight = at::empty(weight_size, x.options());
+      Tensor grad_weight = at::empty(weight_size, x.options().memory_format(format));
       call_implicit(ImplicitKernel::weight_grad, x, dy, s, grad_weight);
       return grad_weight;
     }
@@ -415,6 +410,23 @@ Tensor convolution_weight_grad(const char* op, int64_t dims, const Tensor& input
     case Route::transposed_columns: not_this_operators_route(op, route);
   }
   return Tensor();  // not reached
+}
+
+Tensor convolution_weight_grad(const char* op, int64_t dims, const Tensor& input,
+                               const Tensor& grad_output, IntArrayRef weight_size,
+                               IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
+                               int64_t groups) {
+  check_operands(op, {{"input", &input}, {"grad_output", &grad_output}});
+  const ConvShape s =
+      check_convolution(op, dims, input.sizes(), weight_size, stride, padding, dilation, groups);
+  check_grad_output(op, grad_output, s);
+
+  const RouteChoice route = choose_route(Operator::weight_grad, s, {input, grad_output});
+  // The routes of NHWC operands write channels_last weights, the others contiguous ones: a copy
+  // here only where that is not the input's format (weight_grad_format, route.h).
+  const at::MemoryFormat format = weight_grad_format(input);
+  return to_memory_format(
+      weight_grad_on_route(op, route, input, grad_output, weight_size, s, format), format);
 }
 
 Tensor convolution_input_grad(const char* op, int64_t dims, const Tensor& grad_output,

@@ -98,10 +98,12 @@ Tensor weight_of_matrices(const Tensor& matrices, IntArrayRef weight_size, at::S
   const int64_t out_channels = weight_size[0], channels = weight_size[1];
   // converted while contiguous: [G, Cout/G, K] as [Cout, K]
   const Tensor rows = in_dtype(contiguous_matrices(matrices), dtype).view({out_channels, -1});
-  const int64_t taps = rows.numel() / std::max<int64_t>(out_channels * channels, 1);
-  if (layout == Layout::nchw || taps == 1 || channels == 1) return rows.view(weight_size);
-  // [Cout, (kd,) kh, kw, C/G] rows back to [Cout, C/G, (kd,) kh, kw]
-  return transposed_per_channel(rows, taps, channels).view(weight_size);
+  if (layout == Layout::nchw) return rows.view(weight_size);
+  // [Cout, (kd,) kh, kw, C/G] rows: the channels_last weight's memory, viewed as it
+  std::vector<int64_t> nhwc_rows{out_channels};
+  nhwc_rows.insert(nhwc_rows.end(), weight_size.begin() + 2, weight_size.end());
+  nhwc_rows.push_back(channels);
+  return rows.view(nhwc_rows).movedim(-1, 1);
 }
 
 }  // namespace torch_convbp

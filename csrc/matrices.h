@@ -48,7 +48,8 @@ Tensor column_kernel_operand(const Tensor& column_matrix, Layout layout);
 
 // The weight [Cout, C/G, kh, kw] as its G matrices [Cout/G, K], K in the layout's order (a copy
 // only where the weight is not in that memory format), and back: [G, Cout/G, K] matrices as a
-// contiguous weight of `weight_size` and `dtype`.
+// weight of `weight_size` and `dtype` in the layout's memory format (contiguous for NCHW,
+// channels_last for NHWC: the matrices' own memory where they are contiguous and of `dtype`).
 Tensor weight_matrices(const Tensor& weight, const ConvShape& s, Layout layout);
 Tensor weight_of_matrices(const Tensor& matrices, IntArrayRef weight_size, at::ScalarType dtype,
                           Layout layout);

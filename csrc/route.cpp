@@ -399,15 +399,32 @@ RouteChoice choose_route(Operator op, const ConvShape& s, at::TensorList activat
   return {Route::columns, layout, col2im, why_layout};
 }
 
-at::MemoryFormat result_format(const at::Tensor& activation, const at::Tensor& weight) {
-  const auto channels_last = channels_last_format(activation.dim());
-  const bool suggested = activation.suggest_memory_format() == channels_last ||
-                         weight.suggest_memory_format() == channels_last;
-  const bool meta = activation.device().type() == c10::DeviceType::Meta;  // F.conv2d's meta rule
+namespace {
+
+// channels_last (channels_last_3d for volumes) where `suggested`, for an activation tensor of a
+// non-empty batch off the meta device (F.conv2d's meta rule: contiguous), else contiguous.
+at::MemoryFormat format_of_activation(const at::Tensor& activation, bool suggested) {
+  const bool meta = activation.device().type() == c10::DeviceType::Meta;
   return (activation.dim() == 4 || activation.dim() == 5) && activation.size(0) > 0 && suggested &&
                  !meta
-             ? channels_last
+             ? channels_last_format(activation.dim())
              : at::MemoryFormat::Contiguous;
+}
+
+bool suggests_channels_last(const at::Tensor& t, int64_t rank) {
+  return t.suggest_memory_format() == channels_last_format(rank);
+}
+
+}  // namespace
+
+at::MemoryFormat result_format(const at::Tensor& activation, const at::Tensor& weight) {
+  const int64_t rank = activation.dim();
+  return format_of_activation(
+      activation, suggests_channels_last(activation, rank) || suggests_channels_last(weight, rank));
+}
+
+at::MemoryFormat weight_grad_format(const at::Tensor& input) {
+  return format_of_activation(input, suggests_channels_last(input, input.dim()));
 }
 
 const char* route_name(Route route) {

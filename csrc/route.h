@@ -61,4 +61,10 @@ const char* layout_name(Layout layout);
 // it (torch_convbp/_meta.py).
 at::MemoryFormat result_format(const at::Tensor& activation, const at::Tensor& weight);
 
+// The memory format of the weight gradient, from the input alone (the weight_grad operators see
+// no weight): channels_last where the input suggests it, as ATen returns dW where the input or the
+// weight suggests it (so that a channels_last model's AccumulateGrad copies nothing), else
+// contiguous; an empty batch and meta tensors as above. The fake kernels mirror it.
+at::MemoryFormat weight_grad_format(const at::Tensor& input);
+
 }  // namespace torch_convbp

@@ -60,7 +60,8 @@ def operands(shape, cout, kernel, groups, dtype, seed=0):
 @pytest.mark.parametrize("name, shape, cout, kernel, padding, dilation, groups", CASES, ids=[c[0] for c in CASES])
 def test_values_against_the_references(name, shape, cout, kernel, padding, dilation, groups, dtype, microkernel):
     """The weight gradient on the implicit route against F.conv2d's and our shift-and-add
-    reference's in float64, as a contiguous tensor of the operands' dtype."""
+    reference's in float64, as a tensor of the operands' dtype and the input's format
+    (channels_last: written so by the kernel, no copy after)."""
     x, w, g = operands(shape, cout, kernel, groups, dtype)
     args = ((1, 1), padding, dilation, groups)
     assert torch_convbp.explain(x, w, *args)["weight_grad"].route == "implicit_nhwc"
@@ -72,7 +73,7 @@ def test_values_against_the_references(name, shape, cout, kernel, padding, dilat
     pads = (padding[0], padding[0], padding[1], padding[1])
     (own,) = torch.autograd.grad(shift_and_add_conv2d(x64, w64, None, (1, 1), pads, dilation, groups), w64, dy.double())
     torch.testing.assert_close(ref, own, rtol=1e-10, atol=1e-10)
-    assert ours.dtype == dtype and ours.is_contiguous()
+    assert ours.dtype == dtype and ours.is_contiguous(memory_format=CL)
     # bfloat16: exact products summed in float32, rounded once
     tol = 1e-4 if dtype == torch.float32 else 1e-2 * ref.abs().max().item()
     torch.testing.assert_close(ours.double(), ref, rtol=tol, atol=tol)

@@ -97,8 +97,10 @@ def result_is_channels_last(activation, weight):
 @pytest.mark.parametrize("name, kwargs, stride, padding, groups, expected", ROUTES, ids=[r[0] for r in ROUTES])
 def test_each_operator_takes_its_route_and_returns_the_operands_format(name, kwargs, stride, padding, groups, expected, device):
     """explain() names the route of each operator; the operators return their activation results in
-    the format the operands say, whatever layout the route computed in; opcheck (fake kernels
-    included: their strides must match the real ones) passes for all three."""
+    the format the operands say, and the weight gradient in the input's (weight_grad_format in
+    csrc/route.h: ATen's rule without the weight, which the operator does not see), whatever
+    layout the route computed in; opcheck (fake kernels included: their strides must match the
+    real ones) passes for all three."""
     x, w = operands(groups=groups, device=device, **kwargs)
     args = [stride, stride], [padding, padding], [1, 1], groups
     y = ops.conv2d(x, w, None, *args)
@@ -110,7 +112,7 @@ def test_each_operator_takes_its_route_and_returns_the_operands_format(name, kwa
     for result, operand in ((y, x), (dx, g)):
         format = CL if result_is_channels_last(operand, w) else NCHW
         assert result.is_contiguous(memory_format=format)
-    assert dw.is_contiguous()
+    assert dw.is_contiguous(memory_format=CL if result_is_channels_last(x, x) else NCHW)
     opcheck(ops.conv2d.default, (x, w, None, *args))
     opcheck(ops.conv2d_input_grad.default, (g, w, list(x.shape), *args))
     opcheck(ops.conv2d_weight_grad.default, (x, g, list(w.shape), *args))
@@ -146,7 +148,9 @@ def test_volumes_take_the_column_routes(name, x_size, w_size, stride, padding, g
     dx_ref, dw_ref = torch.autograd.grad(y_ref, (x_ref, w_ref), grad)
     torch.testing.assert_close(y, y_ref, rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(ops.conv3d_input_grad(grad, w, list(x.shape), *args), dx_ref, rtol=1e-10, atol=1e-10)
-    torch.testing.assert_close(ops.conv3d_weight_grad(x, grad, list(w.shape), *args), dw_ref, rtol=1e-10, atol=1e-10)
+    dw = ops.conv3d_weight_grad(x, grad, list(w.shape), *args)
+    assert dw.is_contiguous(memory_format=cl3d)  # the input's format, as dW of F.conv3d
+    torch.testing.assert_close(dw, dw_ref, rtol=1e-10, atol=1e-10)
 
 
 @pytest.mark.parametrize("input_layout, weight_layout", [(NCHW, CL), (CL, NCHW)], ids=["channels_last weight", "channels_last input"])

@@ -121,6 +121,12 @@ def _result_format(activation, weight):
     return channels_last if suggested else torch.contiguous_format
 
 
+def _weight_grad_format(input):
+    """Mirrors weight_grad_format (csrc/route.h): the weight gradient is channels_last where the
+    input suggests it (the operator sees no weight), under result_format's other conditions."""
+    return _result_format(input, input)
+
+
 def _empty(like, size, memory_format):
     return torch.empty(size, dtype=like.dtype, device=like.device, memory_format=memory_format)
 
@@ -159,7 +165,7 @@ def _register_convolution_fakes(name, dims):
         check_operands(op, input=input, grad_output=grad_output)
         output_size = conv_output_size(op, dims, input.shape, weight_size, stride, padding, dilation, groups)
         _check_grad_output(op, grad_output, (input.shape[0], weight_size[0], *output_size))
-        return input.new_empty(weight_size)
+        return _empty(input, weight_size, _weight_grad_format(input))
 
 
 _register_convolution_fakes("conv2d", dims=2)
@@ -365,7 +371,7 @@ def _implicit_conv2d_input_grad_fake(grad_output, weight, stride, padding, dilat
 def _implicit_conv2d_weight_grad_fake(input, grad_output, stride, padding, dilation, groups, grad_weight):
     """Mirrors implicit_conv2d_weight_grad_cpu (csrc/cpu/implicit_weight_grad_cpu.cpp)."""
     op = "torch_convbp.implicit_conv2d_weight_grad"
-    _check_direct_kernel_call(op, input, grad_weight, grad_output, stride, padding, dilation, groups)
+    _check_direct_kernel_call(op, input, grad_weight, grad_output, stride, padding, dilation, groups, channels_last_weight=True)
     _check_both_channels_last(op, input, grad_output)
     torch._check(
         input.dtype in (torch.float32, torch.bfloat16),

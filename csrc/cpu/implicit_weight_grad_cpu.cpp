@@ -321,8 +321,8 @@ void accumulate_exact_pairs(const T* x, const T* dy, const Activations& a, const
   });
 }
 
-// The weight gradient of convolution `s` into grad_weight [Cout, C/G, kh, kw] (contiguous), of
-// activations in the layout `channels_last` says.
+// The weight gradient of convolution `s` into grad_weight [Cout, C/G, kh, kw] (contiguous or
+// channels_last), of activations in the layout `channels_last` says.
 template <class T>
 void implicit_weight_grad(const Tensor& input, const Tensor& grad_output, const ConvShape& s,
                           bool channels_last, const Tensor& grad_weight) {
@@ -358,16 +358,27 @@ void implicit_weight_grad(const Tensor& input, const Tensor& grad_output, const 
     });
   }
   for (int64_t part = 1; part < parts.count; ++part) sums[0].add_(sums[part]);  // in order
-  // [C/G * taps, Cout/G] of group g into its rows of dW [Cout, C/G * taps], rounded once at the end
+  // [C/G * taps, Cout/G] of group g into its rows of dW, rounded once at the end: contiguous
+  // [Cout, C/G * taps] at once, channels_last [Cout, taps, C/G] a tap's [C/G, Cout/G] at a time
   const int64_t per_group = t.group_in * t.taps;
   const Tensor rows =
       std::is_same_v<T, float> ? grad_weight : empty_scratch(grad_weight.sizes(), f32);
   float* w = rows.mutable_data_ptr<float>();
+  const bool weight_channels_last = !grad_weight.is_contiguous();
   at::parallel_for(0, s.groups, 1, [&](int64_t begin, int64_t end) {
     for (int64_t g = begin; g < end; ++g) {
-      transpose_matrix(sum_data + g * per_group * t.group_out, t.group_out,
-                       w + g * t.group_out * per_group, per_group, per_group, t.group_out,
-                       sizeof(float));
+      const float* group_sums = sum_data + g * per_group * t.group_out;
+      float* group_rows = w + g * t.group_out * per_group;
+      if (!weight_channels_last) {
+        transpose_matrix(group_sums, t.group_out, group_rows, per_group, per_group, t.group_out,
+                         sizeof(float));
+        continue;
+      }
+      for (int64_t tap = 0; tap < t.taps; ++tap) {
+        transpose_matrix(group_sums + tap * t.group_out, t.taps * t.group_out,
+                         group_rows + tap * t.group_in, per_group, t.group_in, t.group_out,
+                         sizeof(float));
+      }
     }
   });
   if constexpr (!std::is_same_v<T, float>) {
