@@ -182,7 +182,8 @@ bool bfloat16_columns_pay_layout(Operator op, const ConvShape& s, const at::Tens
 // - bfloat16 where the micro-kernel computes it (an AMX Xeon): 0.50-0.96x the column route's
 //   time, deep and dilated layers too, where im2col and the VNNI packing of the column matrix
 //   took about half of it (NOTES sections 56, 69); fed NCHW too, through layout copies,
-//   0.59-0.93x the NCHW or NHWC column route's, copies included;
+//   0.59-0.93x the NCHW or NHWC column route's, copies included (the operands read as they are
+//   since section 112);
 // - float32 fed channels_last, up to kMaxImplicitWeightGradChannels channels per group, no fewer
 //   input than output channels, undilated: 0.89-0.96x; 32>64@56 took 1.10x and
 //   the dilated 64@28 1.05x, where the copies weigh more beside the GEMMs, and 256@14 no gain
@@ -322,8 +323,8 @@ RouteChoice choose_route(Operator op, const ConvShape& s, at::TensorList activat
 
   const bool bfloat16 = first.scalar_type() == at::kBFloat16;
   if (op == Operator::weight_grad && takes_implicit_weight_grad(s, first, channels_last)) {
-    // float32 fed NCHW: read as it is (its padded copies built from NCHW rows, NOTES section 111)
-    return {Route::implicit_nhwc, channels_last || bfloat16 ? Layout::nhwc : Layout::nchw,
+    // fed NCHW: read as it is (its padded copies built from NCHW rows, NOTES sections 111, 112)
+    return {Route::implicit_nhwc, operand_layout,
             "stride 1: a GEMM per tap on shifted views of padded copies of the input and the "
             "output gradient (no column matrix)",
             !bfloat16 && channels_last
@@ -338,8 +339,8 @@ RouteChoice choose_route(Operator op, const ConvShape& s, at::TensorList activat
                 ? "channels_last bfloat16 operands on a CPU whose GEMM micro-kernel computes "
                   "bfloat16; 16 or more channels per group, output rows of 14 pixels or more"
                 : "bfloat16 on a CPU whose GEMM micro-kernel computes bfloat16; 16 or more "
-                  "channels per group, output rows of 14 pixels or more: NHWC, through layout "
-                  "copies"};
+                  "channels per group, output rows of 14 pixels or more: NCHW operands read as "
+                  "they are"};
   }
   if (op != Operator::weight_grad && transposed &&
       implicit_pays_layout(*transposed, first, channels_last) &&

@@ -1,11 +1,10 @@
 """Route implicit_nhwc, the weight gradient: dW of a stride-1 convolution as GEMMs per tap on
 shifted views of padded copies of the input and the output gradient, with no column matrix
-(csrc/cpu/implicit_weight_grad_cpu.cpp), in float32 of channels_last or NCHW operands (the copies
-read either) and, where the CPU has bfloat16 arithmetic, in bfloat16 of channels_last ones. By
-default it takes bfloat16 layers of 16 or more channels per group whose output rows have 14 pixels
-or more, fed NCHW too (through layout copies), and float32 ones of 16 to 128 input channels per
-group, no more output channels, undilated, fed NCHW too (read as they are) on a CPU that runs
-AVX-512 kernels; TORCH_CONVBP_GEMM=microkernel makes it take every stride-1 call of channels_last
+(csrc/cpu/implicit_weight_grad_cpu.cpp), of channels_last or NCHW operands (the copies read
+either), in float32 and, where the CPU has bfloat16 arithmetic, in bfloat16. By default it takes
+bfloat16 layers of 16 or more channels per group whose output rows have 14 pixels or more, and
+float32 ones of 16 to 128 input channels per group, no more output channels, undilated, fed NCHW
+too on a CPU that runs AVX-512 kernels; TORCH_CONVBP_GEMM=microkernel makes it take every stride-1 call of channels_last
 operands, =mkl none (csrc/route.cpp)."""
 import pytest
 import torch
@@ -119,19 +118,21 @@ NO_AVX512 = pytest.mark.skipif(not runs_avx512_kernels(), reason="float32 fed NC
 
 @pytest.mark.parametrize("dtype", [pytest.param(torch.float32, marks=NO_AVX512), pytest.param(torch.bfloat16, marks=NO_BFLOAT16)], ids=str)
 @pytest.mark.parametrize("kernel", [(3, 3), (5, 5)], ids=["3x3", "5x5"])
-def test_fed_nchw(kernel, dtype, monkeypatch):
-    """Operands fed NCHW take the route: float32 where AVX-512 kernels run, read as they are (the
-    padded copies built from NCHW rows), bfloat16 where the micro-kernel computes it, through
-    layout copies. The weight gradient is the same as fed channels_last, bit for bit (the same
-    padded copies, the same GEMMs), and a contiguous tensor."""
+# padded rows of 16 and 17 pixels (3x3, 5x5), then 15 and 16 with an odd count of extended pixels:
+# bfloat16's pairs of pixels straddle rows where the padded row is odd
+@pytest.mark.parametrize("shape, cout", [((2, 32, 16, 15), 24), ((3, 16, 7, 14), 16)], ids=["16x15", "7x14"])
+def test_fed_nchw(shape, cout, kernel, dtype, monkeypatch):
+    """Operands fed NCHW take the route where the micro-kernel computes their dtype (float32 where
+    AVX-512 kernels run), read as they are: the padded copies built from NCHW rows, dY's rows
+    transposed in cache. The weight gradient is the same as fed channels_last, bit for bit (the
+    same padded copies, the same GEMMs), and a contiguous tensor."""
     monkeypatch.delenv("TORCH_CONVBP_GEMM", raising=False)
-    x, w, g = operands((2, 32, 16, 15), 24, kernel, 1, dtype)
+    x, w, g = operands(shape, cout, kernel, 1, dtype)
     padding = [kernel[0] // 2, kernel[1] // 2]
-    dy = torch.randn(2, 24, 16, 15, generator=g).to(dtype)
+    dy = torch.randn(shape[0], cout, *shape[2:], generator=g).to(dtype)
     args = (list(w.shape), [1, 1], padding, [1, 1], 1)
     route = torch_convbp.explain(x.contiguous(), w, 1, padding)["weight_grad"]
-    assert route.route == "implicit_nhwc"
-    assert route.layout == ("nchw" if dtype == torch.float32 else "nhwc")
+    assert route.route == "implicit_nhwc" and route.layout == "nchw"
     nchw = ops.conv2d_weight_grad(x.contiguous(), dy, *args)
     assert nchw.is_contiguous()
     assert torch.equal(nchw, ops.conv2d_weight_grad(x, dy.contiguous(memory_format=CL), *args))
@@ -203,8 +204,8 @@ def test_the_rule_that_chooses_it(name, shape, cout, kernel, stride, dilation, d
     args = (stride, dilation * (kernel // 2), dilation)
     route = torch_convbp.explain(x, w, *args)["weight_grad"]
     assert (route.route == "implicit_nhwc") == takes
-    if takes:  # float32 NCHW operands read as they are, bfloat16 ones through layout copies
-        assert route.layout == ("nhwc" if channels_last or dtype == torch.bfloat16 else "nchw")
+    if takes:  # NCHW operands read as they are
+        assert route.layout == ("nhwc" if channels_last else "nchw")
     monkeypatch.setenv("TORCH_CONVBP_GEMM", "mkl")
     assert torch_convbp.explain(x, w, *args)["weight_grad"].route != "implicit_nhwc"
 
@@ -230,8 +231,12 @@ def test_the_kernel_and_its_fake(microkernel):
     opcheck(ops.implicit_conv2d_weight_grad.default, (x.contiguous(), dy.contiguous(), *args, nchw))
     with pytest.raises(RuntimeError, match="both contiguous or both channels_last"):
         ops.implicit_conv2d_weight_grad(x.contiguous(), dy, *args, dw)
-    with pytest.raises(RuntimeError, match=r"computes bfloat16 of channels_last input and output only \(NCHW: float32\)"):
-        bf = torch.bfloat16
-        ops.implicit_conv2d_weight_grad(x.to(bf).contiguous(), dy.to(bf).contiguous(), *args, dw.to(bf))
+    # a channels_last dW: the same values in the other memory order
+    dw_cl = torch.empty_like(dw, memory_format=CL)
+    ops.implicit_conv2d_weight_grad(x, dy, *args, dw_cl)
+    assert torch.equal(dw_cl, dw) and dw_cl.is_contiguous(memory_format=CL)
+    opcheck(ops.implicit_conv2d_weight_grad.default, (x, dy, *args, dw_cl))
+    with pytest.raises(RuntimeError, match="expected a contiguous or channels_last"):
+        ops.implicit_conv2d_weight_grad(x, dy, *args, torch.empty(16, 48, 3, 2).transpose(0, 1))
     with pytest.raises(RuntimeError, match=r"expected output of size"):
         ops.implicit_conv2d_weight_grad(x, dy[:, :, :3], *args, dw)

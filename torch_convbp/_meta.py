@@ -377,12 +377,6 @@ def _implicit_conv2d_weight_grad_fake(input, grad_output, stride, padding, dilat
         input.dtype in (torch.float32, torch.bfloat16),
         lambda: f"{op}: computes float32 and bfloat16 only, got {input.dtype}",
     )
-    nhwc = torch.channels_last
-    torch._check(
-        input.dtype == torch.float32
-        or (input.is_contiguous(memory_format=nhwc) and grad_output.is_contiguous(memory_format=nhwc)),
-        lambda: f"{op}: computes bfloat16 of channels_last input and output only (NCHW: float32)",
-    )
     torch._check(list(stride) == [1, 1], lambda: f"{op}: computes stride 1 only, got stride {list(stride)}")
 
 

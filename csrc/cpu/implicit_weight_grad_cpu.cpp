@@ -1,7 +1,7 @@
 // Route implicit_nhwc, the weight gradient (route.h): dW of a stride-1 convolution as GEMMs on
 // shifted views of two padded copies, with no column matrix, on oneDNN's micro-kernel
-// (at::native::cpublas::brgemm), in float32 of channels_last or NCHW operands (the copies read
-// either), or in bfloat16 of channels_last ones where the CPU has bfloat16 arithmetic.
+// (at::native::cpublas::brgemm), of channels_last or NCHW operands (the copies read either), in
+// float32, or in bfloat16 where the CPU has bfloat16 arithmetic.
 //
 // Pad the input with zeros into [Hp, Wp] planes and give the output gradient the same row width:
 // output pixel (oh, ow) becomes the extended pixel e = oh*Wp + ow, and the columns ow >= OW hold
@@ -93,7 +93,7 @@ bool all_finite(const T* x, int64_t n) {
 }
 
 // Where the activations' values lie: x [N, C, H, W] and dY [N, Cout, OH, OW], both NHWC in
-// memory or both NCHW (float32 only: bfloat16's VNNI pairs are built from NHWC rows of dY).
+// memory or both NCHW.
 struct Activations {
   const ConvShape& s;
   bool channels_last;
@@ -167,9 +167,10 @@ bool padded_input_planes(const T* x, const Activations& a, const PaddedPlanes& p
 }
 
 // Images [first, first + count) of dY extended, [count, pixels, Cout]: output row oh's OW
-// pixels, then Wp - OW pixels of zeros. In float32 row-major (from NCHW each row transposed); in
-// bfloat16 (from NHWC) in the VNNI layout, [count, pixels / 2, Cout, 2], extended pixels 2q and
-// 2q + 1 interleaved into pair q.
+// pixels, then Wp - OW pixels of zeros. In float32 row-major; in bfloat16 the VNNI layout,
+// [count, pixels / 2, Cout, 2], extended pixels 2q and 2q + 1 interleaved into pair q. From NCHW
+// each output row is transposed first (into the row itself in float32, into a thread's staging
+// row in bfloat16), while in cache: no layout copy of dY before (benchmarks/NOTES.md, 111, 112).
 template <class T>
 void extended_output_grad(const T* dy, const Activations& a, const PaddedPlanes& p, int64_t first,
                           int64_t count, T* dy_ext) {
@@ -190,18 +191,39 @@ void extended_output_grad(const T* dy, const Activations& a, const PaddedPlanes&
       }
     });
   } else {
+    // A task per output row writes the pairs whose first pixel is in it: where Wp is odd, a row's
+    // last pair takes the next row's first pixel as its second.
     const std::vector<uint16_t> zeros(co, 0);
-    const auto pixel = [&](int64_t n, int64_t e) {  // extended pixel e of image n: dY's, or zeros
-      const int64_t oh = e / p.width, ow = e % p.width;
-      if (oh >= s.out_height || ow >= s.out_width) return zeros.data();
-      return reinterpret_cast<const uint16_t*>(dy) + a.dy_at(first + n, 0, oh, ow);
-    };
-    const int64_t pairs = p.pixels / 2;
-    at::parallel_for(0, count * pairs, 64, [&](int64_t begin, int64_t end) {
-      for (int64_t q = begin; q < end; ++q) {  // pair q % pairs of image q / pairs
-        const int64_t n = q / pairs, e = q % pairs * 2;
-        interleave_pair_of_rows(pixel(n, e), pixel(n, e + 1), co,
-                                reinterpret_cast<uint16_t*>(dy_ext) + q * 2 * co);
+    const auto* source = reinterpret_cast<const uint16_t*>(dy);
+    at::parallel_for(0, count * s.out_height, 4, [&](int64_t begin, int64_t end) {
+      std::vector<uint16_t> staged(a.channels_last ? 0 : (s.out_width + 1) * co);
+      for (int64_t r = begin; r < end; ++r) {  // output row r % OH of image r / OH
+        const int64_t n = first + r / s.out_height, oh = r % s.out_height;
+        const int64_t row_start = oh * p.width, next_start = row_start + p.width;
+        const bool straddles = next_start % 2 != 0 && oh + 1 < s.out_height;
+        // the row's OW pixels and the next row's first, as NHWC pixels of Cout
+        const uint16_t* row = source + a.dy_at(n, 0, oh, 0);
+        const uint16_t* next_first = straddles ? source + a.dy_at(n, 0, oh + 1, 0) : nullptr;
+        if (!a.channels_last) {  // [Cout, OW], rows OH*OW apart, into [OW, Cout]
+          transpose_matrix(row, a.dy_channel_stride(), staged.data(), co, co, s.out_width,
+                           sizeof(uint16_t));
+          row = staged.data();
+          if (straddles) {
+            uint16_t* pixel = staged.data() + s.out_width * co;
+            for (int64_t o = 0; o < co; ++o) pixel[o] = next_first[o * a.dy_channel_stride()];
+            next_first = pixel;
+          }
+        }
+        const auto pixel =
+            [&](int64_t e) {  // extended pixel e of this row, or the next row's first
+              if (e == next_start) return straddles ? next_first : zeros.data();
+              return e - row_start < s.out_width ? row + (e - row_start) * co : zeros.data();
+            };
+        const int64_t last_pair = oh + 1 == s.out_height ? p.pixels / 2 : (next_start + 1) / 2;
+        uint16_t* image_pairs = reinterpret_cast<uint16_t*>(dy_ext) + (n - first) * p.pixels * co;
+        for (int64_t q = (row_start + 1) / 2; q < last_pair; ++q) {
+          interleave_pair_of_rows(pixel(2 * q), pixel(2 * q + 1), co, image_pairs + q * 2 * co);
+        }
       }
     });
   }
@@ -395,10 +417,6 @@ void implicit_conv2d_weight_grad_cpu(const Tensor& input, const Tensor& grad_out
   const auto dtype = input.scalar_type();
   TORCH_CHECK(dtype == at::kFloat || dtype == at::kBFloat16, op,
               ": computes float32 and bfloat16 only, got ", dtype);
-  // (bfloat16's pairs of dY's pixels are built from NHWC rows)
-  const auto nhwc = at::MemoryFormat::ChannelsLast;
-  TORCH_CHECK(dtype == at::kFloat || (input.is_contiguous(nhwc) && grad_output.is_contiguous(nhwc)),
-              op, ": computes bfloat16 of channels_last input and output only (NCHW: float32)");
   TORCH_CHECK(s.stride_h == 1 && s.stride_w == 1, op, ": computes stride 1 only, got stride ",
               stride);
   TORCH_CHECK(dtype == at::kFloat ? cpu_has_gemm_microkernel() : cpu_has_bfloat16_microkernel(), op,
