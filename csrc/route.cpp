@@ -193,6 +193,11 @@ bool bfloat16_columns_pay_layout(Operator op, const ConvShape& s, const at::Tens
 //   P, at 0.65-0.85x the rate of the same GEMM of NHWC columns; 5x5 64@28 took 0.75x the column
 //   route's time, 3x3 128@28 0.9x, 3x3 64@56 0.97x. With AVX2 (oneDNN capped) 128@28 took 1.2x:
 //   AVX2 CPUs keep the column route (section 94).
+// - float32 where the micro-kernel outruns MKL (cpu_prefers_gemm_microkernel: an AVX-512 EPYC),
+//   either format, up to the implicit route's kMaxImplicitChannels and dilated too: 3x3 256@14
+//   1.11-1.13x ATen's time per call fed channels_last and 1.02-1.07x fed NCHW, against the column
+//   route's 1.19-1.23x and 1.15-1.18x; deeplab's dilated 256@28 1.02-1.06x and 1.13-1.16x against
+//   1.11-1.13x and 1.19-1.26x (section 112).
 constexpr int64_t kMaxImplicitWeightGradChannels = 128;
 bool takes_implicit_weight_grad(const ConvShape& s, const at::Tensor& first, bool channels_last) {
   const bool bfloat16 = first.scalar_type() == at::kBFloat16;
@@ -206,8 +211,11 @@ bool takes_implicit_weight_grad(const ConvShape& s, const at::Tensor& first, boo
       s.out_width < kMinImplicitRow) {
     return false;
   }
-  return bfloat16 || (group_in <= kMaxImplicitWeightGradChannels && group_in >= group_out &&
-                      s.dilation_h == 1 && s.dilation_w == 1);
+  const bool microkernel_preferred = cpu_prefers_gemm_microkernel();
+  const int64_t max_in =
+      microkernel_preferred ? kMaxImplicitChannels : kMaxImplicitWeightGradChannels;
+  return bfloat16 || (group_in <= max_in && group_in >= group_out &&
+                      (microkernel_preferred || (s.dilation_h == 1 && s.dilation_w == 1)));
 }
 
 // Whether the implicit route computes the input gradient of a convolution `s` that is not a
@@ -327,7 +335,15 @@ RouteChoice choose_route(Operator op, const ConvShape& s, at::TensorList activat
     return {Route::implicit_nhwc, operand_layout,
             "stride 1: a GEMM per tap on shifted views of padded copies of the input and the "
             "output gradient (no column matrix)",
-            !bfloat16 && channels_last
+            !bfloat16 && cpu_prefers_gemm_microkernel()
+                ? (channels_last ? "channels_last float32 operands on a CPU where the GEMM "
+                                   "micro-kernel outruns MKL; 16 to 256 input channels per group "
+                                   "and no more output channels, output rows of 14 pixels or more"
+                                 : "float32 on a CPU where the GEMM micro-kernel outruns MKL; 16 "
+                                   "to 256 input channels per group and no more output channels, "
+                                   "output rows of 14 pixels or more: NCHW operands read as they "
+                                   "are")
+            : !bfloat16 && channels_last
                 ? "channels_last float32 operands on a CPU with the GEMM micro-kernel; 16 to 128 "
                   "input channels per group and no more output channels, undilated, output rows "
                   "of 14 pixels or more"

@@ -4,7 +4,7 @@ shifted views of padded copies of the input and the output gradient, with no col
 either), in float32 and, where the CPU has bfloat16 arithmetic, in bfloat16. By default it takes
 bfloat16 layers of 16 or more channels per group whose output rows have 14 pixels or more, and
 float32 ones of 16 to 128 input channels per group, no more output channels, undilated, fed NCHW
-too on a CPU that runs AVX-512 kernels; TORCH_CONVBP_GEMM=microkernel makes it take every stride-1 call of channels_last
+too on a CPU that runs AVX-512 kernels (up to 256 and dilated where the micro-kernel outruns MKL); TORCH_CONVBP_GEMM=microkernel makes it take every stride-1 call of channels_last
 operands, =mkl none (csrc/route.cpp)."""
 import pytest
 import torch
@@ -13,7 +13,7 @@ from torch.library import opcheck
 
 import torch_convbp
 from cases import shift_and_add_conv2d
-from route_cases import CL, has_bfloat16_microkernel, has_microkernel, runs_avx512_kernels
+from route_cases import CL, has_bfloat16_microkernel, has_microkernel, microkernel_outruns_mkl, runs_avx512_kernels
 
 ops = torch.ops.torch_convbp
 
@@ -171,15 +171,17 @@ RULE = [
     ("5x5", (2, 64, 28, 28), 64, 5, 1, 1, torch.float32, True, True),
     ("16 channels", (1, 16, 112, 112), 16, 3, 1, 1, torch.float32, True, True),
     ("more output than input channels", (2, 32, 56, 56), 64, 3, 1, 1, torch.float32, True, False),
-    ("256 channels", (1, 256, 14, 14), 256, 3, 1, 1, torch.float32, True, False),
-    ("dilated", (2, 64, 28, 28), 64, 3, 1, 2, torch.float32, True, False),
+    # up to 256 channels and dilated where the micro-kernel outruns MKL (NOTES section 112)
+    ("256 channels", (1, 256, 14, 14), 256, 3, 1, 1, torch.float32, True, "outruns"),
+    ("512 channels", (1, 512, 14, 14), 512, 3, 1, 1, torch.float32, True, False),
+    ("dilated", (2, 64, 28, 28), 64, 3, 1, 2, torch.float32, True, "outruns"),
     ("rows of 7", (2, 64, 7, 7), 64, 3, 1, 1, torch.float32, True, False),
     ("strided", (2, 64, 56, 56), 64, 3, 2, 1, torch.float32, True, False),
     # float32 fed NCHW where AVX-512 kernels run (NOTES section 94), read as it is (section 111)
     ("NCHW", (2, 64, 56, 56), 64, 3, 1, 1, torch.float32, False, "avx512"),
     ("NCHW 5x5", (2, 64, 28, 28), 64, 5, 1, 1, torch.float32, False, "avx512"),
-    ("NCHW 256 channels", (1, 256, 14, 14), 256, 3, 1, 1, torch.float32, False, False),
-    ("NCHW dilated", (2, 64, 28, 28), 64, 3, 1, 2, torch.float32, False, False),
+    ("NCHW 256 channels", (1, 256, 14, 14), 256, 3, 1, 1, torch.float32, False, "outruns"),
+    ("NCHW dilated", (2, 64, 28, 28), 64, 3, 1, 2, torch.float32, False, "outruns"),
     ("NCHW strided", (2, 64, 56, 56), 64, 3, 2, 1, torch.float32, False, False),
     ("float64", (2, 64, 28, 28), 64, 3, 1, 1, torch.float64, True, False),
     # bfloat16 where its GEMMs run in bfloat16 on the micro-kernel: however many channels, dilated too
@@ -188,7 +190,7 @@ RULE = [
     ("bfloat16, more output channels", (2, 32, 56, 56), 64, 3, 1, 1, torch.bfloat16, True, True),
     ("bfloat16, rows of 7", (2, 64, 7, 7), 64, 3, 1, 1, torch.bfloat16, True, False),
     ("bfloat16, 8 channels", (2, 8, 28, 28), 32, 3, 1, 1, torch.bfloat16, True, False),
-    # bfloat16 fed NCHW through layout copies, the result NCHW (NOTES section 69)
+    # bfloat16 fed NCHW, read as it is (NOTES section 112)
     ("NCHW bfloat16", (2, 64, 56, 56), 64, 3, 1, 1, torch.bfloat16, False, True),
     ("NCHW bfloat16, strided", (2, 64, 56, 56), 128, 3, 2, 1, torch.bfloat16, False, False),
 ]
@@ -197,7 +199,7 @@ RULE = [
 @pytest.mark.parametrize("name, shape, cout, kernel, stride, dilation, dtype, channels_last, takes", RULE, ids=[r[0] for r in RULE])
 def test_the_rule_that_chooses_it(name, shape, cout, kernel, stride, dilation, dtype, channels_last, takes, monkeypatch):
     monkeypatch.delenv("TORCH_CONVBP_GEMM", raising=False)
-    takes = runs_avx512_kernels() if takes == "avx512" else takes
+    takes = {"avx512": runs_avx512_kernels(), "outruns": microkernel_outruns_mkl()}.get(takes, takes)
     takes = takes and (dtype != torch.bfloat16 or has_bfloat16_microkernel())
     x = torch.empty(shape, dtype=dtype).contiguous(memory_format=CL if channels_last else torch.contiguous_format)
     w = torch.empty(cout, shape[1], kernel, kernel, dtype=dtype)
