@@ -113,6 +113,24 @@ def test_non_finite_inputs_propagate_like_f_conv2d(where, layout, dtype):
     torch.testing.assert_close(ours.double()[finite], ref[finite], rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("layout", [CL, torch.contiguous_format], ids=["channels_last", "contiguous"])
+def test_a_non_finite_chunk_between_finite_ones(layout):
+    """Chunks of one image: the middle one holds an infinity and takes the convolution's own pairs;
+    the chunks after it reuse the padded planes, whose zeros are written once per call, so the
+    finite taps' values are F.conv2d's."""
+    x, w, g = operands((3, 16, 6, 7), 16, (3, 3), 1, torch.float32)
+    dy = torch.randn(3, 16, 6, 7, generator=g)
+    x[1, 2, 3, 0] = float("inf")
+    ours = torch.empty(w.shape)
+    with torch_convbp.workspace_limit(1):
+        ops.implicit_conv2d_weight_grad(x.contiguous(memory_format=layout), dy.contiguous(memory_format=layout),
+                                        [1, 1], [1, 1], [1, 1], 1, ours)
+    ref = torch.nn.grad.conv2d_weight(x.double(), w.shape, dy.double(), 1, 1)
+    assert torch.equal(ours.isfinite(), ref.isfinite()) and not ours.isfinite().all()
+    finite = ref.isfinite()
+    torch.testing.assert_close(ours.double()[finite], ref[finite], rtol=1e-4, atol=1e-4)
+
+
 NO_AVX512 = pytest.mark.skipif(not runs_avx512_kernels(), reason="float32 fed NCHW takes the route only where AVX-512 kernels run")
 
 

@@ -109,58 +109,39 @@ struct Activations {
   int64_t dy_channel_stride() const { return channels_last ? 1 : s.out_height * s.out_width; }
 };
 
-// The zeros of row hp of one channel's padded plane: the whole row in the top or bottom padding,
-// else its left padding and the zeros after its pixels; after the last row, the plane's zero tail.
-template <class T>
-void zero_padding_of_row(T* plane, const ConvShape& s, const PaddedPlanes& p, int64_t hp) {
-  T* row = plane + hp * p.width;
-  const int64_t h = hp - s.pad_h;
-  if (h < 0 || h >= s.height) {
-    std::fill_n(row, p.width, T(0));
-  } else {
-    std::fill_n(row, s.pad_w, T(0));
-    std::fill_n(row + s.pad_w + s.width, p.zeros_after_row(s), T(0));
-  }
-  if (hp == p.height - 1) std::fill_n(row + p.width, p.length - p.height * p.width, T(0));
-}
-
-// Images [first, first + count) of x padded into planes, xt [count, C, length]: each channel's
-// padded plane then the zero tail. From NHWC a padded row of every channel at a time, its pixels
-// transposed; from NCHW a channel's plane at a time, its rows as they are (no layout copy before:
-// benchmarks/NOTES.md, section 111). Returns whether every input value was finite.
+// Images [first, first + count) of x copied into the interiors of padded planes, xt [count, C,
+// length], whose zeros (the padding, the zero tail) are written once per call, before the first
+// chunk: the chunks' planes have the same zeros, and zeroing them row by row cost a call of
+// memset per channel and row (benchmarks/NOTES.md, section 112). From NHWC a padded row of every
+// channel at a time, its pixels transposed; from NCHW a channel's plane at a time, its rows as
+// they are (no layout copy before: section 111). Returns whether every input value was finite.
 template <class T>
 bool padded_input_planes(const T* x, const Activations& a, const PaddedPlanes& p, int64_t first,
                          int64_t count, T* xt) {
   const ConvShape& s = a.s;
   const int64_t c = s.in_channels, lda = p.length;
+  // the first pixel of image row h in a padded plane
+  const auto interior_row = [&](int64_t h) { return (h + s.pad_h) * p.width + s.pad_w; };
   std::atomic<bool> finite{true};
   if (!a.channels_last) {
     at::parallel_for(0, count * c, 1, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {  // channel i % C of image i / C
         const T* source = x + a.x_at(first + i / c, i % c, 0, 0);
         if (!all_finite(source, s.height * s.width)) finite = false;
-        T* plane = xt + i * lda;
-        for (int64_t hp = 0; hp < p.height; ++hp) {
-          zero_padding_of_row(plane, s, p, hp);
-          const int64_t h = hp - s.pad_h;
-          if (h >= 0 && h < s.height) {
-            std::copy_n(source + h * s.width, s.width, plane + hp * p.width + s.pad_w);
-          }
+        for (int64_t h = 0; h < s.height; ++h) {
+          std::copy_n(source + h * s.width, s.width, xt + i * lda + interior_row(h));
         }
       }
     });
     return finite;
   }
-  at::parallel_for(0, count * p.height, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {  // padded row r % Hp of image r / Hp
-      const int64_t n = r / p.height, hp = r % p.height, h = hp - s.pad_h;
-      T* planes = xt + n * c * lda;
-      for (int64_t ch = 0; ch < c; ++ch) zero_padding_of_row(planes + ch * lda, s, p, hp);
-      if (h < 0 || h >= s.height) continue;
+  at::parallel_for(0, count * s.height, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {  // image row r % H of image r / H
+      const int64_t n = r / s.height, h = r % s.height;
       const T* source = x + a.x_at(first + n, 0, h, 0);
       if (!all_finite(source, s.width * c)) finite = false;
-      // [W, C] into the C rows' columns [pad_w, pad_w + W)
-      transpose_matrix(source, c, planes + hp * p.width + s.pad_w, lda, s.width, c, sizeof(T));
+      // [W, C] into the C planes' row h
+      transpose_matrix(source, c, xt + n * c * lda + interior_row(h), lda, s.width, c, sizeof(T));
     }
   });
   return finite;
@@ -361,7 +342,8 @@ void implicit_weight_grad(const Tensor& input, const Tensor& grad_output, const 
   // the same order, so the chunks do not change the bits.
   const int64_t images = padded_chunk_images(
       (s.in_channels * p.length + p.pixels * s.out_channels) * int64_t{sizeof(T)}, s.batch);
-  const Tensor xt = empty_scratch({images * s.in_channels * p.length}, input.options());
+  // (zeroed once: padded_input_planes writes the interiors)
+  const Tensor xt = empty_scratch({images * s.in_channels * p.length}, input.options()).zero_();
   const Tensor dy_ext = empty_scratch({images * p.pixels * s.out_channels}, input.options());
   const CountedScratch counted_xt(xt), counted_dy(dy_ext), counted_sums(sums);
   const T* x = input.const_data_ptr<T>();
