@@ -4,8 +4,9 @@ shifted views of padded copies of the input and the output gradient, with no col
 either), in float32 and, where the CPU has bfloat16 arithmetic, in bfloat16. By default it takes
 bfloat16 layers of 16 or more channels per group whose output rows have 14 pixels or more, and
 float32 ones of 16 to 128 input channels per group, no more output channels, undilated, fed NCHW
-too on a CPU that runs AVX-512 kernels (up to 256 and dilated where the micro-kernel outruns MKL); TORCH_CONVBP_GEMM=microkernel makes it take every stride-1 call of channels_last
-operands, =mkl none (csrc/route.cpp)."""
+too on a CPU that runs AVX-512 kernels (up to 256 and dilated where the micro-kernel outruns
+MKL); TORCH_CONVBP_GEMM=microkernel makes it take every stride-1 call of channels_last operands,
+=mkl none (csrc/route.cpp)."""
 import pytest
 import torch
 import torch.nn.functional as F
