@@ -232,6 +232,32 @@ bool takes_implicit_scatter(const ConvShape& s, const at::Tensor& first, bool ch
          (cpu_prefers_gemm_microkernel() || implicit_setting().has_value());
 }
 
+// explain()'s line for the implicit weight gradient (takes_implicit_weight_grad): which operands
+// take it on this CPU, and that NCHW ones are read as they are.
+const char* implicit_weight_grad_why(const at::Tensor& first, bool channels_last) {
+  const int rule = first.scalar_type() == at::kBFloat16 ? 2
+                   : cpu_prefers_gemm_microkernel()     ? 0
+                                                        : 1;
+  static const char* const why[3][2] = {
+      {"float32 on a CPU where the GEMM micro-kernel outruns MKL; 16 to 256 input channels per "
+       "group and no more output channels, output rows of 14 pixels or more: NCHW operands read "
+       "as they are",
+       "channels_last float32 operands on a CPU where the GEMM micro-kernel outruns MKL; 16 to 256 "
+       "input channels per group and no more output channels, output rows of 14 pixels or more"},
+      {"float32 on a CPU that runs AVX-512 kernels; 16 to 128 input channels per group and no "
+       "more output channels, undilated, output rows of 14 pixels or more: NCHW operands read as "
+       "they are",
+       "channels_last float32 operands on a CPU with the GEMM micro-kernel; 16 to 128 input "
+       "channels per group and no more output channels, undilated, output rows of 14 pixels or "
+       "more"},
+      {"bfloat16 on a CPU whose GEMM micro-kernel computes bfloat16; 16 or more channels per "
+       "group, output rows of 14 pixels or more: NCHW operands read as they are",
+       "channels_last bfloat16 operands on a CPU whose GEMM micro-kernel computes bfloat16; 16 or "
+       "more channels per group, output rows of 14 pixels or more"},
+  };
+  return why[rule][channels_last ? 1 : 0];
+}
+
 // explain()'s line for the implicit route's layout: which operands take it on this CPU, and
 // whether through layout copies.
 const char* implicit_why_layout(const at::Tensor& first, bool channels_last) {
@@ -329,34 +355,12 @@ RouteChoice choose_route(Operator op, const ConvShape& s, at::TensorList activat
             why_operand_layout};
   }
 
-  const bool bfloat16 = first.scalar_type() == at::kBFloat16;
   if (op == Operator::weight_grad && takes_implicit_weight_grad(s, first, channels_last)) {
     // fed NCHW: read as it is (its padded copies built from NCHW rows, NOTES sections 111, 112)
     return {Route::implicit_nhwc, operand_layout,
             "stride 1: a GEMM per tap on shifted views of padded copies of the input and the "
             "output gradient (no column matrix)",
-            !bfloat16 && cpu_prefers_gemm_microkernel()
-                ? (channels_last ? "channels_last float32 operands on a CPU where the GEMM "
-                                   "micro-kernel outruns MKL; 16 to 256 input channels per group "
-                                   "and no more output channels, output rows of 14 pixels or more"
-                                 : "float32 on a CPU where the GEMM micro-kernel outruns MKL; 16 "
-                                   "to 256 input channels per group and no more output channels, "
-                                   "output rows of 14 pixels or more: NCHW operands read as they "
-                                   "are")
-            : !bfloat16 && channels_last
-                ? "channels_last float32 operands on a CPU with the GEMM micro-kernel; 16 to 128 "
-                  "input channels per group and no more output channels, undilated, output rows "
-                  "of 14 pixels or more"
-            : !bfloat16
-                ? "float32 on a CPU that runs AVX-512 kernels; 16 to 128 input channels per group "
-                  "and no more output channels, undilated, output rows of 14 pixels or more: NCHW "
-                  "operands read as they are"
-            : channels_last
-                ? "channels_last bfloat16 operands on a CPU whose GEMM micro-kernel computes "
-                  "bfloat16; 16 or more channels per group, output rows of 14 pixels or more"
-                : "bfloat16 on a CPU whose GEMM micro-kernel computes bfloat16; 16 or more "
-                  "channels per group, output rows of 14 pixels or more: NCHW operands read as "
-                  "they are"};
+            implicit_weight_grad_why(first, channels_last)};
   }
   if (op != Operator::weight_grad && transposed &&
       implicit_pays_layout(*transposed, first, channels_last) &&

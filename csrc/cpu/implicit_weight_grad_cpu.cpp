@@ -112,7 +112,7 @@ struct Activations {
 // Images [first, first + count) of x copied into the interiors of padded planes, xt [count, C,
 // length], whose zeros (the padding, the zero tail) are written once per call, before the first
 // chunk: the chunks' planes have the same zeros, and zeroing them row by row cost a call of
-// memset per channel and row (benchmarks/NOTES.md, section 112). From NHWC a padded row of every
+// memset per channel and row (benchmarks/NOTES.md, section 112). From NHWC an image row of every
 // channel at a time, its pixels transposed; from NCHW a channel's plane at a time, its rows as
 // they are (no layout copy before: section 111). Returns whether every input value was finite.
 template <class T>
