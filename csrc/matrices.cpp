@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "device_kernels.h"
+#include "layout.h"
 
 namespace torch_convbp {
 namespace {
@@ -16,16 +17,6 @@ namespace {
 std::optional<Tensor> view_if_possible(const Tensor& t, IntArrayRef shape) {
   if (!at::detail::computeStride(t.sizes(), t.strides(), shape)) return std::nullopt;
   return t.view(shape);
-}
-
-// A contiguous [Cout, rows, cols] tensor (viewed so) as a contiguous [Cout, cols, rows]: how a
-// weight changes between its NCHW order [Cout, C/G, taps] and its NHWC rows [Cout, taps, C/G]. By
-// the transposing copy kernel: ATen's copy of the permuted view, converting the dtype as it went,
-// took twice as long, up to a tenth of a deep layer's weight gradient (benchmarks/NOTES.md, 60).
-Tensor transposed_per_channel(const Tensor& t, int64_t rows, int64_t cols) {
-  Tensor result = at::empty({t.size(0), cols, rows}, t.options());
-  if (result.numel() > 0) call_transpose_copy(t.view({t.size(0), rows, cols}), result);
-  return result;
 }
 
 }  // namespace
@@ -75,11 +66,11 @@ Tensor column_kernel_operand(const Tensor& column_matrix, Layout layout) {
 Tensor weight_matrices(const Tensor& weight, const ConvShape& s, Layout layout) {
   const std::vector<int64_t> matrices{s.groups, s.out_channels / s.groups, -1};
   if (layout == Layout::nchw) return weight.contiguous().view(matrices);
-  const Tensor nhwc_rows = weight.movedim(1, -1);  // [Cout, (kd,) kh, kw, C/G]
-  if (nhwc_rows.is_contiguous() || s.taps() == 1 || weight.size(1) == 1) {
-    return nhwc_rows.contiguous().view(matrices);
-  }
-  return transposed_per_channel(weight.contiguous(), weight.size(1), s.taps()).view(matrices);
+  // [Cout, (kd,) kh, kw, C/G] rows: the channels_last weight's memory, copied into it where the
+  // weight is contiguous by the transposing copy (layout.h: ATen's copy of the permuted view,
+  // converting the dtype as it went, took twice as long, up to a tenth of a deep layer's weight
+  // gradient: benchmarks/NOTES.md, section 60)
+  return in_layout(weight, layout).movedim(1, -1).view(matrices);
 }
 
 // Matrices [G, M, N] in contiguous memory: themselves, or a copy, by the transposing copy kernel

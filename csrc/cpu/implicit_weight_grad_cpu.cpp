@@ -394,8 +394,8 @@ void implicit_conv2d_weight_grad_cpu(const Tensor& input, const Tensor& grad_out
                                      IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
                                      int64_t groups, const Tensor& grad_weight) {
   constexpr const char* op = "torch_convbp.implicit_conv2d_weight_grad";
-  const auto [s, channels_last] = check_grouped_either_layout(op, input, grad_weight, grad_output,
-                                                              stride, padding, dilation, groups);
+  const auto [s, channels_last] = check_implicit_weight_grad_call(
+      op, input, grad_weight, grad_output, stride, padding, dilation, groups);
   const auto dtype = input.scalar_type();
   TORCH_CHECK(dtype == at::kFloat || dtype == at::kBFloat16, op,
               ": computes float32 and bfloat16 only, got ", dtype);
