@@ -29,6 +29,7 @@
 #include "bfloat16_cpu.h"
 #include "cpu_kernels.h"
 #include "depthwise_nhwc_cpu.h"
+#include "depthwise_strips_cpu.h"
 #include "transpose_copy_cpu.h"
 
 namespace torch_convbp {
@@ -243,7 +244,14 @@ TORCH_CONVBP_WIDE_VECTOR_CLONES void forward_row(const scalar_t* image, const ac
   const int64_t c = s.in_channels, cout = s.out_channels, m = cout / c;
   // The columns every tap reads inside the image; the next output column reads stride_w input
   // columns on.
-  const RepeatingColumns inner{inner_columns(s), 1, s.stride_w * c};
+  RepeatingColumns inner{inner_columns(s), 1, s.stride_w * c};
+  // A 3x3 kernel's inner columns in strips first (depthwise_strips_cpu.h); the rest here, the
+  // inner columns' terms built again where the strips end.
+  Span strips{inner.columns.begin, inner.columns.begin};
+  if constexpr (std::is_same_v<scalar_t, float> && std::is_same_v<acc_t, float>) {
+    strips.end = depthwise_strips(StripPass::forward, image, w_by_tap, oh, inner.columns, out, s);
+    inner.columns.begin = strips.end;
+  }
   const auto build = [&](int64_t ow, Terms& terms) {
     for (int64_t ki = 0; ki < s.kernel_h; ++ki) {
       const int64_t ih = input_row(s, oh, ki);
@@ -258,6 +266,10 @@ TORCH_CONVBP_WIDE_VECTOR_CLONES void forward_row(const scalar_t* image, const ac
   const auto same = [](int64_t o) { return o; };
   const auto divided = [m](int64_t o) { return o / m; };
   for (int64_t ow = 0; ow < s.out_width;) {
+    if (ow == strips.begin && strips.end > strips.begin) {
+      ow = strips.end;
+      continue;
+    }
     // (the sums are called here, not from a lambda, so that they are compiled into this clone)
     const RowTerms::Use use = row_terms.for_pixel(ow, inner, build);
     const scalar_t* x = image + use.operand_shift;
@@ -293,11 +305,18 @@ TORCH_CONVBP_WIDE_VECTOR_CLONES void input_grad_row(const scalar_t* grad_image,
   // The input columns that every kernel column on their stride reads from inside the output:
   // iw + pad_w - (kw-1)*dilation_w >= 0 and iw + pad_w <= (OW-1)*stride_w. Their taps repeat
   // with the stride's period, one output column on.
-  const Span inner{
+  Span inner{
       std::max<int64_t>(0,
                         input_index(int64_t{0}, s.stride_w, s.pad_w, s.kernel_w - 1, s.dilation_w)),
       std::min(s.width,
                input_index(s.out_width - 1, s.stride_w, s.pad_w, int64_t{0}, s.dilation_w) + 1)};
+  // A 3x3 kernel's inner columns in strips first (depthwise_strips_cpu.h), as the forward's.
+  Span strips{inner.begin, inner.begin};
+  if constexpr (std::is_same_v<scalar_t, float> && std::is_same_v<acc_t, float>) {
+    strips.end = depthwise_strips(StripPass::input_grad, grad_image, w_by_tap, ih,
+                                  {inner.begin, std::max(inner.begin, inner.end)}, grad_in, s);
+    inner.begin = strips.end;
+  }
   const RepeatingColumns repeating{inner, s.stride_w, cout};
   const OutputIndexByTap<int64_t> first_row(ih, s.pad_h, s.dilation_h, s.stride_h);
   const auto build = [&](int64_t iw, Terms& terms) {
@@ -323,6 +342,10 @@ TORCH_CONVBP_WIDE_VECTOR_CLONES void input_grad_row(const scalar_t* grad_image,
   const bool side_by_side = s.stride_w == 1;
   const auto same = [](int64_t o) { return o; };
   for (int64_t iw = 0; iw < s.width;) {
+    if (iw == strips.begin && strips.end > strips.begin) {
+      iw = strips.end;
+      continue;
+    }
     const RowTerms::Use use = row_terms.for_pixel(iw, repeating, build);
     const scalar_t* dy = grad_image + use.operand_shift;
     if (side_by_side && iw >= inner.begin && iw + kPixels <= inner.end) {

@@ -1,0 +1,109 @@
+// The depthwise 3x3 forward and input gradient of stride 1, one output channel per input channel,
+// on the inner pixels of a row of NHWC float32 sums (depthwise_strips_cpu.h), strip by strip.
+//
+// A strip is kStripPixels adjacent result pixels and one vector of channels. Its sums stay in
+// registers, and so do the vector's nine weights, for every strip of the row; each kernel row
+// loads the strip's source pixels once, kStripPixels + 2 of them, for the three taps that read
+// each. The general kernels (depthwise_nhwc_cpu.cpp: a pixel's terms, four pixels side by side)
+// load the weight and the source pixel for every multiply-add, and waited on those loads: 576@14
+// fed channels_last took 1.3-1.5x oneDNN's time, one thread or two (benchmarks/NOTES.md, section
+// 113).
+//
+// The sums are those of the general kernels, bit for bit: each result starts from zero and adds
+// its terms in their order, (ki, kj) for the forward and for the input gradient (the forward's
+// taps that read the result's pixel), by one multiply-add each (vector_ops.h: every lane rounded
+// alike on AVX-512, AVX2 or any CPU). On an inner pixel every kernel column's tap reads inside the
+// row; a kernel row whose source row is padding is left out, as the general kernels leave it.
+#include "depthwise_strips_cpu.h"
+
+#include <cstring>
+
+#include "vector_ops.h"
+
+namespace torch_convbp {
+namespace {
+
+// AVX-512's 32 registers hold a strip's 8 sums, the nine weights and a kernel row's 10 source
+// pixels; with 16 registers (AVX2) a strip of 4, some weights read from the stack.
+template <class Ops>
+constexpr int kStripPixels = Ops::kBytes == 64 ? 8 : 4;
+
+template <class V>
+TORCH_CONVBP_INLINE V load(const float* p) {
+  V v;
+  std::memcpy(&v, p, sizeof(V));
+  return v;
+}
+
+struct Strips {
+  // Result row `row` (an output row of the forward, an input row of the input gradient) of
+  // `source` (the image the pass reads, NHWC), its pixels [columns.begin, *end) for every vector
+  // of channels, into `result` (the row, NHWC); *end: columns.begin plus whole strips.
+  template <class Ops>
+  static TORCH_CONVBP_INLINE void run(StripPass pass, const float* source, const float* w_by_tap,
+                                      int64_t row, Span columns, float* result, const ConvShape& s,
+                                      int64_t* end) {
+    using V = typename Vector<float, Ops::kBytes>::type;
+    constexpr int64_t lanes = Vector<float, Ops::kBytes>::lanes;
+    constexpr int P = kStripPixels<Ops>;
+    const bool forward = pass == StripPass::forward;
+    const int64_t c = s.in_channels;
+    const int64_t source_height = forward ? s.height : s.out_height;
+    const int64_t source_width = forward ? s.width : s.out_width;
+    // The source row of each kernel row (null in the padding). The forward's tap (ki, kj) of
+    // output pixel (oh, ow) reads input pixel (oh - pad + ki, ow - pad + kj); the input
+    // gradient's term (ki, kj) of input pixel (ih, iw) reads dY at (ih + pad - ki, iw + pad - kj).
+    const float* rows[3];
+    for (int ki = 0; ki < 3; ++ki) {
+      const int64_t r = forward ? row - s.pad_h + ki : row + s.pad_h - ki;
+      rows[ki] = r >= 0 && r < source_height ? source + r * source_width * c : nullptr;
+    }
+    // A strip from pixel x reads source pixels x + first + q, q < P + 2; its pixel p's tap kj
+    // the one at q = p + kj (forward) or p + 2 - kj (input gradient).
+    const int64_t first = forward ? -s.pad_w : s.pad_w - 2;
+    *end = columns.begin + (columns.end - columns.begin) / P * P;
+    for (int64_t ch = 0; ch + lanes <= c; ch += lanes) {
+      V w[9];
+      for (int t = 0; t < 9; ++t) w[t] = load<V>(w_by_tap + t * c + ch);
+      for (int64_t x = columns.begin; x < *end; x += P) {
+        V sum[P];
+        for (int p = 0; p < P; ++p) sum[p] = Ops::template splat<V>(0.f);
+        for (int ki = 0; ki < 3; ++ki) {
+          if (rows[ki] == nullptr) continue;
+          const float* pixels = rows[ki] + (x + first) * c + ch;
+          V in[P + 2];
+          for (int q = 0; q < P + 2; ++q) in[q] = load<V>(pixels + q * c);
+          for (int kj = 0; kj < 3; ++kj) {
+            for (int p = 0; p < P; ++p) {
+              sum[p] = Ops::multiply_add(w[ki * 3 + kj], in[forward ? p + kj : p + 2 - kj], sum[p]);
+            }
+          }
+        }
+        for (int p = 0; p < P; ++p) std::memcpy(result + (x + p) * c + ch, &sum[p], sizeof(V));
+      }
+    }
+  }
+};
+
+// A 3x3 kernel, stride 1, undilated, one output channel per input channel.
+bool takes_strips(const ConvShape& s) {
+  return s.kernel_h == 3 && s.kernel_w == 3 && s.stride_h == 1 && s.stride_w == 1 &&
+         s.dilation_h == 1 && s.dilation_w == 1 && s.out_channels == s.in_channels &&
+         s.groups == s.in_channels;
+}
+
+}  // namespace
+
+int64_t depthwise_strips(StripPass pass, const float* source, const float* w_by_tap, int64_t row,
+                         Span columns, float* result, const ConvShape& s) {
+  int64_t end = columns.begin;
+  if (!takes_strips(s) || columns.end <= columns.begin) return end;
+  with_vector_ops([&](auto ops) {
+    constexpr int64_t lanes = Vector<float, decltype(ops)::kBytes>::lanes;
+    if (s.in_channels % lanes != 0) return;  // a tail of channels: the general kernels
+    run_compiled_for<Strips>(ops, pass, source, w_by_tap, row, columns, result, s, &end);
+  });
+  return end;
+}
+
+}  // namespace torch_convbp

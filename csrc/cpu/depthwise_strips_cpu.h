@@ -1,0 +1,24 @@
+// The depthwise 3x3 kernels of stride 1 on a row's inner pixels (depthwise_strips_cpu.cpp), which
+// the NHWC forward and input gradient (depthwise_nhwc_cpu.cpp) run first on each row, leaving the
+// row's other pixels to their general kernels. The same bits as those.
+#pragma once
+
+#include <cstdint>
+
+#include "../shape.h"
+#include "cpu_kernels.h"
+
+namespace torch_convbp {
+
+enum class StripPass { forward, input_grad };
+
+// Result row `row` of a pass (an output row of the forward; an input row of the input gradient,
+// read from dY) over `source` (one image, NHWC, float32), its pixels from columns.begin on in
+// whole strips, within `columns` (inner: every kernel column's tap inside the source row), every
+// channel, into `result` (that row, NHWC). `w_by_tap`: the weight as [9, C]. Returns where the
+// strips end: columns.begin unless `s` has a 3x3 kernel, stride 1, no dilation and one output
+// channel per input channel, and a vector of channels divides C.
+int64_t depthwise_strips(StripPass pass, const float* source, const float* w_by_tap, int64_t row,
+                         Span columns, float* result, const ConvShape& s);
+
+}  // namespace torch_convbp
