@@ -62,10 +62,10 @@ DEPTHWISE = [
     ("3x3 stride 3, dilated, in phases", (1, 3, 50, 53), 1, (3, 3), (3, 3), (2, 1), (2, 2)),
     ("1x3 strided along the rows only", (1, 2, 30, 41), 1, (1, 3), (1, 2), (0, 2), (1, 1)),
     ("2x2 stride 2 unpadded, the last row and column reached by no tap", (1, 2, 33, 33), 1, (2, 2), (2, 2), (0, 0), (1, 1)),
-    # 3x3 at stride 1, one output channel per input channel, channels in whole vectors: the NHWC
-    # forward and input gradient sum a row's inner pixels in strips of 8 (4 on AVX2), the nine
-    # weights in registers (csrc/cpu/depthwise_strips_cpu.cpp), the row's other pixels as before;
-    # these planes of 256 pixels or more compare them with the NCHW kernels
+    # 3x3 at stride 1, one output channel per input channel, channels in whole vectors: on AVX-512
+    # the NHWC forward and input gradient sum a row's inner pixels in strips of 8, the nine weights
+    # in registers (csrc/cpu/depthwise_strips_cpu.cpp), the row's other pixels as before; these
+    # planes of 256 pixels or more compare them with the NCHW kernels
     ("3x3 in strips, a partial strip left", (2, 32, 16, 21), 1, (3, 3), (1, 1), (1, 1), (1, 1)),
     ("3x3 in strips, unpadded rows, padded columns", (1, 16, 18, 26), 1, (3, 3), (1, 1), (2, 0), (1, 1)),
     ("3x3 in strips, 48 channels, one strip a row", (1, 48, 12, 10), 1, (3, 3), (1, 1), (1, 1), (1, 1)),
@@ -300,10 +300,11 @@ def plane_results(cases):
 @pytest.mark.parametrize("switch", ["TORCH_CONVBP_NO_AVX2", "TORCH_CONVBP_NO_AVX512"])
 def test_the_planes_and_strips_give_the_same_bits_on_every_vector_width(tmp_path, switch):
     """The float32 NCHW forward and input gradient of 3x3 planes, and of strided planes of at most 9
-    taps, and the NHWC strips of 3x3 rows, sum in vector registers of AVX-512, AVX2 or any x86-64
-    CPU (vector_ops.h), picked as it runs, each lane rounding alike: a fresh process under the
-    switch gives the same bits (the NHWC kernels' too, by the test above). On a CPU without
-    AVX-512 the second compares the AVX2 code with itself."""
+    taps, sum in vector registers of AVX-512, AVX2 or any x86-64 CPU (vector_ops.h), picked as it
+    runs, each lane rounding alike: a fresh process under the switch gives the same bits (the NHWC
+    kernels' too, by the test above). So do the NHWC strips of 3x3 rows, which run on AVX-512 only:
+    the process under the switch sums those rows with the general kernels. On a CPU without AVX-512
+    the second compares the AVX2 code with itself."""
     cases = []
     layouts = [(d, torch.contiguous_format) for d in PLANES_OF_VECTORS] + [(d, CL) for d in STRIPS]
     for (name, shape, multiplier, kernel, stride, padding, dilation), layout in layouts:

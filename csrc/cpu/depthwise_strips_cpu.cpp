@@ -1,9 +1,9 @@
 // The depthwise 3x3 forward and input gradient of stride 1, one output channel per input channel,
 // on the inner pixels of a row of NHWC float32 sums (depthwise_strips_cpu.h), strip by strip.
 //
-// A strip is kStripPixels adjacent result pixels and one vector of channels. Its sums stay in
-// registers, and so do the vector's nine weights, for every strip of the row; each kernel row
-// loads the strip's source pixels once, kStripPixels + 2 of them, for the three taps that read
+// A strip is kStripPixels adjacent result pixels and one vector of channels, on AVX-512. Its sums
+// stay in registers, and so do the vector's nine weights, for every strip of the row; each kernel
+// row loads the strip's source pixels once, kStripPixels + 2 of them, for the three taps that read
 // each. The general kernels (depthwise_nhwc_cpu.cpp: a pixel's terms, four pixels side by side)
 // load the weight and the source pixel for every multiply-add, and waited on those loads: 576@14
 // fed channels_last took 1.3-1.5x oneDNN's time, one thread or two (benchmarks/NOTES.md, section
@@ -12,7 +12,7 @@
 // The sums are those of the general kernels, bit for bit: each result starts from zero and adds
 // its terms in their order, (ki, kj) for the forward and for the input gradient (the forward's
 // taps that read the result's pixel), by one multiply-add each (vector_ops.h: every lane rounded
-// alike on AVX-512, AVX2 or any CPU). On an inner pixel every kernel column's tap reads inside the
+// alike). On an inner pixel every kernel column's tap reads inside the
 // row; a kernel row whose source row is padding is left out, as the general kernels leave it.
 #include "depthwise_strips_cpu.h"
 
@@ -24,9 +24,9 @@ namespace torch_convbp {
 namespace {
 
 // AVX-512's 32 registers hold a strip's 8 sums, the nine weights and a kernel row's 10 source
-// pixels; with 16 registers (AVX2) a strip of 4, some weights read from the stack.
-template <class Ops>
-constexpr int kStripPixels = Ops::kBytes == 64 ? 8 : 4;
+// pixels. Only there: with AVX2's 16 (a strip of 4, the weights spilled) 128@56's forward took
+// 1.14-1.17x the general kernels' time under AVX2 emulation (NOTES section 113).
+constexpr int kStripPixels = 8;
 
 template <class V>
 TORCH_CONVBP_INLINE V load(const float* p) {
@@ -45,7 +45,7 @@ struct Strips {
                                       int64_t* end) {
     using V = typename Vector<float, Ops::kBytes>::type;
     constexpr int64_t lanes = Vector<float, Ops::kBytes>::lanes;
-    constexpr int P = kStripPixels<Ops>;
+    constexpr int P = kStripPixels;
     const bool forward = pass == StripPass::forward;
     const int64_t c = s.in_channels;
     const int64_t source_height = forward ? s.height : s.out_height;
@@ -86,7 +86,7 @@ struct Strips {
 };
 
 // A 3x3 kernel, stride 1, undilated, one output channel per input channel.
-bool takes_strips(const ConvShape& s) {
+[[maybe_unused]] bool takes_strips(const ConvShape& s) {
   return s.kernel_h == 3 && s.kernel_w == 3 && s.stride_h == 1 && s.stride_w == 1 &&
          s.dilation_h == 1 && s.dilation_w == 1 && s.out_channels == s.in_channels &&
          s.groups == s.in_channels;
@@ -97,12 +97,13 @@ bool takes_strips(const ConvShape& s) {
 int64_t depthwise_strips(StripPass pass, const float* source, const float* w_by_tap, int64_t row,
                          Span columns, float* result, const ConvShape& s) {
   int64_t end = columns.begin;
-  if (!takes_strips(s) || columns.end <= columns.begin) return end;
-  with_vector_ops([&](auto ops) {
-    constexpr int64_t lanes = Vector<float, decltype(ops)::kBytes>::lanes;
-    if (s.in_channels % lanes != 0) return;  // a tail of channels: the general kernels
-    run_compiled_for<Strips>(ops, pass, source, w_by_tap, row, columns, result, s, &end);
-  });
+#ifdef TORCH_CONVBP_AVX512_BANDS
+  constexpr int64_t lanes = Vector<float, Avx512Ops::kBytes>::lanes;
+  if (cpu_has_avx512() && takes_strips(s) && s.in_channels % lanes == 0 &&
+      columns.end > columns.begin) {
+    run_compiled_for<Strips>(Avx512Ops{}, pass, source, w_by_tap, row, columns, result, s, &end);
+  }
+#endif
   return end;
 }
 
