@@ -313,8 +313,8 @@ TORCH_CONVBP_WIDE_VECTOR_CLONES void input_grad_row(const scalar_t* grad_image,
   // A 3x3 kernel's inner columns in strips first (depthwise_strips_cpu.h), as the forward's.
   Span strips{inner.begin, inner.begin};
   if constexpr (std::is_same_v<scalar_t, float> && std::is_same_v<acc_t, float>) {
-    strips.end = depthwise_strips(StripPass::input_grad, grad_image, w_by_tap, ih,
-                                  {inner.begin, std::max(inner.begin, inner.end)}, grad_in, s);
+    strips.end =
+        depthwise_strips(StripPass::input_grad, grad_image, w_by_tap, ih, inner, grad_in, s);
     inner.begin = strips.end;
   }
   const RepeatingColumns repeating{inner, s.stride_w, cout};

@@ -37,21 +37,6 @@ namespace {
 // threads (each task a group, all channels), and a count fixed by the number of rows.
 constexpr int64_t kRowGroups = 16;
 
-// One vector of acc_t from p (converted where scalar_t is narrower).
-template <typename acc_t, typename V, typename scalar_t>
-TORCH_CONVBP_INLINE V load_vector(const scalar_t* p) {
-  constexpr int64_t lanes = sizeof(V) / sizeof(acc_t);
-  V v;
-  if constexpr (std::is_same_v<scalar_t, acc_t>) {
-    std::memcpy(&v, p, sizeof(V));
-  } else {
-    acc_t values[lanes];
-    for (int64_t l = 0; l < lanes; ++l) values[l] = static_cast<acc_t>(p[l]);
-    std::memcpy(&v, values, sizeof(V));
-  }
-  return v;
-}
-
 // Vectors of channels summed side by side along a row with every tap's sums in registers: two
 // (a 3x3 kernel's 18 sums fill AVX-512's 32 registers; on AVX2, 16 registers, some spill, and
 // still two 32-byte vectors, a whole cache line of float32 channels, took 0.68x the time of one:

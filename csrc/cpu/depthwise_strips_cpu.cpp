@@ -28,13 +28,6 @@ namespace {
 // 1.14-1.17x the general kernels' time under AVX2 emulation (NOTES section 113).
 constexpr int kStripPixels = 8;
 
-template <class V>
-TORCH_CONVBP_INLINE V load(const float* p) {
-  V v;
-  std::memcpy(&v, p, sizeof(V));
-  return v;
-}
-
 struct Strips {
   // Result row `row` (an output row of the forward, an input row of the input gradient) of
   // `source` (the image the pass reads, NHWC), its pixels [columns.begin, *end) for every vector
@@ -64,7 +57,7 @@ struct Strips {
     *end = columns.begin + (columns.end - columns.begin) / P * P;
     for (int64_t ch = 0; ch + lanes <= c; ch += lanes) {
       V w[9];
-      for (int t = 0; t < 9; ++t) w[t] = load<V>(w_by_tap + t * c + ch);
+      for (int t = 0; t < 9; ++t) w[t] = load_vector<float, V>(w_by_tap + t * c + ch);
       for (int64_t x = columns.begin; x < *end; x += P) {
         V sum[P];
         for (int p = 0; p < P; ++p) sum[p] = Ops::template splat<V>(0.f);
@@ -72,7 +65,7 @@ struct Strips {
           if (rows[ki] == nullptr) continue;
           const float* pixels = rows[ki] + (x + first) * c + ch;
           V in[P + 2];
-          for (int q = 0; q < P + 2; ++q) in[q] = load<V>(pixels + q * c);
+          for (int q = 0; q < P + 2; ++q) in[q] = load_vector<float, V>(pixels + q * c);
           for (int kj = 0; kj < 3; ++kj) {
             for (int p = 0; p < P; ++p) {
               sum[p] = Ops::multiply_add(w[ki * 3 + kj], in[forward ? p + kj : p + 2 - kj], sum[p]);

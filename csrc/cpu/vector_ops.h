@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
 #include "../cpu_features.h"
@@ -175,6 +176,21 @@ inline bool cpu_has_avx512() {
 }
 
 #endif
+
+// One vector of acc_t from p, unaligned (converted where scalar_t is narrower).
+template <typename acc_t, typename V, typename scalar_t>
+TORCH_CONVBP_INLINE V load_vector(const scalar_t* p) {
+  constexpr int64_t lanes = sizeof(V) / sizeof(acc_t);
+  V v;
+  if constexpr (std::is_same_v<scalar_t, acc_t>) {
+    std::memcpy(&v, p, sizeof(V));
+  } else {
+    acc_t values[lanes];
+    for (int64_t l = 0; l < lanes; ++l) values[l] = static_cast<acc_t>(p[l]);
+    std::memcpy(&v, values, sizeof(V));
+  }
+  return v;
+}
 
 // Runs run(ops) with the widest vector operations this CPU runs: Avx512Ops, Avx2Ops or LaneOps.
 template <class Run>
