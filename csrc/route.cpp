@@ -63,9 +63,14 @@ std::optional<bool> implicit_setting() {
 }
 
 // Whether the implicit route computes convolution `s` (a forward one: for the input gradient,
-// its transposed convolution) of these operands on the CPU, in NHWC (implicit_operands), bfloat16
-// with input channels per group in pairs (the micro-kernel's VNNI layout).
-bool takes_implicit(const ConvShape& s, const at::Tensor& first) {
+// its transposed convolution, or with `scatter` the products scattered into a strided one's dX)
+// of these operands on the CPU, in NHWC (implicit_operands), bfloat16 with input channels per
+// group in pairs (the micro-kernel's VNNI layout). Narrower inputs than kMinImplicitChannels where
+// a kernel row's taps make one call of that many or more (implicit_merges_kernel_rows), in
+// float32 where the micro-kernel outruns MKL: fed channels_last, the RGB stem's forward (K = 21
+// per call) took 0.90-0.91x the column route's time, 8>32 3x3 and 12>64 5x5 0.67-0.88x; with
+// K = 9 (3x3 of 3 channels) no faster, so not there (NOTES section 114).
+bool takes_implicit(const ConvShape& s, const at::Tensor& first, bool scatter) {
   const bool bfloat16 = first.scalar_type() == at::kBFloat16;
   if (!implicit_operands(s, first) || (bfloat16 && s.in_channels / s.groups % 2 != 0)) {
     return false;
@@ -73,7 +78,10 @@ bool takes_implicit(const ConvShape& s, const at::Tensor& first) {
   if (const std::optional<bool> forced = implicit_setting()) return *forced;
   const int64_t group_in = s.in_channels / s.groups, group_out = s.out_channels / s.groups;
   const bool wide_enough = group_in >= kMinImplicitChannels && group_out >= kMinNhwcGroupChannels;
-  if (cpu_prefers_gemm_microkernel()) return wide_enough && s.taps() > 1;
+  const bool rows_wide_enough = !scatter && !bfloat16 && implicit_merges_kernel_rows(s) &&
+                                s.kernel_w * s.in_channels >= kMinImplicitChannels &&
+                                group_out >= kMinNhwcGroupChannels;
+  if (cpu_prefers_gemm_microkernel()) return (wide_enough || rows_wide_enough) && s.taps() > 1;
   if (bfloat16) return wide_enough && s.taps() > 1 && s.out_width >= kMinImplicitRow;
   return wide_enough && group_in <= kMaxImplicitChannels && s.out_width >= kMinImplicitRow;
 }
@@ -142,9 +150,15 @@ bool weight_grad_by_images(const ConvShape& s, const at::Tensor& first) {
 // - in bfloat16 where the micro-kernel computes it (an AMX Xeon), from the route's 16 channels per
 //   group: 0.65-0.87x the column route's time at 32 and 64 channels (sections 58, 60);
 // - in float32 (an AMX Xeon), stride 1 with more than one tap: 0.77-0.92x on the dense 3x3 and
-//   5x5 layers, where the strided and 1x1 ones took 1.02-1.10x (section 66).
+//   5x5 layers, where the strided and 1x1 ones took 1.02-1.10x (section 66);
+// but not the inputs narrower than kMinImplicitChannels (by default): fed NCHW, the RGB stem's
+// forward on merged kernel rows took 1.03-1.06x the column route's time (section 114).
 bool implicit_pays_layout(const ConvShape& s, const at::Tensor& first, bool channels_last) {
-  return channels_last || cpu_prefers_gemm_microkernel() || first.scalar_type() == at::kBFloat16 ||
+  if (channels_last) return true;
+  if (s.in_channels / s.groups < kMinImplicitChannels && !implicit_setting().has_value()) {
+    return false;
+  }
+  return cpu_prefers_gemm_microkernel() || first.scalar_type() == at::kBFloat16 ||
          (s.taps() > 1 && s.stride_h == 1 && s.stride_w == 1);
 }
 
@@ -228,7 +242,8 @@ bool takes_implicit_weight_grad(const ConvShape& s, const at::Tensor& first, boo
 bool takes_implicit_scatter(const ConvShape& s, const at::Tensor& first, bool channels_last) {
   ConvShape products = s;
   std::swap(products.in_channels, products.out_channels);
-  return implicit_pays_layout(products, first, channels_last) && takes_implicit(products, first) &&
+  return implicit_pays_layout(products, first, channels_last) &&
+         takes_implicit(products, first, /*scatter=*/true) &&
          (cpu_prefers_gemm_microkernel() || implicit_setting().has_value());
 }
 
@@ -268,7 +283,9 @@ const char* implicit_why_layout(const at::Tensor& first, bool channels_last) {
       {"float32 or bfloat16 on a CPU where the GEMM micro-kernel outruns MKL; 16 or more channels "
        "per group, more than one tap: NHWC, through layout copies",
        "channels_last float32 or bfloat16 operands on a CPU where the GEMM micro-kernel outruns "
-       "MKL; 16 or more channels per group, more than one tap"},
+       "MKL; 16 or more channels per group (or, float32 of one group, a kernel row's run of taps "
+       "of "
+       "16 or more channels), more than one tap"},
       {"bfloat16 on a CPU whose GEMM micro-kernel computes bfloat16; 16 or more channels per "
        "group, more than one tap, output rows of 14 pixels or more: NHWC, through layout copies",
        "channels_last bfloat16 operands on a CPU whose GEMM micro-kernel computes bfloat16; 16 or "
@@ -364,12 +381,19 @@ RouteChoice choose_route(Operator op, const ConvShape& s, at::TensorList activat
   }
   if (op != Operator::weight_grad && transposed &&
       implicit_pays_layout(*transposed, first, channels_last) &&
-      takes_implicit(*transposed, first)) {
-    return {Route::implicit_nhwc, Layout::nhwc,
-            op == Operator::input_grad
-                ? "stride 1: the forward convolution of the output gradient, a GEMM per tap on "
-                  "views of it (no column matrix)"
-                : "a GEMM per tap on views of the input (no column matrix)",
+      takes_implicit(*transposed, first, /*scatter=*/false)) {
+    const bool kernel_rows = implicit_merges_kernel_rows(*transposed);
+    const char* why_route =
+        op == Operator::input_grad
+            ? (kernel_rows ? "stride 1: the forward convolution of the output gradient, a GEMM per "
+                             "kernel row (its taps one run of channels) on views of it (no "
+                             "column matrix)"
+                           : "stride 1: the forward convolution of the output gradient, a GEMM per "
+                             "tap on views of it (no column matrix)")
+            : (kernel_rows ? "a GEMM per kernel row (its taps one run of channels) on views of the "
+                             "input (no column matrix)"
+                           : "a GEMM per tap on views of the input (no column matrix)");
+    return {Route::implicit_nhwc, Layout::nhwc, why_route,
             implicit_why_layout(first, channels_last)};
   }
 
@@ -446,6 +470,11 @@ at::MemoryFormat result_format(const at::Tensor& activation, const at::Tensor& w
 
 at::MemoryFormat weight_grad_format(const at::Tensor& input) {
   return format_of_activation(input, suggests_channels_last(input, input.dim()));
+}
+
+bool implicit_merges_kernel_rows(const ConvShape& s) {
+  return s.groups == 1 && s.dilation_w == 1 && s.kernel_w > 1 &&
+         s.in_channels < kMinImplicitChannels;
 }
 
 const char* route_name(Route route) {

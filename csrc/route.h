@@ -51,6 +51,13 @@ struct RouteChoice {
 // It reads their strides, dtype and device, never their values, so meta tensors do.
 RouteChoice choose_route(Operator op, const ConvShape& s, at::TensorList activations);
 
+// Whether the implicit route's GEMMs of convolution `s` (a forward one, not the scattered
+// products of a strided input gradient) take a kernel row's kw taps in one call, K = kw*C, rather
+// than a call per tap, K = C: with one group and undilated along the width, those taps read one
+// run of kw*C consecutive values of an NHWC input row. Where a tap alone has fewer input channels
+// than a GEMM's worth (an RGB stem's 3), cpu/implicit_nhwc_cpu.cpp.
+bool implicit_merges_kernel_rows(const ConvShape& s);
+
 const char* route_name(Route route);
 const char* layout_name(Layout layout);
 

@@ -43,6 +43,13 @@ CASES = [
     # at most 32 output channels per group: the direct grouped kernels come first
     ("narrow groups", (2, 12, 8, 9), 6, (3, 3), (1, 1), (1, 1), (1, 1), 3),
     ("batch of one, one pixel wide", (1, 8, 7, 1), 8, (3, 1), (1, 1), (1, 0), (1, 1), 1),
+    # fewer than 16 input channels, one group, undilated along the width: a kernel row's taps in
+    # one call (K = kw*C), on input rows padded into a thread's buffer
+    ("kernel rows: an RGB stem", (2, 3, 15, 17), 16, (7, 7), (2, 2), (3, 3), (1, 1), 1),
+    ("kernel rows: dilated down the rows", (2, 4, 12, 13), 16, (3, 5), (1, 1), (2, 2), (2, 1), 1),
+    ("kernel rows: padding past the reach", (2, 3, 6, 5), 16, (3, 3), (1, 2), (4, 4), (1, 1), 1),
+    ("kernel rows: a kernel wider than the padded row", (1, 2, 5, 3), 16, (2, 5), (1, 1), (0, 1), (1, 1), 1),
+    ("narrow and dilated along the width: a call per tap", (2, 4, 12, 13), 16, (3, 3), (1, 1), (1, 2), (1, 2), 1),
 ]
 
 
@@ -109,7 +116,7 @@ RULE = [
     ("rows of 7", (2, 64, 7, 7), 64, 3, torch.float32, True, False, True),
     ("256 channels", (1, 256, 14, 14), 256, 3, torch.float32, True, True, True),
     ("512 channels", (1, 512, 14, 14), 512, 3, torch.float32, True, False, True),
-    ("8 channels", (2, 8, 28, 28), 32, 3, torch.float32, True, False, False),
+    ("4 channels", (2, 4, 28, 28), 32, 3, torch.float32, True, False, False),
     ("one tap", (2, 64, 28, 28), 64, 1, torch.float32, True, True, False),
     ("float64", (2, 64, 28, 28), 64, 3, torch.float64, True, False, False),
     # bfloat16 where its GEMMs run in bfloat16 on the micro-kernel (AVX512_BF16, AMX), in pairs of
@@ -150,6 +157,37 @@ def test_the_rule_that_chooses_it(name, shape, cout, kernel, dtype, channels_las
     # the weight gradient's rule is its own (tests/test_route_implicit_weight_grad.py)
     monkeypatch.setenv("TORCH_CONVBP_GEMM", "mkl")
     assert torch_convbp.explain(x, w, stride, padding)["forward"].route != "implicit_nhwc"
+
+
+# (name, input [N, C, H, W], out channels, kernel, stride, dilation, groups, dtype, channels_last,
+# whether the rule takes it where the micro-kernel outruns MKL)
+KERNEL_ROWS_RULE = [
+    ("an RGB stem, 7x7/2", (2, 3, 56, 56), 64, 7, 2, 1, 1, torch.float32, True, True),
+    ("8 channels, 3x3: rows of 24", (2, 8, 28, 28), 32, 3, 1, 1, 1, torch.float32, True, True),
+    ("3 channels, 3x3: rows of 9", (2, 3, 28, 28), 64, 3, 1, 1, 1, torch.float32, True, False),
+    ("fed NCHW", (2, 3, 56, 56), 64, 7, 2, 1, 1, torch.float32, False, False),
+    ("dilated along the width", (2, 8, 28, 28), 32, 3, 1, 2, 1, torch.float32, True, False),
+    ("two groups", (2, 8, 28, 28), 32, 3, 1, 1, 2, torch.float32, True, False),
+    ("bfloat16", (2, 4, 28, 28), 32, 5, 1, 1, 1, torch.bfloat16, True, False),
+]
+
+
+@pytest.mark.parametrize("name, shape, cout, kernel, stride, dilation, groups, dtype, channels_last, takes",
+                         KERNEL_ROWS_RULE, ids=[r[0] for r in KERNEL_ROWS_RULE])
+def test_the_rule_for_inputs_of_fewer_than_16_channels(name, shape, cout, kernel, stride, dilation, groups, dtype,
+                                                       channels_last, takes, monkeypatch):
+    """Inputs of fewer than 16 channels take the implicit forward only as calls of a kernel row's
+    taps together (one group, undilated along the width) of 16 or more channels, float32 fed
+    channels_last, where the micro-kernel outruns MKL: the RGB stem took 0.90x the column route's
+    time; 3x3 of 3 channels (K = 9) no less, and the stem fed NCHW 1.03-1.06x (NOTES section 114)."""
+    monkeypatch.delenv("TORCH_CONVBP_GEMM", raising=False)
+    takes = takes and microkernel_outruns_mkl()
+    x = torch.empty(shape, dtype=dtype).contiguous(memory_format=CL if channels_last else torch.contiguous_format)
+    w = torch.empty(cout, shape[1] // groups, kernel, kernel, dtype=dtype)
+    routes = torch_convbp.explain(x, w, stride, kernel // 2 * dilation, dilation, groups)
+    assert (routes["forward"].route == "implicit_nhwc") == takes
+    if takes:
+        assert "a GEMM per kernel row" in routes["forward"].reason
 
 
 def test_strided_float32_nchw_keeps_the_columns_where_mkl_is_as_fast(monkeypatch):

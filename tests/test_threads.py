@@ -191,6 +191,8 @@ def test_the_shares_of_a_long_contraction_sum_to_the_weight_gradient_in_float32(
 IMPLICIT_SINGLE_UNIT_LAYERS = {
     "deep-7x7": ((1, 64, 7, 7), 544, (3, 3), 1, 1, 1, 1, None),
     "groups": ((1, 64, 6, 9), 96, (3, 3), 1, 1, 1, 2, None),
+    # 3 input channels: a kernel row's taps in one call
+    "rgb-stem": ((2, 3, 23, 21), 64, (7, 7), 2, 3, 1, 1, None),
 }
 
 

@@ -35,6 +35,7 @@
 #include "../checks.h"
 #include "../cpu_features.h"
 #include "../plan.h"
+#include "../route.h"
 #include "../scratch.h"
 #include "bfloat16_cpu.h"
 #include "cpu_kernels.h"
@@ -200,15 +201,36 @@ bool sums_in_place(const TileProducts& p) {
   return std::is_same_v<T, float> && !p.result_nchw;
 }
 
+// Source row `row` (NHWC, `channels` per pixel) as the kernel-row calls read it: the input
+// columns [-pad_w, -pad_w + width) into padded [width, channels], zeros where they fall outside
+// the image. So every tap of the row reads all the output columns' pixels, as in the padding.
+template <class T>
+void padded_source_row(const T* row, const ConvShape& s, int64_t channels, int64_t width,
+                       T* padded) {
+  const int64_t first = std::min(s.pad_w, width);                         // padded columns before
+  const int64_t inside = std::clamp<int64_t>(width - first, 0, s.width);  // the image's, after
+  std::fill_n(padded, first * channels, T(0.f));
+  std::copy_n(row, inside * channels, padded + first * channels);
+  std::fill_n(padded + (first + inside) * channels, (width - first - inside) * channels, T(0.f));
+}
+
+// The padded source row's pixels that the kernel-row calls of a result row of `width` pixels
+// read: up to the last output column's last tap.
+int64_t padded_row_width(const ConvShape& s, int64_t width) {
+  return (width - 1) * s.stride_w + s.kernel_w;
+}
+
 // One tile: result rows [first_row, first_row + rows) of [N * result_height] (row r is image
 // r / result_height, row r % result_height), group g, result channels [co, co + count) of the
 // group. Tap by tap in (ki, kj) order, each tap over all the rows: every result entry sums its
 // taps in that order, whatever the tile's rows, so the rows per tile do not change the bits. The
 // sums are float32: in the NHWC result rows themselves (float32), or in `sums` [rows, width,
 // count], after the last tap rounded once into the rows (bfloat16) or transposed into the NCHW
-// planes (float32).
+// planes (float32). Where a kernel row's taps take one call (implicit_merges_kernel_rows,
+// route.h), the calls read the source rows padded into `padded` (padded_source_row); a kernel
+// row's call then sums its taps in (kj, c) order, as their calls one by one would.
 template <class T>
-void tile(const T* x, const TapMatrices<T>& w, T* y, float* sums, const TileProducts& p,
+void tile(const T* x, const TapMatrices<T>& w, T* y, float* sums, T* padded, const TileProducts& p,
           int64_t first_row, int64_t rows, int64_t g, int64_t co, int64_t count) {
   const ConvShape& s = p.s;
   const int64_t width = p.result_width(), channels = p.result_channels();
@@ -221,21 +243,44 @@ void tile(const T* x, const TapMatrices<T>& w, T* y, float* sums, const TileProd
   const auto sum_row = [&](int64_t r) {
     return in_place ? reinterpret_cast<float*>(out_row(r)) : sums + r * width * count;
   };
-  for (int64_t r = 0; r < rows; ++r) {
+  const auto source_row_of = [&](int64_t r, int64_t ki) -> const T* {
+    const int64_t n = (first_row + r) / p.result_height();
+    const int64_t source_row = p.source_row((first_row + r) % p.result_height(), ki);
+    if (source_row < 0) return nullptr;
+    return x + (n * p.source_height() + source_row) * p.source_width() * p.source_channels() +
+           g * group_k;
+  };
+  const bool kernel_rows = !p.scatter && implicit_merges_kernel_rows(s);
+  // The first kernel row whose call writes row r's sums (kernel_h: none reads inside the image).
+  const auto first_kernel_row = [&](int64_t r) {
+    int64_t ki = 0;
+    while (ki < s.kernel_h && source_row_of(r, ki) == nullptr) ++ki;
+    return ki;
+  };
+  for (int64_t r = 0; r < rows; ++r) {  // zeros, where the calls add to them
+    if (kernel_rows && first_kernel_row(r) < s.kernel_h) continue;
     for (int64_t ow = 0; ow < width; ++ow) std::fill_n(sum_row(r) + ow * ldc, count, 0.f);
   }
   for (int64_t ki = 0; ki < s.kernel_h; ++ki) {
+    if (kernel_rows) {
+      const T* b = w.of(g, ki * s.kernel_w) + TapMatrices<T>::column(co);  // kw taps' rows
+      for (int64_t r = 0; r < rows; ++r) {
+        const T* x_row = source_row_of(r, ki);
+        if (x_row == nullptr) continue;
+        padded_source_row(x_row, s, group_k, padded_row_width(s, width), padded);
+        // [OW, nb] (+)= [OW, kw*K] @ [kw*K, nb]: A's rows overlap, stride_w pixels apart
+        micro_gemm(width, count, s.kernel_w * group_k, padded, s.stride_w * group_k, b, w.ldb,
+                   sum_row(r), ldc, /*add=*/ki > first_kernel_row(r));
+      }
+      continue;
+    }
     for (int64_t kj = 0; kj < s.kernel_w; ++kj) {
       const TapRun run = tap_run(p, kj);
       if (run.pixels <= 0) continue;
       const T* b = w.of(g, p.b_tap(ki, kj)) + TapMatrices<T>::column(co);
       for (int64_t r = 0; r < rows; ++r) {
-        const int64_t n = (first_row + r) / p.result_height();
-        const int64_t source_row = p.source_row((first_row + r) % p.result_height(), ki);
-        if (source_row < 0) continue;
-        const T* x_row =
-            x + (n * p.source_height() + source_row) * p.source_width() * p.source_channels() +
-            g * group_k;
+        const T* x_row = source_row_of(r, ki);
+        if (x_row == nullptr) continue;
         // [pixels, nb] += [pixels, K] @ [K, nb]
         micro_gemm(run.pixels, count, group_k, x_row + run.source_column * p.source_channels(),
                    run.source_step * p.source_channels(), b, w.ldb,
@@ -276,13 +321,15 @@ void implicit_convolution(const Tensor& x, const TapMatrices<T>& w, const TilePr
   const T* x_data = x.const_data_ptr<T>();
   T* y_data = y.mutable_data_ptr<T>();
   // Tiles in the order (group, block, rows): consecutive tasks share a block of weights.
+  const bool kernel_rows = !p.scatter && implicit_merges_kernel_rows(p.s);
   at::parallel_for(0, tiles, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> sums(sums_in_place<T>(p) ? 0 : tile_rows * width * per_tile);
+    std::vector<T> padded(kernel_rows ? padded_row_width(p.s, width) * p.source_channels() : 0);
     for (int64_t t = begin; t < end; ++t) {
       const int64_t first_row = t % row_tiles * tile_rows, unit = t / row_tiles;
       const int64_t g = unit / blocks, co = unit % blocks * per_tile;
-      tile(x_data, w, y_data, sums.data(), p, first_row, std::min(tile_rows, rows - first_row), g,
-           co, std::min(per_tile, group_n - co));
+      tile(x_data, w, y_data, sums.data(), padded.data(), p, first_row,
+           std::min(tile_rows, rows - first_row), g, co, std::min(per_tile, group_n - co));
     }
     if constexpr (!std::is_same_v<T, float>) release_microkernel(/*vnni=*/true);
   });
