@@ -181,7 +181,9 @@ def test_the_depthwise_kernels_refuse_mixed_layouts(device):
 
 # The CPU's weight gradient in the order of rows (csrc/cpu/depthwise_rows_cpu.cpp): with one
 # output channel per input channel, a 3x3 kernel's taps all at once in two vectors of channels
-# (then one), any other kernel a tap at a time in four vectors (then one), the rest of the
+# (then one; on AVX-512, at stride 1 undilated along the rows, one vector at a time, each kernel
+# row's three input vectors a window slid along the row), any other kernel a tap at a time in four
+# vectors (then one), the rest of the
 # channels and any channel multiplier channel by channel; the groups of rows fixed by their number
 # (16 at most). NCHW operands: each group's rows of dy, and the input rows they read, transposed to
 # NHWC bands in cache, image by image (a group may hold the end of one image and the start of the
@@ -200,6 +202,12 @@ ROWS = [
     ("1x5, kernel rows past the padding, groups across images", (3, 10, 19, 15), 1, (1, 5), (1, 1), (3, 2), (1, 1)),
     ("2x4 a tap at a time, rows strided by 2 only", (3, 7, 40, 30), 1, (2, 4), (2, 1), (1, 1), (1, 1)),
     ("5x5, large planes", (2, 8, 17, 16), 1, (5, 5), (1, 1), (2, 2), (1, 1)),
+    # a window slid along the row: rows strided and dilated, inner pixels from the first (no
+    # padding), fewer inner pixels than the window, none, and padding past the kernel's reach
+    ("3x3 in windows, rows strided and dilated, a tail", (2, 40, 15, 13), 1, (3, 3), (2, 1), (2, 1), (2, 1)),
+    ("3x3 in windows, unpadded rows", (2, 32, 7, 9), 1, (3, 3), (1, 1), (0, 0), (1, 1)),
+    ("3x3 in windows, one inner pixel a row", (3, 16, 6, 3), 1, (3, 3), (1, 1), (1, 1), (1, 1)),
+    ("3x3 in windows, padding past the reach", (2, 16, 5, 6), 1, (3, 3), (1, 1), (1, 3), (1, 1)),
 ]
 
 

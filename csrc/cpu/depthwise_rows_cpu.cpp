@@ -73,11 +73,58 @@ TORCH_CONVBP_INLINE void add_pixel(const scalar_t* image, const scalar_t* grad_r
   }
 }
 
+// Whether a row's inner pixels take add_window: a 3x3 kernel, stride 1 and undilated along the
+// row, on AVX-512's 32 registers (a vector's nine sums, its three kernel rows' windows of three
+// input vectors, and dy's).
+template <class Ops, int KH, int KW>
+bool takes_window(const ConvShape& s) {
+  return Ops::kBytes == 64 && KH == 3 && KW == 3 && s.stride_w == 1 && s.dilation_w == 1;
+}
+
+// add_pixel's products for the inner pixels [inner.begin, inner.end) of one vector of channels
+// from `first`, where kernel column kj of pixel ow reads input column ow - pad_w + kj: pixel
+// ow + 1 reads what ow read shifted by one column, so each kernel row keeps a window of its three
+// input vectors in registers and loads one new one per pixel. 4 loads per 9 multiply-adds, where
+// add_pixel's 10 per 9 kept 576@14's weight gradient waiting on its loads (benchmarks/NOTES.md,
+// section 114). The same products, added into each tap's sum in the same order of pixels.
+template <class Ops, typename scalar_t, typename acc_t, typename V>
+TORCH_CONVBP_INLINE void add_window(const scalar_t* image, const scalar_t* grad_row,
+                                    const int64_t (&rows)[3], Span inner, int64_t first,
+                                    V (&sums)[1][9], const ConvShape& s) {
+  const int64_t c = s.in_channels, cout = s.out_channels;
+  if (inner.begin >= inner.end) return;
+  const scalar_t* row_at[3];  // kernel row ki's input row at the first inner pixel's column 0
+  V window[3][3];
+#pragma GCC unroll 3
+  for (int ki = 0; ki < 3; ++ki) {
+    row_at[ki] =
+        rows[ki] < 0 ? nullptr : image + (rows[ki] * s.width + inner.begin - s.pad_w) * c + first;
+    if (row_at[ki] == nullptr) continue;
+    window[ki][0] = load_vector<acc_t, V>(row_at[ki]);
+    window[ki][1] = load_vector<acc_t, V>(row_at[ki] + c);
+  }
+  for (int64_t ow = inner.begin, step = 0; ow < inner.end; ++ow, ++step) {
+    const V dy = load_vector<acc_t, V>(grad_row + ow * cout + first);
+#pragma GCC unroll 3
+    for (int ki = 0; ki < 3; ++ki) {
+      if (row_at[ki] == nullptr) continue;
+      window[ki][2] = load_vector<acc_t, V>(row_at[ki] + (step + 2) * c);
+#pragma GCC unroll 3
+      for (int kj = 0; kj < 3; ++kj) {
+        sums[0][ki * 3 + kj] = Ops::multiply_add(dy, window[ki][kj], sums[0][ki * 3 + kj]);
+      }
+      window[ki][0] = window[ki][1];
+      window[ki][1] = window[ki][2];
+    }
+  }
+}
+
 // One output row's sums of `NV` vectors of output channels from `first`, for every tap of a
 // KH x KW kernel, in registers along the row (KH, KW compile-time, the tap loops unrolled), then
 // added into totals [taps][Cout]. m == 1: output channel o reads input channel o. The pixels in
-// increasing order, the inner ones without the column checks.
-template <class Ops, int KH, int KW, int NV, typename scalar_t, typename acc_t>
+// increasing order, the inner ones without the column checks (kWindow: by add_window).
+template <class Ops, int KH, int KW, int NV, bool kWindow = false, typename scalar_t,
+          typename acc_t>
 TORCH_CONVBP_INLINE void row_of_vectors(const scalar_t* image, const scalar_t* grad_row, int64_t oh,
                                         int64_t first, acc_t* totals, const ConvShape& s) {
   using V = typename Vector<acc_t, Ops::kBytes>::type;
@@ -94,8 +141,12 @@ TORCH_CONVBP_INLINE void row_of_vectors(const scalar_t* image, const scalar_t* g
   for (int64_t ow = 0; ow < inner.begin; ++ow) {
     add_pixel<Ops, KH, KW, NV, false, scalar_t, acc_t>(image, grad_row, rows, ow, first, sums, s);
   }
-  for (int64_t ow = inner.begin; ow < inner.end; ++ow) {
-    add_pixel<Ops, KH, KW, NV, true, scalar_t, acc_t>(image, grad_row, rows, ow, first, sums, s);
+  if constexpr (kWindow) {
+    add_window<Ops, scalar_t, acc_t>(image, grad_row, rows, inner, first, sums, s);
+  } else {
+    for (int64_t ow = inner.begin; ow < inner.end; ++ow) {
+      add_pixel<Ops, KH, KW, NV, true, scalar_t, acc_t>(image, grad_row, rows, ow, first, sums, s);
+    }
   }
   for (int64_t ow = inner.end; ow < s.out_width; ++ow) {
     add_pixel<Ops, KH, KW, NV, false, scalar_t, acc_t>(image, grad_row, rows, ow, first, sums, s);
@@ -160,6 +211,13 @@ struct RowOfVectors {
     constexpr int64_t lanes = Vector<acc_t, Ops::kBytes>::lanes;
     int64_t first = 0;
     if constexpr (KH > 0) {
+      if (takes_window<Ops, KH, KW>(s)) {  // a vector at a time, its inner pixels by add_window
+        for (; first + lanes <= s.out_channels; first += lanes) {
+          row_of_vectors<Ops, KH, KW, 1, true>(image, grad_row, oh, first, totals, s);
+        }
+        *done = first;
+        return;
+      }
       for (; first + kRegisterVectors * lanes <= s.out_channels;
            first += kRegisterVectors * lanes) {
         row_of_vectors<Ops, KH, KW, kRegisterVectors>(image, grad_row, oh, first, totals, s);
@@ -239,9 +297,9 @@ void nhwc_band(const scalar_t* image, int64_t channels, int64_t height, int64_t 
 }
 
 // Brings the operands of output row `row` of N * OH (NHWC) toward the L2 cache: its row of dy and
-// the input rows it reads, each in memory order. Why: a row's sums walk it once per two vectors
-// of channels, reading 128 bytes of each pixel, a stride by which the CPU's own prefetchers did
-// not bring the pixels from memory in time; asked for a row ahead, they come in memory order
+// the input rows it reads, each in memory order. Why: a row's sums walk it once per vector or two
+// of channels, reading 64 or 128 bytes of each pixel, a stride by which the CPU's own prefetchers
+// did not bring the pixels from memory in time; asked for a row ahead, they come in memory order
 // while the row before is summed (benchmarks/NOTES.md, section 96).
 template <typename scalar_t>
 TORCH_CONVBP_INLINE void prefetch_row(const scalar_t* input, const scalar_t* grad_output,
