@@ -68,7 +68,7 @@ std::optional<bool> implicit_setting() {
 // group in pairs (the micro-kernel's VNNI layout). Narrower inputs than kMinImplicitChannels where
 // a kernel row's taps make one call of that many or more (implicit_merges_kernel_rows), in
 // float32 where the micro-kernel outruns MKL: fed channels_last, the RGB stem's forward (K = 21
-// per call) took 0.90-0.91x the column route's time, 8>32 3x3 and 12>64 5x5 0.67-0.88x; with
+// per call) took 0.90-0.91x the column route's time, 8>32 3x3 and 12>64 5x5 0.83-0.88x; with
 // K = 9 (3x3 of 3 channels) no faster, so not there (NOTES section 114).
 bool takes_implicit(const ConvShape& s, const at::Tensor& first, bool scatter) {
   const bool bfloat16 = first.scalar_type() == at::kBFloat16;

@@ -18,9 +18,11 @@
 // A task computes whole tiles (a band of output rows, one group, one block of output channels),
 // tap by tap in (ki, kj) order, so every output entry is summed in the same order whichever thread
 // runs its tile, and whichever rows share the tile: the bits depend neither on the thread count
-// nor on the tiles. bfloat16 of stride 1, one group and up to 128 or 256 input channels (by the
-// CPU) takes padded rows instead (below): kernel rows of kw taps in one call, blocks of pixels
-// across rows.
+// nor on the tiles. Inputs of fewer than 16 channels with one group, undilated along the width
+// (implicit_merges_kernel_rows, route.h: an RGB stem), whose calls of one tap would have K = C,
+// take a kernel row's kw taps in one call instead, K = kw*C, in the same order. bfloat16 of stride
+// 1, one group and up to 128 or 256 input channels (by the CPU) takes padded rows instead (below):
+// kernel rows of kw taps in one call, blocks of pixels across rows.
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
