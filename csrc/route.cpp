@@ -283,9 +283,8 @@ const char* implicit_why_layout(const at::Tensor& first, bool channels_last) {
       {"float32 or bfloat16 on a CPU where the GEMM micro-kernel outruns MKL; 16 or more channels "
        "per group, more than one tap: NHWC, through layout copies",
        "channels_last float32 or bfloat16 operands on a CPU where the GEMM micro-kernel outruns "
-       "MKL; 16 or more channels per group (or, float32 of one group, a kernel row's run of taps "
-       "of "
-       "16 or more channels), more than one tap"},
+       "MKL; 16 or more channels per group (or, float32 of one group, kernel rows of 16 or more "
+       "channels), more than one tap"},
       {"bfloat16 on a CPU whose GEMM micro-kernel computes bfloat16; 16 or more channels per "
        "group, more than one tap, output rows of 14 pixels or more: NHWC, through layout copies",
        "channels_last bfloat16 operands on a CPU whose GEMM micro-kernel computes bfloat16; 16 or "
