@@ -24,10 +24,10 @@ at::Tensor microkernel_shared_operand(const at::Tensor& out, const at::Tensor& a
                                       const at::Tensor& b, bool shared_is_a, bool accumulate);
 
 // Whether `gemms` GEMMs a @ b of these sizes accumulating into one result, and the copy of that
-// result into row-major order at the end, copy less with a column-major result (a transposed
-// view) than with a row-major one: where a's rows and b's columns run along K, as the weight
-// gradient's dY @ columns^T in NCHW, the driver computes the transposed product, and a row-major
-// result would cost a transposing copy per GEMM.
+// result into row-major order at the end, cost less (mostly copies: microkernel_gemm.cpp) with a
+// column-major result (a transposed view) than with a row-major one: where a's rows and b's columns
+// run along K, as the weight gradient's dY @ columns^T in NCHW, the driver computes the transposed
+// product, and a row-major result would cost a transposing copy per GEMM.
 bool microkernel_prefers_transposed_result(const at::Tensor& a, const at::Tensor& b, int64_t gemms);
 
 }  // namespace torch_convbp

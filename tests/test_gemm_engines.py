@@ -163,6 +163,9 @@ LAYERS = [
     ("1x1", (2, 40, 7, 9), 72, 1, 1, 0, 1, 1),
     ("1x1 strided", (2, 40, 9, 9), 36, 1, 2, 0, 1, 1),
     ("deep, dilated", (2, 130, 6, 7), 260, 3, 1, 2, 2, 1),
+    # the weight gradient's GEMM fed channels_last, dW [64, 147] over the pixels, ends its rows in a
+    # part of a vector: the micro-kernel driver computes it transposed
+    ("an RGB stem", (2, 3, 30, 29), 64, 7, 2, 3, 1, 1),
 ]
 
 

@@ -10,11 +10,12 @@
 //
 // The orchestration hands it matrices in either orientation: in NHWC they are transposed views
 // (matrices.h), and a weight gradient's columns arrive transposed. So the driver first picks the
-// orientation that copies least: C = A @ B as it is, or C^T = B^T @ A^T, which swaps the operands
-// and the orientation of each. In the orientation taken, C must be row-major (else the tiles go
-// to a row-major copy of C, written back at the end); a column-major A is packed tile by tile,
-// [kPackedRows, k] at a time, each element once; a column-major B likewise, [k, n] at a time.
-// (Measured: benchmarks/NOTES.md, section 36.)
+// orientation that costs least (the elements it copies, and a partial vector at the end of C's
+// rows, which the micro-kernel computes slowly): C = A @ B as it is, or C^T = B^T @ A^T, which
+// swaps the operands and the orientation of each. In the orientation taken, C must be row-major
+// (else the tiles go to a row-major copy of C, written back at the end); a column-major A is packed
+// tile by tile, [kPackedRows, k] at a time, each element once; a column-major B likewise, [k, n] at
+// a time. (Measured: benchmarks/NOTES.md, section 36.)
 //
 // In bfloat16 (where the CPU has bfloat16 arithmetic) the micro-kernel reads B in its VNNI layout,
 // pairs of rows of K interleaved, so every tile of B is packed so; the products are summed in a
@@ -181,29 +182,45 @@ void gemm_tiles(const Floats& c, const Floats& a, const Floats& b, bool accumula
   }
 }
 
-// The elements copied to compute c (+)= a @ b in this orientation: all of c where it is not
-// row-major (twice when accumulating: in and out), and each operand that is not row-major.
+// The micro-kernel's rate falls where the rows of C end in a part of a vector: at M = 64,
+// K = 256 on a Zen 4 EPYC, N = 147 ran at 0.83x the rate of N = 144 and 51 at 0.72x that of 48,
+// where 48, 64, 96 and 128 ran alike (benchmarks/NOTES.md, section 114). In a product whose K is
+// its longest side (a weight gradient's, over the pixels), that part costs about what
+// kPartialVectorColumns whole columns do, and an element copied about what kMultiplyAddsPerCopy
+// multiply-adds do (the stem's weight gradient: section 114). Where M is the pixels (a forward, an
+// input gradient) the copies of the other orientation cost more than the part saves (a 1x1
+// 96>24 forward took 1.12x the time transposed), and only the copies count.
+constexpr int64_t kPartialVectorColumns = 24;
+constexpr int64_t kMultiplyAddsPerCopy = 15;
+
+// The cost of c (+)= a @ b in this orientation, in elements copied: all of c where it is not
+// row-major (twice when accumulating: in and out), each operand that is not row-major, and, with
+// K the longest side, the partial vector at the end of C's rows as copies.
 template <class C, class T>
-int64_t copies(const Matrix<C>& c, const Matrix<T>& a, const Matrix<T>& b, bool accumulate) {
+int64_t cost(const Matrix<C>& c, const Matrix<T>& a, const Matrix<T>& b, bool accumulate) {
   int64_t count = c.row_major() ? 0 : c.size() * (accumulate ? 2 : 1);
   if (!a.row_major()) count += a.size();
   if (!b.row_major()) count += b.size();
+  const int64_t k = a.cols;
+  if (c.cols % kVector != 0 && k >= c.rows && k >= c.cols) {
+    count += c.rows * k * kPartialVectorColumns / kMultiplyAddsPerCopy;
+  }
   return count;
 }
 
-// Whether C^T = B^T @ A^T copies less than C = A @ B.
+// Whether C^T = B^T @ A^T costs less than C = A @ B.
 template <class C, class T>
-bool transposing_copies_less(const Matrix<C>& c, const Matrix<T>& a, const Matrix<T>& b,
-                             bool accumulate) {
-  return copies(c.transposed(), b.transposed(), a.transposed(), accumulate) <
-         copies(c, a, b, accumulate);
+bool transposing_costs_less(const Matrix<C>& c, const Matrix<T>& a, const Matrix<T>& b,
+                            bool accumulate) {
+  return cost(c.transposed(), b.transposed(), a.transposed(), accumulate) <
+         cost(c, a, b, accumulate);
 }
 
-// The fewest elements copied for c (+)= a @ b, in either orientation.
+// The least cost of c (+)= a @ b, in either orientation.
 template <class C, class T>
-int64_t fewest_copies(const Matrix<C>& c, const Matrix<T>& a, const Matrix<T>& b, bool accumulate) {
-  return std::min(copies(c, a, b, accumulate),
-                  copies(c.transposed(), b.transposed(), a.transposed(), accumulate));
+int64_t least_cost(const Matrix<C>& c, const Matrix<T>& a, const Matrix<T>& b, bool accumulate) {
+  return std::min(cost(c, a, b, accumulate),
+                  cost(c.transposed(), b.transposed(), a.transposed(), accumulate));
 }
 
 // Rows `first` and `second` (n elements each; second null past an odd tile's end: zeros) as one
@@ -332,7 +349,7 @@ void gemm_tiles(const Matrix<C>& c, const Halves& a, const Halves& b, bool accum
   release_microkernel(/*vnni=*/true);
 }
 
-// c (+)= a @ b for matrices of any orientation: in the orientation that copies least, and a
+// c (+)= a @ b for matrices of any orientation: in the orientation that costs least, and a
 // row-major where the tiles would pack b (else a copied whole, once). Float32 products go into c
 // where it is row-major, else into a row-major copy of c, written back at the end; bfloat16 ones
 // stage their sums block by block (gemm_tiles above), which rounds a bfloat16 c once.
@@ -347,7 +364,7 @@ void gemm_matrices(Matrix<C> c, Matrix<T> a, Matrix<T> b, bool accumulate) {
     }
     return;
   }
-  if (transposing_copies_less(c, a, b, accumulate)) {  // C^T = B^T @ A^T
+  if (transposing_costs_less(c, a, b, accumulate)) {  // C^T = B^T @ A^T
     std::swap(a, b);
     a = a.transposed();
     b = b.transposed();
@@ -400,7 +417,7 @@ Tensor microkernel_shared_operand(const Tensor& out, const Tensor& a, const Tens
     using C = decltype(c_type);
     using T = decltype(ab_type);
     const Matrix<T> a0 = matrix_of<T>(a, 0), b0 = matrix_of<T>(b, 0);
-    const bool transposed = transposing_copies_less(matrix_of<C>(out, 0), a0, b0, accumulate);
+    const bool transposed = transposing_costs_less(matrix_of<C>(out, 0), a0, b0, accumulate);
     // Its role there: read as it is (direct), or as its transpose (C^T = B^T @ A^T).
     const Matrix<T> read =
         transposed ? (shared_is_a ? a0 : b0).transposed() : (shared_is_a ? a0 : b0);
@@ -426,8 +443,8 @@ bool microkernel_prefers_transposed_result(const Tensor& a, const Tensor& b, int
     const Floats column_major{nullptr, a0.rows, b0.cols, 1, a0.rows};
     // A transposed result is copied into the result's order once more, at the end.
     transposed =
-        gemms * fewest_copies(column_major, a0, b0, /*accumulate=*/true) + column_major.size() <
-        gemms * fewest_copies(row_major, a0, b0, /*accumulate=*/true);
+        gemms * least_cost(column_major, a0, b0, /*accumulate=*/true) + column_major.size() <
+        gemms * least_cost(row_major, a0, b0, /*accumulate=*/true);
   });
   return transposed;
 }
