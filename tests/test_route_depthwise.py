@@ -203,7 +203,7 @@ ROWS = [
     ("2x4 a tap at a time, rows strided by 2 only", (3, 7, 40, 30), 1, (2, 4), (2, 1), (1, 1), (1, 1)),
     ("5x5, large planes", (2, 8, 17, 16), 1, (5, 5), (1, 1), (2, 2), (1, 1)),
     # a window slid along the row: rows strided and dilated, inner pixels from the first (no
-    # padding), fewer inner pixels than the window, none, and padding past the kernel's reach
+    # padding), one inner pixel a row, and padding past the kernel's reach
     ("3x3 in windows, rows strided and dilated, a tail", (2, 40, 15, 13), 1, (3, 3), (2, 1), (2, 1), (2, 1)),
     ("3x3 in windows, unpadded rows", (2, 32, 7, 9), 1, (3, 3), (1, 1), (0, 0), (1, 1)),
     ("3x3 in windows, one inner pixel a row", (3, 16, 6, 3), 1, (3, 3), (1, 1), (1, 1), (1, 1)),

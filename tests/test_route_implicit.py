@@ -48,7 +48,7 @@ CASES = [
     ("kernel rows: an RGB stem", (2, 3, 15, 17), 16, (7, 7), (2, 2), (3, 3), (1, 1), 1),
     ("kernel rows: dilated down the rows", (2, 4, 12, 13), 16, (3, 5), (1, 1), (2, 2), (2, 1), 1),
     ("kernel rows: padding past the reach", (2, 3, 6, 5), 16, (3, 3), (1, 2), (4, 4), (1, 1), 1),
-    ("kernel rows: a kernel wider than the padded row", (1, 2, 5, 3), 16, (2, 5), (1, 1), (0, 1), (1, 1), 1),
+    ("kernel rows: a kernel as wide as the padded row", (1, 2, 5, 3), 16, (2, 5), (1, 1), (0, 1), (1, 1), 1),
     ("narrow and dilated along the width: a call per tap", (2, 4, 12, 13), 16, (3, 3), (1, 1), (1, 2), (1, 2), 1),
 ]
 
