@@ -203,17 +203,20 @@ bool sums_in_place(const TileProducts& p) {
   return std::is_same_v<T, float> && !p.result_nchw;
 }
 
-// Source row `row` (NHWC, `channels` per pixel) as the kernel-row calls read it: the input
-// columns [-pad_w, -pad_w + width) into padded [width, channels], zeros where they fall outside
-// the image. So every tap of the row reads all the output columns' pixels, as in the padding.
+// Source row `row` (NHWC, `channels` per pixel) padded: the input columns [-pad_w, -pad_w +
+// width) into [width, channels], zeros where they fall outside the image (the left padding, then
+// the row, then zeros), as the kernel-row calls and the padded planes read it. Bits only:
+// float32 and bfloat16 zeros are zero bytes, and a copy of c10::BFloat16 in a loop compiled to
+// one 16-bit move per element (benchmarks/NOTES.md, section 53).
 template <class T>
 void padded_source_row(const T* row, const ConvShape& s, int64_t channels, int64_t width,
                        T* padded) {
   const int64_t first = std::min(s.pad_w, width);                         // padded columns before
   const int64_t inside = std::clamp<int64_t>(width - first, 0, s.width);  // the image's, after
-  std::fill_n(padded, first * channels, T(0.f));
-  std::copy_n(row, inside * channels, padded + first * channels);
-  std::fill_n(padded + (first + inside) * channels, (width - first - inside) * channels, T(0.f));
+  std::memset(padded, 0, first * channels * sizeof(T));
+  std::memcpy(padded + first * channels, row, inside * channels * sizeof(T));
+  std::memset(padded + (first + inside) * channels, 0,
+              (width - first - inside) * channels * sizeof(T));
 }
 
 // The padded source row's pixels that the kernel-row calls of a result row of `width` pixels
@@ -384,19 +387,15 @@ void padded_convolution(const Tensor& x, const TapMatrices<at::BFloat16>& w, con
   T* pad = padded.mutable_data_ptr<T>();
   for (int64_t first = 0; first < s.batch; first += images) {
     const int64_t count = std::min(images, s.batch - first);
-    // bits only: bfloat16 zeros are zero bytes, and a copy of c10::BFloat16 in a loop compiled to
-    // one 16-bit move per element (benchmarks/NOTES.md, section 53)
     at::parallel_for(0, count * p.height, 16, [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {  // padded row r % Hp of image r / Hp
         const int64_t n = r / p.height, hp = r % p.height, h = hp - s.pad_h;
         T* target = pad + (n * p.length + hp * p.width) * c;
         if (h < 0 || h >= s.height) {
-          std::memset(target, 0, row * sizeof(T));
+          std::memset(target, 0, row * sizeof(T));  // bits only, as padded_source_row
         } else {
-          std::memset(target, 0, s.pad_w * c * sizeof(T));
-          std::memcpy(target + s.pad_w * c, x_data + ((first + n) * s.height + h) * s.width * c,
-                      s.width * c * sizeof(T));
-          std::memset(target + (s.pad_w + s.width) * c, 0, p.zeros_after_row(s) * c * sizeof(T));
+          padded_source_row(x_data + ((first + n) * s.height + h) * s.width * c, s, c, p.width,
+                            target);
         }
         if (hp == p.height - 1) {
           std::memset(target + row, 0, (p.length - p.height * p.width) * c * sizeof(T));

@@ -33,8 +33,6 @@ struct PaddedPlanes {
         pixels(even ? (s.out_height * width + 1) / 2 * 2 : s.out_height * width),
         length(height * width + (s.kernel_w - 1) * s.dilation_w + 1),
         even_pixels(even) {}
-  // The zeros after a padded row's pixels (its share of the right padding).
-  int64_t zeros_after_row(const ConvShape& s) const { return width - s.pad_w - s.width; }
   int64_t offset(const ConvShape& s, int64_t tap) const {
     return tap / s.kernel_w * s.dilation_h * width + tap % s.kernel_w * s.dilation_w;
   }
