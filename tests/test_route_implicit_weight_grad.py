@@ -199,8 +199,9 @@ RULE = [
     # float32 fed NCHW where AVX-512 kernels run (NOTES section 94), read as it is (section 111)
     ("NCHW", (2, 64, 56, 56), 64, 3, 1, 1, torch.float32, False, "avx512"),
     ("NCHW 5x5", (2, 64, 28, 28), 64, 5, 1, 1, torch.float32, False, "avx512"),
-    ("NCHW 256 channels", (1, 256, 14, 14), 256, 3, 1, 1, torch.float32, False, "outruns"),
-    ("NCHW dilated", (2, 64, 28, 28), 64, 3, 1, 2, torch.float32, False, "outruns"),
+    # and, where the micro-kernel outruns MKL too, up to 256 channels and dilated
+    ("NCHW 256 channels", (1, 256, 14, 14), 256, 3, 1, 1, torch.float32, False, "avx512 and outruns"),
+    ("NCHW dilated", (2, 64, 28, 28), 64, 3, 1, 2, torch.float32, False, "avx512 and outruns"),
     ("NCHW strided", (2, 64, 56, 56), 64, 3, 2, 1, torch.float32, False, False),
     ("float64", (2, 64, 28, 28), 64, 3, 1, 1, torch.float64, True, False),
     # bfloat16 where its GEMMs run in bfloat16 on the micro-kernel: however many channels, dilated too
@@ -218,7 +219,8 @@ RULE = [
 @pytest.mark.parametrize("name, shape, cout, kernel, stride, dilation, dtype, channels_last, takes", RULE, ids=[r[0] for r in RULE])
 def test_the_rule_that_chooses_it(name, shape, cout, kernel, stride, dilation, dtype, channels_last, takes, monkeypatch):
     monkeypatch.delenv("TORCH_CONVBP_GEMM", raising=False)
-    takes = {"avx512": runs_avx512_kernels(), "outruns": microkernel_outruns_mkl()}.get(takes, takes)
+    takes = {"avx512": runs_avx512_kernels(), "outruns": microkernel_outruns_mkl(),
+             "avx512 and outruns": runs_avx512_kernels() and microkernel_outruns_mkl()}.get(takes, takes)
     takes = takes and (dtype != torch.bfloat16 or has_bfloat16_microkernel())
     x = torch.empty(shape, dtype=dtype).contiguous(memory_format=CL if channels_last else torch.contiguous_format)
     w = torch.empty(cout, shape[1], kernel, kernel, dtype=dtype)
