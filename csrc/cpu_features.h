@@ -9,10 +9,8 @@ namespace torch_convbp {
 bool cpu_has_gemm_microkernel();
 
 // Whether the micro-kernel measured faster than MKL on CPUs like this one, for the GEMMs of the
-// column routes, and with it the implicit route's wider rules: an AMD CPU, with AVX-512 (F, DQ,
-// BW, VL, with the OS saving its registers; NOTES section 36) or with AVX2 and FMA alone (a Zen 1
-// EPYC: section 115), which oneDNN may use (DNNL_MAX_CPU_ISA or ONEDNN_MAX_CPU_ISA do not cap it
-// below AVX2).
+// column routes: an AMD CPU with AVX-512 (F, DQ, BW, VL, with the OS saving its registers), which
+// oneDNN may use (DNNL_MAX_CPU_ISA or ONEDNN_MAX_CPU_ISA do not cap it below AVX-512).
 bool cpu_prefers_gemm_microkernel();
 
 // Whether our own AVX-512 kernels (the direct grouped kernels' widest version, cpu/vector_ops.h)

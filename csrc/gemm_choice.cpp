@@ -58,12 +58,11 @@ GemmSetting gemm_setting() {
 }
 
 // Float32 GEMMs on the CPU run on the micro-kernel where it measured faster than MKL as we call
-// it (single-threaded blocks): on AMD CPUs (cpu_prefers_gemm_microkernel), where MKL's kernels
-// are slower, with AVX-512 (benchmarks/NOTES.md, section 36) and with AVX2 alone (a Zen 1 EPYC,
-// 4-16% on the NHWC layers' shapes: section 115). Elsewhere MKL: on an AVX-512 Xeon MKL ran at
-// the core's peak already (section 26). A call site that asks for
-// Float32Gemms::microkernel_on_avx512 (tall, thin GEMMs that MKL ran slower, section 73) gets the
-// micro-kernel on any CPU that runs AVX-512 kernels.
+// it (single-threaded blocks): on CPUs with AVX-512 (as oneDNN sees them: DNNL_MAX_CPU_ISA caps
+// it) from AMD, where MKL's kernels are slower (benchmarks/NOTES.md, section 36). Elsewhere MKL:
+// on an AVX-512 Xeon MKL ran at the core's peak already (section 26), and on AVX2 the two were
+// even. A call site that asks for Float32Gemms::microkernel_on_avx512 (tall, thin GEMMs that MKL
+// ran slower, section 73) gets the micro-kernel on any CPU that runs AVX-512 kernels.
 GemmEngine gemm_engine(at::ScalarType gemm_dtype, const at::Device& device, Float32Gemms float32) {
   if (device.is_cpu() && gemm_dtype == at::kBFloat16) {  // bfloat16 GEMMs on the CPU: gemm_dtype
     return bfloat16_on_microkernel() ? GemmEngine::microkernel : GemmEngine::aten;

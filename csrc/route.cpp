@@ -34,14 +34,12 @@ constexpr int64_t kMaxDirectGroupChannels = 32;
 // input channels per group, output rows of 14 pixels or more (on an AVX-512 Xeon: NOTES section
 // 26; 256 since its tiles took bands of rows and its B matrices a tap at a time, 0.83-0.95x the
 // column route's time at 256@14 and 256@28, 1.0-1.2x at 512@14: section 61). On a CPU where the
-// micro-kernel outruns MKL (cpu_prefers_gemm_microkernel: an AMD EPYC), it took every layer of
+// micro-kernel outruns MKL (cpu_prefers_gemm_microkernel: an AVX-512 EPYC), it took every layer of
 // 16 channels or more per group, 512@7 included, at oneDNN's speed, where the columns route on the
 // same micro-kernel took 1.1-1.3x; but not a strided 1x1 layer, one tap, whose column matrix is a
-// plain gather (NOTES section 36, AVX-512; on an AVX2 Zen 1 the same rules took 0.83x the MKL
-// rules' time fed channels_last and 0.94x fed NCHW over the layer suite: section 115). In bfloat16
-// on an AMX Xeon it took the layers of more than one tap and rows of 14 or more, however many
-// channels: 256@14's forward and input gradient 0.6x and 0.45x the columns route's time,
-// 512@7's 1.9x (NOTES section 54).
+// plain gather (NOTES section 36). In bfloat16 on an AMX Xeon it took the layers of more than one
+// tap and rows of 14 or more, however many channels: 256@14's forward and input gradient 0.6x and
+// 0.45x the columns route's time, 512@7's 1.9x (NOTES section 54).
 constexpr int64_t kMinImplicitChannels = 16;
 constexpr int64_t kMaxImplicitChannels = 256;
 constexpr int64_t kMinImplicitRow = 14;
@@ -209,12 +207,11 @@ bool bfloat16_columns_pay_layout(Operator op, const ConvShape& s, const at::Tens
 //   P, at 0.65-0.85x the rate of the same GEMM of NHWC columns; 5x5 64@28 took 0.75x the column
 //   route's time, 3x3 128@28 0.9x, 3x3 64@56 0.97x. With AVX2 (oneDNN capped) 128@28 took 1.2x:
 //   AVX2 CPUs keep the column route (section 94).
-// - float32 where the micro-kernel outruns MKL (cpu_prefers_gemm_microkernel: an AMD EPYC),
-//   either format (NCHW where AVX-512 kernels run, as above), up to the implicit route's
-//   kMaxImplicitChannels and dilated too: 3x3 256@14 1.11-1.13x ATen's time per call fed
-//   channels_last and 1.02-1.07x fed NCHW, against the column route's 1.19-1.23x and 1.15-1.18x;
-//   deeplab's dilated 256@28 1.02-1.06x and 1.13-1.16x against 1.11-1.13x and 1.19-1.26x (section
-//   112).
+// - float32 where the micro-kernel outruns MKL (cpu_prefers_gemm_microkernel: an AVX-512 EPYC),
+//   either format, up to the implicit route's kMaxImplicitChannels and dilated too: 3x3 256@14
+//   1.11-1.13x ATen's time per call fed channels_last and 1.02-1.07x fed NCHW, against the column
+//   route's 1.19-1.23x and 1.15-1.18x; deeplab's dilated 256@28 1.02-1.06x and 1.13-1.16x against
+//   1.11-1.13x and 1.19-1.26x (section 112).
 constexpr int64_t kMaxImplicitWeightGradChannels = 128;
 bool takes_implicit_weight_grad(const ConvShape& s, const at::Tensor& first, bool channels_last) {
   const bool bfloat16 = first.scalar_type() == at::kBFloat16;

@@ -37,7 +37,7 @@ def has_microkernel():
 
 def microkernel_outruns_mkl():
     """Whether float32 GEMMs run on the micro-kernel by default here (a CPU where it measured
-    faster than MKL: an AMD CPU), and with them the implicit route for NCHW operands too."""
+    faster than MKL: an AVX-512 EPYC), and with them the implicit route for NCHW operands too."""
     import torch_convbp
 
     with environment("TORCH_CONVBP_GEMM", "auto"):

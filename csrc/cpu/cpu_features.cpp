@@ -120,7 +120,7 @@ bool cpu_has_gemm_microkernel() {
 }
 
 bool cpu_prefers_gemm_microkernel() {
-  static const bool prefers = is_amd() && !onednn_capped_below("AVX2");
+  static const bool prefers = is_amd() && has_avx512_core() && !onednn_capped_below("AVX512_CORE");
   return prefers && cpu_has_gemm_microkernel();
 }
 
