@@ -13,6 +13,11 @@ bool cpu_has_gemm_microkernel();
 // oneDNN may use (DNNL_MAX_CPU_ISA or ONEDNN_MAX_CPU_ISA do not cap it below AVX-512).
 bool cpu_prefers_gemm_microkernel();
 
+// Whether the micro-kernel measured faster than MKL here for GEMMs whose result is narrow (at
+// most 256 columns), and slower for wider ones: an AMD CPU without the AVX-512 rule above, whose
+// oneDNN may use AVX2 (an AVX2 Zen 1 EPYC, benchmarks/NOTES.md, sections 115 and 117).
+bool cpu_prefers_narrow_gemms_on_microkernel();
+
 // Whether our own AVX-512 kernels (the direct grouped kernels' widest version, cpu/vector_ops.h)
 // may run: the CPU has AVX-512 as above, and oneDNN is not capped below it, so that a machine made
 // to behave like an AVX2 one (DNNL_MAX_CPU_ISA=AVX2) runs our AVX2 code too.

@@ -98,11 +98,12 @@ bool on_microkernel(const Tensor& out, const Tensor& a,
 }
 
 // out = a @ b (beta 0) or out += a @ b, for [G, M, K] @ [G, K, N]: on the micro-kernel where
-// gemm_engine says so, else ATen's GEMM: for one group on the CPU, its BLAS call without the
-// operator (blas_gemm.h), else a plain mm for one group.
+// the whole GEMM's engine is it (on_microkernel of the result that this block is part of, so
+// that every block of a GEMM runs on one engine), else ATen's GEMM: for one group on the CPU,
+// its BLAS call without the operator (blas_gemm.h), else a plain mm for one group.
 void gemm_one_block(const Tensor& out, const Tensor& a, const Tensor& b, bool accumulate,
-                    Float32Gemms float32 = Float32Gemms::cpu_rule) {
-  if (on_microkernel(out, a, float32)) {
+                    bool microkernel) {
+  if (microkernel) {
     // Named in the profiler as ATen's GEMMs are (aten::addmm_), since it is no ATen operation.
     RECORD_FUNCTION("torch_convbp::microkernel_gemm", std::vector<c10::IValue>());
     microkernel_gemm(out, a, b, accumulate);
@@ -146,9 +147,10 @@ void on_single_threaded_blas(int64_t count, bool cpu, Body&& body) {
 void gemm_by_blocks(const Tensor& out, const Tensor& a, const Tensor& b, int64_t blocks,
                     bool accumulate, Float32Gemms float32 = Float32Gemms::cpu_rule) {
   const bool cpu = out.device().is_cpu();
+  const bool microkernel = on_microkernel(out, a, float32);
   if (blocks <= 1) {
     SingleThreadedBlas single(cpu);
-    gemm_one_block(out, a, b, accumulate, float32);
+    gemm_one_block(out, a, b, accumulate, microkernel);
     return;
   }
   const int64_t dim = block_dimension(out.sizes());
@@ -158,7 +160,7 @@ void gemm_by_blocks(const Tensor& out, const Tensor& a, const Tensor& b, int64_t
     if (shared.numel() * shared.element_size() > kSharedOperandInCacheBytes) {
       blocks = std::min(blocks, kBlocksOverSharedOperand);
     }
-    if (on_microkernel(out, a, float32)) {
+    if (microkernel) {
       shared = microkernel_shared_operand(out, a, b, /*shared_is_a=*/dim == 2, accumulate);
     }
   }
@@ -170,7 +172,7 @@ void gemm_by_blocks(const Tensor& out, const Tensor& a, const Tensor& b, int64_t
     const auto part = [&](const Tensor& t) { return t.narrow(dim, first, count); };
     // [G', M', N'] (+)= [G', M', K] @ [G', K, N']: a's rows follow M, b's columns follow N.
     gemm_one_block(part(out), dim == 2 ? shared_a : part(a), dim == 1 ? shared_b : part(b),
-                   accumulate, float32);
+                   accumulate, microkernel);
   });
 }
 
@@ -259,8 +261,9 @@ void gemm_out_contracting(const Tensor& out, const Tensor& a, const Tensor& b,
   // in half precision and its GEMMs on the micro-kernel, rounded once at the end. Or each the
   // transposed product [1, N, M] = b^T @ a^T, summed in scratch and copied into out at the end.
   const int64_t width = (k + shares - 1) / shares;
-  const bool transposed = shares_compute_transposed(out, a, b, float32);
-  const bool rounded_at_end = out.scalar_type() != at::kFloat && on_microkernel(out, a, float32);
+  const bool microkernel = on_microkernel(out, a, float32);
+  const bool transposed = shares_compute_transposed(out, a, b, float32);  // never on it
+  const bool rounded_at_end = out.scalar_type() != at::kFloat && microkernel;
   const bool in_scratch = transposed || rounded_at_end;
   const Tensor result = transposed ? out.transpose(1, 2) : out;
   const Tensor left = transposed ? b.transpose(1, 2) : a,
@@ -275,7 +278,7 @@ void gemm_out_contracting(const Tensor& out, const Tensor& a, const Tensor& b,
   on_single_threaded_blas(shares, /*cpu=*/true, [&](int64_t share) {
     const int64_t first = share * width, count = std::min(width, k - first);
     gemm_one_block(products[share], left.narrow(2, first, count), right.narrow(1, first, count),
-                   /*accumulate=*/false, float32);
+                   /*accumulate=*/false, microkernel);
   });
   for (int64_t share = 1; share < shares; ++share) products[0].add_(products[share]);
   if (in_scratch) result.copy_(products[0]);

@@ -23,6 +23,12 @@ bool bfloat16_on_microkernel() {
 // ran slower on the micro-kernel than on MKL (benchmarks/NOTES.md, section 39).
 constexpr int64_t kMinMicrokernelSide = 16;
 
+// Float32 results at most this many columns wide run on the micro-kernel where the CPU prefers it
+// for narrow GEMMs only (cpu_prefers_narrow_gemms_on_microkernel): on an AVX2 Zen 1 it ran
+// 1568 x 256 x 256 at 1.25x MKL's rate and 1568 x 1024 x 256 at 0.59x (benchmarks/NOTES.md,
+// sections 115 and 117).
+constexpr int64_t kMaxNarrowResultColumns = 256;
+
 }  // namespace
 
 // The operands' own dtype, except for float16 and bfloat16 on the CPU. Where the micro-kernel
@@ -81,13 +87,19 @@ GemmEngine gemm_engine(at::ScalarType gemm_dtype, const at::Device& device, Floa
 }
 
 // In bfloat16 ATen's alternative is oneDNN's matmul, whose bits follow the thread count: however
-// thin, those stay ours.
+// thin, those stay ours. Where the CPU prefers the micro-kernel for narrow results only, a float32
+// result at most kMaxNarrowResultColumns wide runs on it (the route stays the one for MKL).
 GemmEngine gemm_engine(at::ScalarType gemm_dtype, const at::Device& device, int64_t rows,
                        int64_t cols, Float32Gemms float32) {
   if (gemm_dtype == at::kFloat && std::min(rows, cols) < kMinMicrokernelSide) {
     return GemmEngine::aten;
   }
-  return gemm_engine(gemm_dtype, device, float32);
+  const GemmEngine engine = gemm_engine(gemm_dtype, device, float32);
+  const bool narrow_on_microkernel =
+      engine == GemmEngine::aten && device.is_cpu() && gemm_dtype == at::kFloat &&
+      gemm_setting() == GemmSetting::automatic && cols <= kMaxNarrowResultColumns &&
+      cpu_prefers_narrow_gemms_on_microkernel();
+  return narrow_on_microkernel ? GemmEngine::microkernel : engine;
 }
 
 const char* gemm_engine_name(GemmEngine engine) {

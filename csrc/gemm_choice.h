@@ -35,7 +35,8 @@ enum class Float32Gemms { cpu_rule, microkernel_on_avx512 };
 GemmEngine gemm_engine(at::ScalarType gemm_dtype, const at::Device& device,
                        Float32Gemms float32 = Float32Gemms::cpu_rule);
 // The engine of one such GEMM, whose result is rows x cols: as above, except that float32
-// results under 16 on a side stay on ATen's GEMM.
+// results under 16 on a side stay on ATen's GEMM, and that on a CPU that prefers the micro-kernel
+// for narrow results only (cpu_features.h) float32 results of at most 256 columns run on it.
 GemmEngine gemm_engine(at::ScalarType gemm_dtype, const at::Device& device, int64_t rows,
                        int64_t cols, Float32Gemms float32 = Float32Gemms::cpu_rule);
 const char* gemm_engine_name(GemmEngine engine);

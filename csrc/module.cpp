@@ -121,13 +121,15 @@ PYBIND11_MODULE(_C, m) {
       "The dtype the GEMMs run in for operands of this dtype on this device.");
   m.def(
       "gemm_engine",
-      [](at::ScalarType dtype, const at::Device& device) {
+      [](at::ScalarType dtype, const at::Device& device, int64_t rows, int64_t cols) {
         const auto compute = torch_convbp::gemm_dtype(dtype, device);
-        return std::string(
-            torch_convbp::gemm_engine_name(torch_convbp::gemm_engine(compute, device)));
+        const auto engine = rows < 0 ? torch_convbp::gemm_engine(compute, device)
+                                     : torch_convbp::gemm_engine(compute, device, rows, cols);
+        return std::string(torch_convbp::gemm_engine_name(engine));
       },
-      py::arg("dtype"), py::arg("device"),
-      "What runs the GEMMs for operands of this dtype on this device: 'aten' or 'microkernel'.");
+      py::arg("dtype"), py::arg("device"), py::arg("rows") = -1, py::arg("cols") = -1,
+      "What runs the GEMMs for operands of this dtype on this device, or the GEMM of a rows x "
+      "cols result (rows >= 0): 'aten' or 'microkernel'.");
   m.def("_microkernel_gemm", &microkernel_gemm_checked, py::arg("out"), py::arg("a"), py::arg("b"),
         py::arg("accumulate"), "out (+)= a @ b on the micro-kernel GEMM driver, for its tests.");
   m.def("_blas_gemm", &blas_gemm_checked, py::arg("out"), py::arg("a"), py::arg("b"),

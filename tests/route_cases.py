@@ -44,6 +44,16 @@ def microkernel_outruns_mkl():
         return torch_convbp.gemm_engine(torch.float32) == "microkernel"
 
 
+def microkernel_runs_narrow_gemms():
+    """Whether float32 GEMMs run on the micro-kernel by default here only where their result is
+    at most 256 columns wide (an AMD CPU without AVX-512: csrc/gemm_choice.cpp), the routes being
+    MKL's."""
+    import torch_convbp
+
+    with environment("TORCH_CONVBP_GEMM", "auto"):
+        return (not microkernel_outruns_mkl() and torch_convbp.gemm_engine(torch.float32, result=(64, 256)) == "microkernel")
+
+
 def runs_avx512_kernels():
     """Whether this CPU runs AVX-512 kernels (it has AVX-512 and oneDNN is not capped below it):
     the extension's own rule (cpu_features.h), which the routes ask."""

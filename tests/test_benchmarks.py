@@ -167,9 +167,10 @@ def test_host_time_command_times_both_and_counts_each_operators_launches(tmp_pat
     # the stride-1 input gradient: its weight (18 elements per output channel) outnumbers its output
     # gradient (16), so on the CPU the GEMM reads the weight as it is, then col2im (csrc/route.cpp,
     # input_grad_pays_col2im), with no flipped copy of the weight and no im2col of dY. Its product,
-    # [18, 16], is wide enough for the micro-kernel driver: it runs there where float32 GEMMs do (an
-    # AVX-512 EPYC: gemm_engine)
-    wide_gemm = "torch_convbp::microkernel_gemm" if torch_convbp.gemm_engine(torch.float32) == "microkernel" else gemm
+    # [18, 16], is wide enough for the micro-kernel driver: it runs there where such float32 GEMMs
+    # do (AMD CPUs: gemm_engine)
+    on_driver = torch_convbp.gemm_engine(torch.float32, result=(18, 16)) == "microkernel"
+    wide_gemm = "torch_convbp::microkernel_gemm" if on_driver else gemm
     assert ops["conv2d_input_grad"]["launches"] == [wide_gemm, "torch_convbp::col2im"]
     for counts in ops.values():
         assert counts["calls"] == counts["views"] + counts["allocations"] + counts["wrappers"] + counts["would_launch"]

@@ -6,13 +6,15 @@ The driver takes matrices in any orientation (NHWC's transposed views, a weight 
 transposed columns), cuts them into tiles fixed by the sizes, and must give the product for every
 one of them; both engines must give the convolution, and TORCH_CONVBP_GEMM picks one."""
 import itertools
+import os
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 import torch_convbp
-from route_cases import has_bfloat16_microkernel, has_microkernel, microkernel_outruns_mkl, runs_avx512_kernels
+from route_cases import (has_bfloat16_microkernel, has_microkernel, microkernel_outruns_mkl, microkernel_runs_narrow_gemms,
+                         runs_avx512_kernels)
 from torch_convbp import _C
 
 ops = torch.ops.torch_convbp
@@ -206,9 +208,61 @@ def test_which_engine_runs_the_gemms(monkeypatch):
     # float32 (gemm_dtype), on the float32 engine
     assert torch_convbp.gemm_engine(torch.bfloat16) == (
         "microkernel" if has_bfloat16_microkernel() else torch_convbp.gemm_engine(torch.float32))
+    # one GEMM, by its result's shape: float32 results under 16 on a side on ATen's however forced
+    assert torch_convbp.gemm_engine(torch.float32, result=(15, 300)) == "aten"
+    assert torch_convbp.gemm_engine(torch.float32, result=(300, 16)) == torch_convbp.gemm_engine(torch.float32)
+    monkeypatch.setenv("TORCH_CONVBP_GEMM", "mkl")
+    assert torch_convbp.gemm_engine(torch.float32, result=(64, 64)) == "aten"
+    with pytest.raises(ValueError, match=r"result must be \(rows, cols\) of sizes >= 0, got \(-1, 4\)"):
+        torch_convbp.gemm_engine(torch.float32, result=(-1, 4))
     monkeypatch.setenv("TORCH_CONVBP_GEMM", "fastest")
     with pytest.raises(RuntimeError, match="TORCH_CONVBP_GEMM must be auto, microkernel or mkl, got 'fastest'"):
         torch_convbp.gemm_engine(torch.float32)
+
+
+def cpu_is_amd():
+    with open("/proc/cpuinfo") as cpuinfo:
+        return "AuthenticAMD" in cpuinfo.read()
+
+
+def onednn_capped_below_avx2():
+    cap = (os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA") or "").upper()
+    return cap in ("SSE41", "AVX")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/cpuinfo"), reason="reads the CPU's vendor from /proc/cpuinfo")
+def test_the_float32_engine_by_cpu_and_result_width(monkeypatch):
+    """The default rule: on an AMD CPU that runs AVX-512 kernels every float32 GEMM of 16 or more
+    on a side runs on the micro-kernel (benchmarks/NOTES.md, section 36); on an AMD CPU without
+    them (its oneDNN not capped below AVX2) those at most 256 columns wide, where the driver ran
+    faster than MKL on a Zen 1, the wider ones on MKL, where it ran slower (sections 115, 117);
+    on other CPUs every one on MKL (an AVX-512 Xeon's MKL ran at the core's peak: section 26)."""
+    monkeypatch.setenv("TORCH_CONVBP_GEMM", "auto")
+    amd = cpu_is_amd() and has_microkernel()
+    every = amd and runs_avx512_kernels()
+    narrow = amd and not runs_avx512_kernels() and not onednn_capped_below_avx2()
+    assert microkernel_outruns_mkl() == every and microkernel_runs_narrow_gemms() == narrow
+    expected = {(3136, 256): every or narrow, (16, 64): every or narrow, (64, 257): every, (196, 1024): every,
+                (15, 64): False, (3136, 8): False}
+    for shape, on_microkernel in expected.items():
+        assert torch_convbp.gemm_engine(torch.float32, result=shape) == ("microkernel" if on_microkernel else "aten"), shape
+    assert torch_convbp.gemm_engine(torch.float64, result=(64, 64)) == "aten"
+    assert torch_convbp.gemm_engine(torch.float32, "cuda", result=(64, 64)) == "aten"
+
+
+@pytest.mark.skipif(not microkernel_runs_narrow_gemms(), reason="float32 GEMMs by their width: AMD CPUs without AVX-512")
+def test_a_convolutions_gemms_take_the_engine_of_their_width(monkeypatch):
+    """Channels_last 1x1 forwards, [pixels, C] @ [C, Cout]: Cout 256 on the micro-kernel, 320 on
+    MKL, each GEMM whole on one engine (its blocks of rows too)."""
+    monkeypatch.setenv("TORCH_CONVBP_GEMM", "auto")
+    x = torch.randn(2, 64, 16, 16).contiguous(memory_format=torch.channels_last)
+    for cout, name in [(256, "torch_convbp::microkernel_gemm"), (320, "aten::addmm_")]:
+        w = torch.randn(cout, 64, 1, 1)
+        with torch.profiler.profile() as profile:
+            y = ops.conv2d(x, w, None, [1, 1], [0, 0], [1, 1], 1)
+        names = {event.name for event in profile.events()}
+        assert name in names and not {"aten::addmm_", "torch_convbp::microkernel_gemm"} - {name} & names, cout
+        torch.testing.assert_close(y.double(), F.conv2d(x.double(), w.double()), rtol=1e-5, atol=1e-4)
 
 
 @needs_microkernel
@@ -244,6 +298,6 @@ def test_the_channels_last_1x1_gemms_run_on_the_micro_kernel_where_avx512_runs(m
         calls[op]()
     names = {event.name for event in profile.events()}
     by_call = op != "weight_grad" and runs_avx512_kernels()
-    on_microkernel = microkernel_outruns_mkl() or by_call
+    on_microkernel = microkernel_outruns_mkl() or by_call or microkernel_runs_narrow_gemms()  # results 32-48 wide
     assert ("torch_convbp::microkernel_gemm" in names) == on_microkernel
     assert ("aten::addmm_" in names) != on_microkernel

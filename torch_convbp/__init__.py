@@ -126,13 +126,21 @@ def gemm_dtype(dtype: torch.dtype, device="cpu") -> torch.dtype:
     return _C.gemm_dtype(dtype, torch.device(device))
 
 
-def gemm_engine(dtype: torch.dtype = torch.float32, device="cpu") -> str:
+def gemm_engine(dtype: torch.dtype = torch.float32, device="cpu", result=None) -> str:
     """What runs torch_convbp's GEMMs for operands of `dtype` on `device`: 'microkernel', our
     GEMM driver on oneDNN's micro-kernel, for float32 GEMMs on CPUs where it measured faster than
-    MKL (AMD with AVX-512), or 'aten', ATen's GEMM (MKL on the CPU, cuBLAS on CUDA). Both give the
-    same bits on any thread count. The environment variable TORCH_CONVBP_GEMM=microkernel runs
-    every float32 CPU GEMM on the micro-kernel where this torch and CPU have it, =mkl none."""
-    return _C.gemm_engine(dtype, torch.device(device))
+    MKL (AMD with AVX-512), or 'aten', ATen's GEMM (MKL on the CPU, cuBLAS on CUDA). With
+    `result=(rows, cols)`, the engine of one GEMM whose result has that shape: float32 results
+    under 16 on a side run on ATen's, and on AMD CPUs without AVX-512 those at most 256 columns
+    wide on the micro-kernel. Both give the same bits on any thread count. The environment variable
+    TORCH_CONVBP_GEMM=microkernel runs every float32 CPU GEMM on the micro-kernel where this torch
+    and CPU have it, =mkl none."""
+    if result is None:
+        return _C.gemm_engine(dtype, torch.device(device))
+    rows, cols = (int(side) for side in result)
+    if rows < 0 or cols < 0:
+        raise ValueError(f"gemm_engine: result must be (rows, cols) of sizes >= 0, got {tuple(result)}")
+    return _C.gemm_engine(dtype, torch.device(device), rows, cols)
 
 
 @contextlib.contextmanager

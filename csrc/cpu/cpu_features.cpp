@@ -124,6 +124,11 @@ bool cpu_prefers_gemm_microkernel() {
   return prefers && cpu_has_gemm_microkernel();
 }
 
+bool cpu_prefers_narrow_gemms_on_microkernel() {
+  static const bool prefers = is_amd() && !onednn_capped_below("AVX2");
+  return prefers && !cpu_prefers_gemm_microkernel() && cpu_has_gemm_microkernel();
+}
+
 bool cpu_allows_avx512_kernels() {
   static const bool allows = has_avx512_core() && !onednn_capped_below("AVX512_CORE");
   return allows;
@@ -145,6 +150,7 @@ bool cpu_has_amx_bfloat16_microkernel() {
 #else
 bool cpu_has_gemm_microkernel() { return false; }
 bool cpu_prefers_gemm_microkernel() { return false; }
+bool cpu_prefers_narrow_gemms_on_microkernel() { return false; }
 bool cpu_has_bfloat16_microkernel() { return false; }
 bool cpu_has_amx_bfloat16_microkernel() { return false; }
 bool cpu_allows_avx512_kernels() { return false; }
