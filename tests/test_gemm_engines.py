@@ -215,6 +215,8 @@ def test_which_engine_runs_the_gemms(monkeypatch):
     assert torch_convbp.gemm_engine(torch.float32, result=(64, 64)) == "aten"
     with pytest.raises(ValueError, match=r"result must be \(rows, cols\) of sizes >= 0, got \(-1, 4\)"):
         torch_convbp.gemm_engine(torch.float32, result=(-1, 4))
+    with pytest.raises(ValueError, match=r"result must be \(rows, cols\) of sizes >= 0, got \(2, 3, 4\)"):
+        torch_convbp.gemm_engine(torch.float32, result=(2, 3, 4))
     monkeypatch.setenv("TORCH_CONVBP_GEMM", "fastest")
     with pytest.raises(RuntimeError, match="TORCH_CONVBP_GEMM must be auto, microkernel or mkl, got 'fastest'"):
         torch_convbp.gemm_engine(torch.float32)

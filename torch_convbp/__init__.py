@@ -137,10 +137,10 @@ def gemm_engine(dtype: torch.dtype = torch.float32, device="cpu", result=None) -
     and CPU have it, =mkl none."""
     if result is None:
         return _C.gemm_engine(dtype, torch.device(device))
-    rows, cols = (int(side) for side in result)
-    if rows < 0 or cols < 0:
-        raise ValueError(f"gemm_engine: result must be (rows, cols) of sizes >= 0, got {tuple(result)}")
-    return _C.gemm_engine(dtype, torch.device(device), rows, cols)
+    sides = tuple(result)
+    if len(sides) != 2 or any(int(side) < 0 for side in sides):
+        raise ValueError(f"gemm_engine: result must be (rows, cols) of sizes >= 0, got {sides}")
+    return _C.gemm_engine(dtype, torch.device(device), int(sides[0]), int(sides[1]))
 
 
 @contextlib.contextmanager
