@@ -107,12 +107,11 @@ if [ "$GPU" = 1 ]; then
     SANITIZED=(tests/test_route_columns_nhwc.py tests/test_route_grouped.py tests/test_route_depthwise.py)
     [ "$BUDGET" -gt 0 ] || SANITIZED+=(tests/test_cuda.py tests/test_route_pointwise.py
       tests/test_route_pointwise_by_images.py tests/test_route_implicit.py tests/test_transpose_copy.py)
-    PYTEST=(python3 -m pytest -q -p no:cacheprovider -m "not slow" "${SANITIZED[@]}")
-    step memcheck 100 compute-sanitizer --tool memcheck --error-exitcode 1 "${PYTEST[@]}" -k "cuda and not any_order"
+    PYTEST=(python3 -m pytest -q -p no:cacheprovider -m "not slow" -k "cuda and not any_order")
+    step memcheck 100 compute-sanitizer --tool memcheck --error-exitcode 1 "${PYTEST[@]}" "${SANITIZED[@]}"
     # racecheck sees shared memory only, so only the depthwise weight gradient's lane sums: over
     # the NHWC-column tests too it ran 22 tests in 120 s (NOTES section 116)
-    step racecheck 120 compute-sanitizer --tool racecheck --error-exitcode 1 python3 -m pytest -q -p no:cacheprovider \
-      -m "not slow" tests/test_route_depthwise.py -k "cuda and not any_order"
+    step racecheck 120 compute-sanitizer --tool racecheck --error-exitcode 1 "${PYTEST[@]}" tests/test_route_depthwise.py
   else
     echo "gpu_run: compute-sanitizer is not on PATH: memcheck and racecheck skipped"
     failed=1

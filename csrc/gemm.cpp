@@ -209,11 +209,11 @@ int64_t contraction_shares(const Tensor& out, int64_t k) {
 // kernels ran that form at 0.76-0.86x the rate of the same product with the sides swapped
 // (256 x 64 over 1568 pixels: 76 against 100 GFLOP/s; 512 x 128 62 against 72), and the copy of
 // the small transposed result costs little beside it (benchmarks/NOTES.md, section 103).
+// `microkernel`: whether the GEMM runs on the micro-kernel (on_microkernel).
 bool shares_compute_transposed(const Tensor& out, const Tensor& a, const Tensor& b,
-                               Float32Gemms float32) {
-  return out.scalar_type() == at::kFloat && a.scalar_type() == at::kFloat &&
-         out.size(1) > out.size(2) && a.stride(1) == 1 && b.stride(2) == 1 &&
-         !on_microkernel(out, a, float32);
+                               bool microkernel) {
+  return !microkernel && out.scalar_type() == at::kFloat && a.scalar_type() == at::kFloat &&
+         out.size(1) > out.size(2) && a.stride(1) == 1 && b.stride(2) == 1;
 }
 
 }  // namespace
@@ -262,7 +262,7 @@ void gemm_out_contracting(const Tensor& out, const Tensor& a, const Tensor& b,
   // transposed product [1, N, M] = b^T @ a^T, summed in scratch and copied into out at the end.
   const int64_t width = (k + shares - 1) / shares;
   const bool microkernel = on_microkernel(out, a, float32);
-  const bool transposed = shares_compute_transposed(out, a, b, float32);  // never on it
+  const bool transposed = shares_compute_transposed(out, a, b, microkernel);
   const bool rounded_at_end = out.scalar_type() != at::kFloat && microkernel;
   const bool in_scratch = transposed || rounded_at_end;
   const Tensor result = transposed ? out.transpose(1, 2) : out;

@@ -286,7 +286,8 @@ def test_the_gemms_run_on_the_engine_chosen(monkeypatch):
 def test_the_channels_last_1x1_gemms_run_on_the_micro_kernel_where_avx512_runs(monkeypatch, op):
     """The channels_last 1x1 forward and input gradient, [pixels, C] @ [C, Cout], run on the
     micro-kernel wherever the CPU runs AVX-512 kernels (faster there than MKL on a Xeon too:
-    benchmarks/NOTES.md, section 73); the weight gradient follows the CPU's rule."""
+    benchmarks/NOTES.md, section 73); the weight gradient follows the CPU's rule, which on AMD
+    CPUs without AVX-512 puts these results (32 and 48 wide) on it too (section 117)."""
     monkeypatch.setenv("TORCH_CONVBP_GEMM", "auto")
     x = torch.randn(2, 32, 12, 12).contiguous(memory_format=torch.channels_last)
     w = torch.randn(48, 32, 1, 1)
@@ -300,6 +301,6 @@ def test_the_channels_last_1x1_gemms_run_on_the_micro_kernel_where_avx512_runs(m
         calls[op]()
     names = {event.name for event in profile.events()}
     by_call = op != "weight_grad" and runs_avx512_kernels()
-    on_microkernel = microkernel_outruns_mkl() or by_call or microkernel_runs_narrow_gemms()  # results 32-48 wide
+    on_microkernel = microkernel_outruns_mkl() or by_call or microkernel_runs_narrow_gemms()
     assert ("torch_convbp::microkernel_gemm" in names) == on_microkernel
     assert ("aten::addmm_" in names) != on_microkernel
