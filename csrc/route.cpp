@@ -44,6 +44,17 @@ constexpr int64_t kMinImplicitChannels = 16;
 constexpr int64_t kMaxImplicitChannels = 256;
 constexpr int64_t kMinImplicitRow = 14;
 
+// Whether the micro-kernel outruns MKL's column route on the implicit route's calls here: where it
+// outruns MKL (cpu_prefers_gemm_microkernel: an AVX-512 EPYC), and on an AMD CPU without AVX-512,
+// where it outruns MKL on results at most 256 columns wide
+// (cpu_prefers_narrow_gemms_on_microkernel) and every call of the route writes one of those (tiles
+// of at most 256 output channels; dW's of 32). There, on an AVX2 Zen 1, the NCHW column route's
+// GEMMs ran at 17-25 GFLOP/s against 28-33 for the NHWC shapes, and the implicit weight gradient
+// took 0.65-0.8x the column route's time fed NCHW (benchmarks/NOTES.md, sections 115 and 118).
+bool implicit_calls_outrun_mkl() {
+  return cpu_prefers_gemm_microkernel() || cpu_prefers_narrow_gemms_on_microkernel();
+}
+
 // Whether the implicit route's kernels compute 2-D operands like `first` on the CPU: float32, or
 // bfloat16 wherever the micro-kernel computes it (an EPYC's AVX512_BF16, a Xeon's AMX).
 bool implicit_operands(const ConvShape& s, const at::Tensor& first) {
@@ -151,6 +162,9 @@ bool weight_grad_by_images(const ConvShape& s, const at::Tensor& first) {
 //   group: 0.65-0.87x the column route's time at 32 and 64 channels (sections 58, 60);
 // - in float32 (an AMX Xeon), stride 1 with more than one tap: 0.77-0.92x on the dense 3x3 and
 //   5x5 layers, where the strided and 1x1 ones took 1.02-1.10x (section 66);
+// - in float32 where the micro-kernel outruns MKL on the route's calls (implicit_calls_outrun_mkl:
+//   an AMD CPU without AVX-512 too), strided layers of more than one tap as well: on an AVX2 Zen 1
+//   3x3/2 64>128@56 and 128>256@28 took 0.80-0.86x the column route's forward (section 118);
 // but not the inputs narrower than kMinImplicitChannels (by default): fed NCHW, the RGB stem's
 // forward on merged kernel rows took 1.03-1.06x the column route's time (section 114).
 bool implicit_pays_layout(const ConvShape& s, const at::Tensor& first, bool channels_last) {
@@ -158,8 +172,9 @@ bool implicit_pays_layout(const ConvShape& s, const at::Tensor& first, bool chan
   if (s.in_channels / s.groups < kMinImplicitChannels && !implicit_setting().has_value()) {
     return false;
   }
+  const bool unit_stride = s.stride_h == 1 && s.stride_w == 1;
   return cpu_prefers_gemm_microkernel() || first.scalar_type() == at::kBFloat16 ||
-         (s.taps() > 1 && s.stride_h == 1 && s.stride_w == 1);
+         (s.taps() > 1 && (unit_stride || implicit_calls_outrun_mkl()));
 }
 
 // Whether a bfloat16 call of NCHW operands on the column route computes in NHWC, through layout
@@ -206,17 +221,21 @@ bool bfloat16_columns_pay_layout(Operator op, const ConvShape& s, const at::Tens
 //   there MKL ran the NCHW column route's GEMM, [Cout, P] @ [P, K] with both operands read along
 //   P, at 0.65-0.85x the rate of the same GEMM of NHWC columns; 5x5 64@28 took 0.75x the column
 //   route's time, 3x3 128@28 0.9x, 3x3 64@56 0.97x. With AVX2 (oneDNN capped) 128@28 took 1.2x:
-//   AVX2 CPUs keep the column route (section 94).
-// - float32 where the micro-kernel outruns MKL (cpu_prefers_gemm_microkernel: an AVX-512 EPYC),
-//   either format, up to the implicit route's kMaxImplicitChannels and dilated too: 3x3 256@14
-//   1.11-1.13x ATen's time per call fed channels_last and 1.02-1.07x fed NCHW, against the column
-//   route's 1.19-1.23x and 1.15-1.18x; deeplab's dilated 256@28 1.02-1.06x and 1.13-1.16x against
-//   1.11-1.13x and 1.19-1.26x (section 112).
+//   Intel's AVX2 CPUs keep the column route (section 94).
+// - float32 where the micro-kernel outruns MKL on the route's calls (implicit_calls_outrun_mkl),
+//   either format, up to the implicit route's kMaxImplicitChannels and dilated too: on an AVX-512
+//   EPYC 3x3 256@14 1.11-1.13x ATen's time per call fed channels_last and 1.02-1.07x fed NCHW,
+//   against the column route's 1.19-1.23x and 1.15-1.18x; deeplab's dilated 256@28 1.02-1.06x and
+//   1.13-1.16x against 1.11-1.13x and 1.19-1.26x (section 112). On an AVX2 Zen 1, fed NCHW, 5x5
+//   64@28 0.65-0.68x the column route's time, 3x3 64@56 0.72-0.79x, 128@28 0.73-0.81x, 256@14
+//   0.75-0.79x, deeplab 0.86-0.93x; fed channels_last 256@14 0.87-0.90x, deeplab 0.94-1.03x
+//   (section 118).
 constexpr int64_t kMaxImplicitWeightGradChannels = 128;
 bool takes_implicit_weight_grad(const ConvShape& s, const at::Tensor& first, bool channels_last) {
   const bool bfloat16 = first.scalar_type() == at::kBFloat16;
   if (!implicit_operands(s, first) || s.stride_h != 1 || s.stride_w != 1 || s.taps() == 1 ||
-      (!channels_last && !bfloat16 && !cpu_allows_avx512_kernels())) {
+      (!channels_last && !bfloat16 && !cpu_allows_avx512_kernels() &&
+       !implicit_calls_outrun_mkl())) {
     return false;
   }
   if (const std::optional<bool> forced = implicit_setting()) return *forced;
@@ -225,7 +244,7 @@ bool takes_implicit_weight_grad(const ConvShape& s, const at::Tensor& first, boo
       s.out_width < kMinImplicitRow) {
     return false;
   }
-  const bool microkernel_preferred = cpu_prefers_gemm_microkernel();
+  const bool microkernel_preferred = implicit_calls_outrun_mkl();
   const int64_t max_in =
       microkernel_preferred ? kMaxImplicitChannels : kMaxImplicitWeightGradChannels;
   return bfloat16 || (group_in <= max_in && group_in >= group_out &&
@@ -236,29 +255,31 @@ bool takes_implicit_weight_grad(const ConvShape& s, const at::Tensor& first, boo
 // stride-1 convolution of dY (strided, or padded past the kernel's reach) by scattering dY's
 // GEMMs per tap into dX's pixels (cpu/implicit_nhwc_cpu.cpp, TileProducts). Its GEMMs are the
 // forward's with K and N swapped (K = Cout/G, N = C/G, dY's rows as M), so the forward's rule
-// holds on that shape; by default only where the micro-kernel outruns MKL (3x3/2 64>128@56 fed
-// channels_last: 1.26-1.34x ATen's time per call on the column route, 0.99x scattered; the
-// strided 3x3 and 5x5 layers 0.78-1.03x; NOTES section 111), elsewhere not measured.
+// holds on that shape; by default only where the micro-kernel outruns MKL on the route's calls
+// (implicit_calls_outrun_mkl). On an AVX-512 EPYC 3x3/2 64>128@56 fed channels_last took
+// 1.26-1.34x ATen's time per call on the column route, 0.99x scattered; the strided 3x3 and 5x5
+// layers 0.78-1.03x (NOTES section 111). On an AVX2 Zen 1 3x3/2 64>128@56 and 128>256@28 took
+// 0.65-0.78x the column route's time (section 118). Intel's CPUs without AVX-512 not measured.
+// Not a layer of one tap, whose col2im is a plain scatter (not measured).
 bool takes_implicit_scatter(const ConvShape& s, const at::Tensor& first, bool channels_last) {
   ConvShape products = s;
   std::swap(products.in_channels, products.out_channels);
-  return implicit_pays_layout(products, first, channels_last) &&
+  return s.taps() > 1 && implicit_pays_layout(products, first, channels_last) &&
          takes_implicit(products, first, /*scatter=*/true) &&
-         (cpu_prefers_gemm_microkernel() || implicit_setting().has_value());
+         (implicit_calls_outrun_mkl() || implicit_setting().has_value());
 }
 
 // explain()'s line for the implicit weight gradient (takes_implicit_weight_grad): which operands
 // take it on this CPU, and that NCHW ones are read as they are.
 const char* implicit_weight_grad_why(const at::Tensor& first, bool channels_last) {
-  const int rule = first.scalar_type() == at::kBFloat16 ? 2
-                   : cpu_prefers_gemm_microkernel()     ? 0
-                                                        : 1;
+  const int rule = first.scalar_type() == at::kBFloat16 ? 2 : implicit_calls_outrun_mkl() ? 0 : 1;
   static const char* const why[3][2] = {
-      {"float32 on a CPU where the GEMM micro-kernel outruns MKL; 16 to 256 input channels per "
-       "group and no more output channels, output rows of 14 pixels or more: NCHW operands read "
-       "as they are",
-       "channels_last float32 operands on a CPU where the GEMM micro-kernel outruns MKL; 16 to 256 "
-       "input channels per group and no more output channels, output rows of 14 pixels or more"},
+      {"float32 on a CPU where the GEMM micro-kernel outruns MKL on this route's calls; 16 to 256 "
+       "input channels per group and no more output channels, output rows of 14 pixels or more: "
+       "NCHW operands read as they are",
+       "channels_last float32 operands on a CPU where the GEMM micro-kernel outruns MKL on this "
+       "route's calls; 16 to 256 input channels per group and no more output channels, output rows "
+       "of 14 pixels or more"},
       {"float32 on a CPU that runs AVX-512 kernels; 16 to 128 input channels per group and no "
        "more output channels, undilated, output rows of 14 pixels or more: NCHW operands read as "
        "they are",
@@ -278,8 +299,9 @@ const char* implicit_weight_grad_why(const at::Tensor& first, bool channels_last
 const char* implicit_why_layout(const at::Tensor& first, bool channels_last) {
   const int rule = cpu_prefers_gemm_microkernel()         ? 0
                    : first.scalar_type() == at::kBFloat16 ? 1
-                                                          : 2;
-  static const char* const why[3][2] = {
+                   : implicit_calls_outrun_mkl()          ? 2
+                                                          : 3;
+  static const char* const why[4][2] = {
       {"float32 or bfloat16 on a CPU where the GEMM micro-kernel outruns MKL; 16 or more channels "
        "per group, more than one tap: NHWC, through layout copies",
        "channels_last float32 or bfloat16 operands on a CPU where the GEMM micro-kernel outruns "
@@ -289,6 +311,12 @@ const char* implicit_why_layout(const at::Tensor& first, bool channels_last) {
        "group, more than one tap, output rows of 14 pixels or more: NHWC, through layout copies",
        "channels_last bfloat16 operands on a CPU whose GEMM micro-kernel computes bfloat16; 16 or "
        "more channels per group, more than one tap, output rows of 14 pixels or more"},
+      {"float32 on a CPU where the GEMM micro-kernel outruns MKL on this route's calls (results at "
+       "most 256 columns wide); 16 to 256 channels per group, output rows of 14 pixels or more, "
+       "more than one tap: NHWC, through layout copies",
+       "channels_last float32 operands on a CPU where the GEMM micro-kernel outruns MKL on this "
+       "route's calls (results at most 256 columns wide); 16 to 256 channels per group, output "
+       "rows of 14 pixels or more"},
       {"float32 on a CPU with the GEMM micro-kernel; 16 to 256 channels per group, output rows of "
        "14 pixels or more, stride 1 and more than one tap: NHWC, through layout copies",
        "channels_last float32 operands on a CPU with the GEMM micro-kernel; 16 to 256 channels per "

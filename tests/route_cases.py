@@ -54,6 +54,14 @@ def microkernel_runs_narrow_gemms():
         return (not microkernel_outruns_mkl() and torch_convbp.gemm_engine(torch.float32, result=(64, 256)) == "microkernel")
 
 
+def implicit_calls_outrun_mkl():
+    """Whether the implicit route takes the rules of a CPU where its micro-kernel calls outrun MKL's
+    column route (csrc/route.cpp, implicit_calls_outrun_mkl): where float32 GEMMs run on the
+    micro-kernel (an AVX-512 EPYC), and where the narrow ones do (an AMD CPU without AVX-512),
+    every call of the route writing a result at most 256 columns wide."""
+    return microkernel_outruns_mkl() or microkernel_runs_narrow_gemms()
+
+
 def runs_avx512_kernels():
     """Whether this CPU runs AVX-512 kernels (it has AVX-512 and oneDNN is not capped below it):
     the extension's own rule (cpu_features.h), which the routes ask."""

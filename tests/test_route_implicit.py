@@ -6,7 +6,9 @@ whose output rows have 14 pixels or more, NCHW operands of stride 1 and more tha
 (through layout copies); on a CPU where the micro-kernel outruns MKL, every layer of 16 channels or
 more per group with more than one tap, NCHW operands too, and there the input gradient of a strided
 layer as well: dY's GEMMs per tap added into the dX pixels they reach (no column matrix, no
-col2im). TORCH_CONVBP_GEMM=microkernel makes it take every call it can compute, =mkl none
+col2im). An AMD CPU without AVX-512, where the micro-kernel outruns MKL on narrow results (every
+call of this route's), takes strided NCHW operands of more than one tap and the scattered input
+gradient too, within the default channel and row limits. TORCH_CONVBP_GEMM=microkernel makes it take every call it can compute, =mkl none
 (csrc/route.cpp)."""
 import pytest
 import torch
@@ -15,7 +17,7 @@ from torch.library import opcheck
 
 import torch_convbp
 from cases import shift_and_add_conv2d
-from route_cases import CL, has_bfloat16_microkernel, has_microkernel, microkernel_outruns_mkl
+from route_cases import CL, has_bfloat16_microkernel, has_microkernel, implicit_calls_outrun_mkl, microkernel_outruns_mkl
 
 ops = torch.ops.torch_convbp
 
@@ -60,10 +62,11 @@ def test_values_and_gradients_against_the_references(name, shape, cout, kernel, 
     stride-1 convolution), the weight gradient too where the stride is 1 and the operands
     channels_last (the columns route elsewhere), all against F.conv2d and our
     shift-and-add reference in float64; NCHW operands where the route takes them (stride 1 and
-    more than one tap, or any where the micro-kernel outruns MKL), whose results come back NCHW."""
-    nchw_taken = stride == (1, 1) and kernel != (1, 1)
+    more than one tap; strided ones too where its calls outrun MKL, of one tap too where every
+    GEMM does), whose results come back NCHW."""
+    nchw_taken = kernel != (1, 1) and (stride == (1, 1) or implicit_calls_outrun_mkl())
     if layout == torch.contiguous_format and not (nchw_taken or microkernel_outruns_mkl()):
-        pytest.skip("NCHW operands of a strided layer take the implicit route only where the micro-kernel outruns MKL")
+        pytest.skip("NCHW operands of a strided layer take the implicit route only where its calls outrun MKL")
     g = torch.Generator().manual_seed(0)
     x = torch.randn(*shape, generator=g).contiguous(memory_format=layout).requires_grad_()
     w = torch.randn(cout, shape[1] // groups, *kernel, generator=g).requires_grad_()
@@ -190,15 +193,16 @@ def test_the_rule_for_inputs_of_fewer_than_16_channels(name, shape, cout, kernel
         assert "a GEMM per kernel row" in routes["forward"].reason
 
 
-def test_strided_float32_nchw_keeps_the_columns_where_mkl_is_as_fast(monkeypatch):
-    """Fed NCHW, a strided float32 layer's forward kept the column route where the micro-kernel
-    does not outrun MKL: through layout copies it took 1.06x the time (NOTES section 66). Fed
-    channels_last it takes the implicit route."""
+def test_strided_float32_nchw_takes_the_route_where_its_calls_outrun_mkl(monkeypatch):
+    """Fed NCHW, a strided float32 layer's forward keeps the column route where the micro-kernel's
+    calls do not outrun MKL: through layout copies it took 1.06x the time on an AMX Xeon (NOTES
+    section 66); on an AVX2 Zen 1 0.80-0.86x (section 118). Fed channels_last it takes the
+    implicit route."""
     monkeypatch.delenv("TORCH_CONVBP_GEMM", raising=False)
     x = torch.empty(2, 64, 56, 56)
     w = torch.empty(128, 64, 3, 3)
     nchw = torch_convbp.explain(x, w, 2, 1)["forward"].route
-    assert (nchw == "implicit_nhwc") == microkernel_outruns_mkl()
+    assert (nchw == "implicit_nhwc") == implicit_calls_outrun_mkl()
     assert torch_convbp.explain(x.contiguous(memory_format=CL), w, 2, 1)["forward"].route == "implicit_nhwc"
 
 
@@ -221,11 +225,12 @@ SCATTER_RULE = [
 @pytest.mark.parametrize("name, shape, cout, kernel, stride, dtype, channels_last, takes", SCATTER_RULE,
                          ids=[r[0] for r in SCATTER_RULE])
 def test_the_rule_for_a_strided_input_gradient(name, shape, cout, kernel, stride, dtype, channels_last, takes, monkeypatch):
-    """Where the micro-kernel outruns MKL (an AVX-512 EPYC) the strided input gradient took
-    0.86-0.99x oneDNN's time where the column route took 1.02-1.34x (benchmarks/NOTES.md, section
-    111); elsewhere it was not measured and keeps the column route (col2im)."""
+    """Where the micro-kernel's calls outrun MKL the strided input gradient took 0.86-0.99x
+    oneDNN's time on an AVX-512 EPYC where the column route took 1.02-1.34x (benchmarks/NOTES.md,
+    section 111), and 0.65-0.78x the column route's time on an AVX2 Zen 1 (section 118);
+    elsewhere it was not measured and keeps the column route (col2im)."""
     monkeypatch.delenv("TORCH_CONVBP_GEMM", raising=False)
-    takes = takes and microkernel_outruns_mkl() and (dtype != torch.bfloat16 or has_bfloat16_microkernel())
+    takes = takes and implicit_calls_outrun_mkl() and (dtype != torch.bfloat16 or has_bfloat16_microkernel())
     x = torch.empty(shape, dtype=dtype).contiguous(memory_format=CL if channels_last else torch.contiguous_format)
     w = torch.empty(cout, shape[1], kernel, kernel, dtype=dtype)
     route = torch_convbp.explain(x, w, stride, kernel // 2)["input_grad"]

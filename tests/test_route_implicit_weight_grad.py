@@ -14,7 +14,7 @@ from torch.library import opcheck
 
 import torch_convbp
 from cases import shift_and_add_conv2d
-from route_cases import CL, has_bfloat16_microkernel, has_microkernel, microkernel_outruns_mkl, runs_avx512_kernels
+from route_cases import CL, has_bfloat16_microkernel, has_microkernel, implicit_calls_outrun_mkl, runs_avx512_kernels
 
 ops = torch.ops.torch_convbp
 
@@ -132,17 +132,19 @@ def test_a_non_finite_chunk_between_finite_ones(layout):
     torch.testing.assert_close(ours.double()[finite], ref[finite], rtol=1e-4, atol=1e-4)
 
 
-NO_AVX512 = pytest.mark.skipif(not runs_avx512_kernels(), reason="float32 fed NCHW takes the route only where AVX-512 kernels run")
+NCHW_FLOAT32 = pytest.mark.skipif(not (runs_avx512_kernels() or implicit_calls_outrun_mkl()),
+                                  reason="float32 fed NCHW takes the route only where AVX-512 kernels run or its calls outrun MKL")
 
 
-@pytest.mark.parametrize("dtype", [pytest.param(torch.float32, marks=NO_AVX512), pytest.param(torch.bfloat16, marks=NO_BFLOAT16)], ids=str)
+@pytest.mark.parametrize("dtype", [pytest.param(torch.float32, marks=NCHW_FLOAT32), pytest.param(torch.bfloat16, marks=NO_BFLOAT16)],
+                         ids=str)
 @pytest.mark.parametrize("kernel", [(3, 3), (5, 5)], ids=["3x3", "5x5"])
 # padded rows of 16 and 17 pixels (3x3, 5x5), then 15 and 16 with an odd count of extended pixels:
 # bfloat16's pairs of pixels straddle rows where the padded row is odd
 @pytest.mark.parametrize("shape, cout", [((2, 32, 16, 15), 24), ((3, 16, 7, 14), 16)], ids=["16x15", "7x14"])
 def test_fed_nchw(shape, cout, kernel, dtype, monkeypatch):
     """Operands fed NCHW take the route where the micro-kernel computes their dtype (float32 where
-    AVX-512 kernels run), read as they are: the padded copies built from NCHW rows, dY's rows
+    AVX-512 kernels run or the route's calls outrun MKL), read as they are: the padded copies built from NCHW rows, dY's rows
     transposed in cache. The weight gradient is the same as fed channels_last, bit for bit (the
     same padded copies, the same GEMMs), and a contiguous tensor."""
     monkeypatch.delenv("TORCH_CONVBP_GEMM", raising=False)
@@ -190,18 +192,19 @@ RULE = [
     ("5x5", (2, 64, 28, 28), 64, 5, 1, 1, torch.float32, True, True),
     ("16 channels", (1, 16, 112, 112), 16, 3, 1, 1, torch.float32, True, True),
     ("more output than input channels", (2, 32, 56, 56), 64, 3, 1, 1, torch.float32, True, False),
-    # up to 256 channels and dilated where the micro-kernel outruns MKL (NOTES section 112)
+    # up to 256 channels and dilated where the route's calls outrun MKL (NOTES sections 112, 118)
     ("256 channels", (1, 256, 14, 14), 256, 3, 1, 1, torch.float32, True, "outruns"),
     ("512 channels", (1, 512, 14, 14), 512, 3, 1, 1, torch.float32, True, False),
     ("dilated", (2, 64, 28, 28), 64, 3, 1, 2, torch.float32, True, "outruns"),
     ("rows of 7", (2, 64, 7, 7), 64, 3, 1, 1, torch.float32, True, False),
     ("strided", (2, 64, 56, 56), 64, 3, 2, 1, torch.float32, True, False),
-    # float32 fed NCHW where AVX-512 kernels run (NOTES section 94), read as it is (section 111)
-    ("NCHW", (2, 64, 56, 56), 64, 3, 1, 1, torch.float32, False, "avx512"),
-    ("NCHW 5x5", (2, 64, 28, 28), 64, 5, 1, 1, torch.float32, False, "avx512"),
-    # and, where the micro-kernel outruns MKL too, up to 256 channels and dilated
-    ("NCHW 256 channels", (1, 256, 14, 14), 256, 3, 1, 1, torch.float32, False, "avx512 and outruns"),
-    ("NCHW dilated", (2, 64, 28, 28), 64, 3, 1, 2, torch.float32, False, "avx512 and outruns"),
+    # float32 fed NCHW where AVX-512 kernels run (NOTES section 94) or the route's calls outrun MKL
+    # (section 118), read as it is (section 111)
+    ("NCHW", (2, 64, 56, 56), 64, 3, 1, 1, torch.float32, False, "avx512 or outruns"),
+    ("NCHW 5x5", (2, 64, 28, 28), 64, 5, 1, 1, torch.float32, False, "avx512 or outruns"),
+    # and, where the route's calls outrun MKL, up to 256 channels and dilated
+    ("NCHW 256 channels", (1, 256, 14, 14), 256, 3, 1, 1, torch.float32, False, "outruns"),
+    ("NCHW dilated", (2, 64, 28, 28), 64, 3, 1, 2, torch.float32, False, "outruns"),
     ("NCHW strided", (2, 64, 56, 56), 64, 3, 2, 1, torch.float32, False, False),
     ("float64", (2, 64, 28, 28), 64, 3, 1, 1, torch.float64, True, False),
     # bfloat16 where its GEMMs run in bfloat16 on the micro-kernel: however many channels, dilated too
@@ -219,8 +222,8 @@ RULE = [
 @pytest.mark.parametrize("name, shape, cout, kernel, stride, dilation, dtype, channels_last, takes", RULE, ids=[r[0] for r in RULE])
 def test_the_rule_that_chooses_it(name, shape, cout, kernel, stride, dilation, dtype, channels_last, takes, monkeypatch):
     monkeypatch.delenv("TORCH_CONVBP_GEMM", raising=False)
-    takes = {"avx512": runs_avx512_kernels(), "outruns": microkernel_outruns_mkl(),
-             "avx512 and outruns": runs_avx512_kernels() and microkernel_outruns_mkl()}.get(takes, takes)
+    takes = {"outruns": implicit_calls_outrun_mkl(),
+             "avx512 or outruns": runs_avx512_kernels() or implicit_calls_outrun_mkl()}.get(takes, takes)
     takes = takes and (dtype != torch.bfloat16 or has_bfloat16_microkernel())
     x = torch.empty(shape, dtype=dtype).contiguous(memory_format=CL if channels_last else torch.contiguous_format)
     w = torch.empty(cout, shape[1], kernel, kernel, dtype=dtype)
