@@ -259,14 +259,14 @@ bool takes_implicit_weight_grad(const ConvShape& s, const at::Tensor& first, boo
 // (implicit_calls_outrun_mkl). On an AVX-512 EPYC 3x3/2 64>128@56 fed channels_last took
 // 1.26-1.34x ATen's time per call on the column route, 0.99x scattered; the strided 3x3 and 5x5
 // layers 0.78-1.03x (NOTES section 111). On an AVX2 Zen 1 3x3/2 64>128@56 and 128>256@28 took
-// 0.65-0.78x the column route's time (section 118). Intel's CPUs without AVX-512 not measured.
-// Not a layer of one tap, whose col2im is a plain scatter (not measured).
+// 0.66-0.80x the column route's time (section 118). Intel's CPUs without AVX-512 not measured.
+// By default not a layer of one tap, whose col2im is a plain scatter (not measured).
 bool takes_implicit_scatter(const ConvShape& s, const at::Tensor& first, bool channels_last) {
   ConvShape products = s;
   std::swap(products.in_channels, products.out_channels);
-  return s.taps() > 1 && implicit_pays_layout(products, first, channels_last) &&
+  return implicit_pays_layout(products, first, channels_last) &&
          takes_implicit(products, first, /*scatter=*/true) &&
-         (implicit_calls_outrun_mkl() || implicit_setting().has_value());
+         ((implicit_calls_outrun_mkl() && s.taps() > 1) || implicit_setting().has_value());
 }
 
 // explain()'s line for the implicit weight gradient (takes_implicit_weight_grad): which operands

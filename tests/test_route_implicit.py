@@ -227,7 +227,7 @@ SCATTER_RULE = [
 def test_the_rule_for_a_strided_input_gradient(name, shape, cout, kernel, stride, dtype, channels_last, takes, monkeypatch):
     """Where the micro-kernel's calls outrun MKL the strided input gradient took 0.86-0.99x
     oneDNN's time on an AVX-512 EPYC where the column route took 1.02-1.34x (benchmarks/NOTES.md,
-    section 111), and 0.65-0.78x the column route's time on an AVX2 Zen 1 (section 118);
+    section 111), and 0.66-0.80x the column route's time on an AVX2 Zen 1 (section 118);
     elsewhere it was not measured and keeps the column route (col2im)."""
     monkeypatch.delenv("TORCH_CONVBP_GEMM", raising=False)
     takes = takes and implicit_calls_outrun_mkl() and (dtype != torch.bfloat16 or has_bfloat16_microkernel())
