@@ -230,6 +230,11 @@ bool bfloat16_columns_pay_layout(Operator op, const ConvShape& s, const at::Tens
 //   64@28 0.65-0.68x the column route's time, 3x3 64@56 0.72-0.79x, 128@28 0.73-0.81x, 256@14
 //   0.75-0.79x, deeplab 0.86-0.93x; fed channels_last 256@14 0.87-0.90x, deeplab 0.94-1.03x
 //   (section 118).
+// - float32 on a CPU that runs AVX-512 kernels (an AMX Xeon), dilated layers too, and fed NCHW up
+//   to kMaxImplicitChannels: deeplab's d2 64@56 and 128@28 0.91-0.95x the column route's time in
+//   either format, fed NCHW 256@14 0.94x and the d2 256@28 0.95-0.96x; fed channels_last 256@14
+//   1.03-1.04x and the d2 256@28 1.00x, so channels_last keeps kMaxImplicitWeightGradChannels
+//   (section 119).
 constexpr int64_t kMaxImplicitWeightGradChannels = 128;
 bool takes_implicit_weight_grad(const ConvShape& s, const at::Tensor& first, bool channels_last) {
   const bool bfloat16 = first.scalar_type() == at::kBFloat16;
@@ -244,11 +249,11 @@ bool takes_implicit_weight_grad(const ConvShape& s, const at::Tensor& first, boo
       s.out_width < kMinImplicitRow) {
     return false;
   }
-  const bool microkernel_preferred = implicit_calls_outrun_mkl();
+  const bool outruns = implicit_calls_outrun_mkl(), avx512 = cpu_allows_avx512_kernels();
   const int64_t max_in =
-      microkernel_preferred ? kMaxImplicitChannels : kMaxImplicitWeightGradChannels;
+      outruns || (avx512 && !channels_last) ? kMaxImplicitChannels : kMaxImplicitWeightGradChannels;
   return bfloat16 || (group_in <= max_in && group_in >= group_out &&
-                      (microkernel_preferred || (s.dilation_h == 1 && s.dilation_w == 1)));
+                      (outruns || avx512 || (s.dilation_h == 1 && s.dilation_w == 1)));
 }
 
 // Whether the implicit route computes the input gradient of a convolution `s` that is not a
@@ -259,30 +264,40 @@ bool takes_implicit_weight_grad(const ConvShape& s, const at::Tensor& first, boo
 // (implicit_calls_outrun_mkl). On an AVX-512 EPYC 3x3/2 64>128@56 fed channels_last took
 // 1.26-1.34x ATen's time per call on the column route, 0.99x scattered; the strided 3x3 and 5x5
 // layers 0.78-1.03x (NOTES section 111). On an AVX2 Zen 1 3x3/2 64>128@56 and 128>256@28 took
-// 0.66-0.80x the column route's time (section 118). Intel's CPUs without AVX-512 not measured.
-// By default not a layer of one tap, whose col2im is a plain scatter (not measured).
+// 0.66-0.80x the column route's time (section 118). On an AMX Xeon, which runs AVX-512 kernels,
+// the strided 3x3 and 5x5 layers fed channels_last took 0.81-0.94x in float32, and 0.65-0.79x in
+// bfloat16, 0.68-0.90x fed NCHW through layout copies (section 119; float32 fed NCHW keeps the
+// column route there, implicit_pays_layout). Intel's CPUs without AVX-512 not measured. By
+// default not a layer of one tap, whose col2im is a plain scatter (not measured).
 bool takes_implicit_scatter(const ConvShape& s, const at::Tensor& first, bool channels_last) {
   ConvShape products = s;
   std::swap(products.in_channels, products.out_channels);
+  const bool scatter_pays = implicit_calls_outrun_mkl() || cpu_allows_avx512_kernels();
   return implicit_pays_layout(products, first, channels_last) &&
          takes_implicit(products, first, /*scatter=*/true) &&
-         ((implicit_calls_outrun_mkl() && s.taps() > 1) || implicit_setting().has_value());
+         ((scatter_pays && s.taps() > 1) || implicit_setting().has_value());
 }
 
 // explain()'s line for the implicit weight gradient (takes_implicit_weight_grad): which operands
 // take it on this CPU, and that NCHW ones are read as they are.
 const char* implicit_weight_grad_why(const at::Tensor& first, bool channels_last) {
-  const int rule = first.scalar_type() == at::kBFloat16 ? 2 : implicit_calls_outrun_mkl() ? 0 : 1;
-  static const char* const why[3][2] = {
+  const int rule = first.scalar_type() == at::kBFloat16 ? 3
+                   : implicit_calls_outrun_mkl()        ? 0
+                   : cpu_allows_avx512_kernels()        ? 1
+                                                        : 2;
+  static const char* const why[4][2] = {
       {"float32 on a CPU where the GEMM micro-kernel outruns MKL on this route's calls; 16 to 256 "
        "input channels per group and no more output channels, output rows of 14 pixels or more: "
        "NCHW operands read as they are",
        "channels_last float32 operands on a CPU where the GEMM micro-kernel outruns MKL on this "
        "route's calls; 16 to 256 input channels per group and no more output channels, output rows "
        "of 14 pixels or more"},
-      {"float32 on a CPU that runs AVX-512 kernels; 16 to 128 input channels per group and no "
-       "more output channels, undilated, output rows of 14 pixels or more: NCHW operands read as "
-       "they are",
+      {"float32 on a CPU that runs AVX-512 kernels; 16 to 256 input channels per group and no "
+       "more output channels, output rows of 14 pixels or more: NCHW operands read as they are",
+       "channels_last float32 operands on a CPU that runs AVX-512 kernels; 16 to 128 input "
+       "channels per group and no more output channels, output rows of 14 pixels or more"},
+      {"float32 fed NCHW takes it only on a CPU that runs AVX-512 kernels or whose GEMM "
+       "micro-kernel outruns MKL on this route's calls",
        "channels_last float32 operands on a CPU with the GEMM micro-kernel; 16 to 128 input "
        "channels per group and no more output channels, undilated, output rows of 14 pixels or "
        "more"},

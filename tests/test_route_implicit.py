@@ -17,7 +17,7 @@ from torch.library import opcheck
 
 import torch_convbp
 from cases import shift_and_add_conv2d
-from route_cases import CL, has_bfloat16_microkernel, has_microkernel, implicit_calls_outrun_mkl, microkernel_outruns_mkl
+from route_cases import CL, has_bfloat16_microkernel, has_microkernel, implicit_calls_outrun_mkl, microkernel_outruns_mkl, runs_avx512_kernels
 
 ops = torch.ops.torch_convbp
 
@@ -206,15 +206,18 @@ def test_strided_float32_nchw_takes_the_route_where_its_calls_outrun_mkl(monkeyp
     assert torch_convbp.explain(x.contiguous(memory_format=CL), w, 2, 1)["forward"].route == "implicit_nhwc"
 
 
-# (name, input [N, C, H, W], out channels, kernel, stride, dtype, channels_last, taken where the
-# micro-kernel outruns MKL): the input gradient of a strided layer, scattered from dY's GEMMs. Its
-# GEMMs are the forward's with the channels swapped (K = Cout/G, N = C/G), so the forward's rule
-# holds on that shape: 16 or more channels per group each way, more than one tap.
+# (name, input [N, C, H, W], out channels, kernel, stride, dtype, channels_last, where it is taken:
+# "avx512 or outruns" where AVX-512 kernels run or the micro-kernel's calls outrun MKL, "outruns"
+# only there): the input gradient of a strided layer, scattered from dY's GEMMs. Its GEMMs are the
+# forward's with the channels swapped (K = Cout/G, N = C/G), so the forward's rule holds on that
+# shape: 16 or more channels per group each way, more than one tap; float32 fed NCHW through layout
+# copies only where the calls outrun MKL (implicit_pays_layout).
 SCATTER_RULE = [
-    ("3x3/2 64>128", (2, 64, 56, 56), 128, 3, 2, torch.float32, True, True),
-    ("3x3/2 64>128 fed NCHW", (2, 64, 56, 56), 128, 3, 2, torch.float32, False, True),
-    ("5x5/2", (2, 32, 28, 28), 64, 5, 2, torch.float32, True, True),
-    ("bfloat16", (2, 64, 28, 28), 128, 3, 2, torch.bfloat16, True, True),
+    ("3x3/2 64>128", (2, 64, 56, 56), 128, 3, 2, torch.float32, True, "avx512 or outruns"),
+    ("3x3/2 64>128 fed NCHW", (2, 64, 56, 56), 128, 3, 2, torch.float32, False, "outruns"),
+    ("5x5/2", (2, 32, 28, 28), 64, 5, 2, torch.float32, True, "avx512 or outruns"),
+    ("bfloat16", (2, 64, 28, 28), 128, 3, 2, torch.bfloat16, True, "avx512 or outruns"),
+    ("bfloat16 fed NCHW", (2, 64, 28, 28), 128, 3, 2, torch.bfloat16, False, "avx512 or outruns"),
     ("8 input channels", (2, 8, 56, 56), 32, 3, 2, torch.float32, True, False),  # N = 8
     ("8 output channels", (2, 32, 56, 56), 8, 3, 2, torch.float32, True, False),  # K = 8
     ("one tap", (2, 64, 28, 28), 128, 1, 2, torch.float32, True, False),
@@ -227,10 +230,13 @@ SCATTER_RULE = [
 def test_the_rule_for_a_strided_input_gradient(name, shape, cout, kernel, stride, dtype, channels_last, takes, monkeypatch):
     """Where the micro-kernel's calls outrun MKL the strided input gradient took 0.86-0.99x
     oneDNN's time on an AVX-512 EPYC where the column route took 1.02-1.34x (benchmarks/NOTES.md,
-    section 111), and 0.66-0.80x the column route's time on an AVX2 Zen 1 (section 118);
-    elsewhere it was not measured and keeps the column route (col2im)."""
+    section 111), and 0.66-0.80x the column route's time on an AVX2 Zen 1 (section 118); on an
+    AMX Xeon, which runs AVX-512 kernels, 0.81-0.94x fed channels_last, bfloat16 0.65-0.90x
+    (section 119); elsewhere it was not measured and keeps the column route (col2im)."""
     monkeypatch.delenv("TORCH_CONVBP_GEMM", raising=False)
-    takes = takes and implicit_calls_outrun_mkl() and (dtype != torch.bfloat16 or has_bfloat16_microkernel())
+    takes = {"outruns": implicit_calls_outrun_mkl(),
+             "avx512 or outruns": runs_avx512_kernels() or implicit_calls_outrun_mkl()}.get(takes, takes)
+    takes = takes and (dtype != torch.bfloat16 or has_bfloat16_microkernel())
     x = torch.empty(shape, dtype=dtype).contiguous(memory_format=CL if channels_last else torch.contiguous_format)
     w = torch.empty(cout, shape[1], kernel, kernel, dtype=dtype)
     route = torch_convbp.explain(x, w, stride, kernel // 2)["input_grad"]

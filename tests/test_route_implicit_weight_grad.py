@@ -192,19 +192,21 @@ RULE = [
     ("5x5", (2, 64, 28, 28), 64, 5, 1, 1, torch.float32, True, True),
     ("16 channels", (1, 16, 112, 112), 16, 3, 1, 1, torch.float32, True, True),
     ("more output than input channels", (2, 32, 56, 56), 64, 3, 1, 1, torch.float32, True, False),
-    # up to 256 channels and dilated where the route's calls outrun MKL (NOTES sections 112, 118)
+    # up to 256 channels where the route's calls outrun MKL (NOTES sections 112, 118), dilated there
+    # and where AVX-512 kernels run (section 119)
     ("256 channels", (1, 256, 14, 14), 256, 3, 1, 1, torch.float32, True, "outruns"),
     ("512 channels", (1, 512, 14, 14), 512, 3, 1, 1, torch.float32, True, False),
-    ("dilated", (2, 64, 28, 28), 64, 3, 1, 2, torch.float32, True, "outruns"),
+    ("dilated", (2, 64, 28, 28), 64, 3, 1, 2, torch.float32, True, "avx512 or outruns"),
     ("rows of 7", (2, 64, 7, 7), 64, 3, 1, 1, torch.float32, True, False),
     ("strided", (2, 64, 56, 56), 64, 3, 2, 1, torch.float32, True, False),
     # float32 fed NCHW where AVX-512 kernels run (NOTES section 94) or the route's calls outrun MKL
     # (section 118), read as it is (section 111)
     ("NCHW", (2, 64, 56, 56), 64, 3, 1, 1, torch.float32, False, "avx512 or outruns"),
     ("NCHW 5x5", (2, 64, 28, 28), 64, 5, 1, 1, torch.float32, False, "avx512 or outruns"),
-    # and, where the route's calls outrun MKL, up to 256 channels and dilated
-    ("NCHW 256 channels", (1, 256, 14, 14), 256, 3, 1, 1, torch.float32, False, "outruns"),
-    ("NCHW dilated", (2, 64, 28, 28), 64, 3, 1, 2, torch.float32, False, "outruns"),
+    # and there up to 256 channels and dilated (sections 118, 119)
+    ("NCHW 256 channels", (1, 256, 14, 14), 256, 3, 1, 1, torch.float32, False, "avx512 or outruns"),
+    ("NCHW 512 channels", (1, 512, 14, 14), 512, 3, 1, 1, torch.float32, False, False),
+    ("NCHW dilated", (2, 64, 28, 28), 64, 3, 1, 2, torch.float32, False, "avx512 or outruns"),
     ("NCHW strided", (2, 64, 56, 56), 64, 3, 2, 1, torch.float32, False, False),
     ("float64", (2, 64, 28, 28), 64, 3, 1, 1, torch.float64, True, False),
     # bfloat16 where its GEMMs run in bfloat16 on the micro-kernel: however many channels, dilated too
