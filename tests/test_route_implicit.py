@@ -17,7 +17,8 @@ from torch.library import opcheck
 
 import torch_convbp
 from cases import shift_and_add_conv2d
-from route_cases import CL, has_bfloat16_microkernel, has_microkernel, implicit_calls_outrun_mkl, microkernel_outruns_mkl, runs_avx512_kernels
+from route_cases import (CL, has_bfloat16_microkernel, has_microkernel, implicit_calls_outrun_mkl, microkernel_outruns_mkl,
+                         runs_avx512_kernels)
 
 ops = torch.ops.torch_convbp
 
