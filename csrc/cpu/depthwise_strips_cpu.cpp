@@ -2,12 +2,11 @@
 // on the inner pixels of a row of NHWC float32 sums (depthwise_strips_cpu.h), strip by strip.
 //
 // A strip is kStripPixels adjacent result pixels and one vector of channels, on AVX-512. Its sums
-// stay in registers, and so do the vector's nine weights, for every strip of the row; each kernel
-// row loads the strip's source pixels once, kStripPixels + 2 of them, for the three taps that read
-// each. The general kernels (depthwise_nhwc_cpu.cpp: a pixel's terms, four pixels side by side)
-// load the weight and the source pixel for every multiply-add, and waited on those loads: 576@14
-// fed channels_last took 1.3-1.5x oneDNN's time, one thread or two (benchmarks/NOTES.md, section
-// 113).
+// and the vector's nine weights stay in registers; each kernel row loads the strip's source pixels
+// once, kStripPixels + 2 of them, for the three taps that read each. The general kernels
+// (depthwise_nhwc_cpu.cpp: a pixel's terms, four pixels side by side) load the weight and the
+// source pixel for every multiply-add, and waited on those loads: 576@14 fed channels_last
+// took 1.3-1.5x oneDNN's time, one thread or two (benchmarks/NOTES.md, section 113).
 //
 // The sums are those of the general kernels, bit for bit: each result starts from zero and adds
 // its terms in their order, (ki, kj) for the forward and for the input gradient (the forward's
@@ -55,10 +54,15 @@ struct Strips {
     // the one at q = p + kj (forward) or p + 2 - kj (input gradient).
     const int64_t first = forward ? -s.pad_w : s.pad_w - 2;
     *end = columns.begin + (columns.end - columns.begin) / P * P;
-    for (int64_t ch = 0; ch + lanes <= c; ch += lanes) {
-      V w[9];
-      for (int t = 0; t < 9; ++t) w[t] = load_vector<float, V>(w_by_tap + t * c + ch);
-      for (int64_t x = columns.begin; x < *end; x += P) {
+    // Strip by strip, then its vectors of channels: each pixel's channels are read and written in
+    // one pass, in order. Vector by vector, each strip then (its nine weights loaded once per
+    // vector) walked the row once per vector, 64 bytes of every pixel at a time: 128@56's
+    // forward took 1.25x the time on two threads, its input gradient 1.18x (benchmarks/NOTES.md,
+    // section 119).
+    for (int64_t x = columns.begin; x < *end; x += P) {
+      for (int64_t ch = 0; ch + lanes <= c; ch += lanes) {
+        V w[9];
+        for (int t = 0; t < 9; ++t) w[t] = load_vector<float, V>(w_by_tap + t * c + ch);
         V sum[P];
         for (int p = 0; p < P; ++p) sum[p] = Ops::template splat<V>(0.f);
         for (int ki = 0; ki < 3; ++ki) {
