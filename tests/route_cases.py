@@ -70,6 +70,18 @@ def runs_avx512_kernels():
     return _C._cpu_allows_avx512_kernels()
 
 
+def taken_here(where):
+    """A route table's "where it is taken" on this CPU: True or False as written, "outruns" where the
+    micro-kernel's calls outrun MKL (implicit_calls_outrun_mkl), "avx512 or outruns" there and where
+    AVX-512 kernels run (runs_avx512_kernels)."""
+    if where == "outruns":
+        return implicit_calls_outrun_mkl()
+    if where == "avx512 or outruns":
+        return runs_avx512_kernels() or implicit_calls_outrun_mkl()
+    assert isinstance(where, bool), where
+    return where
+
+
 def has_bfloat16_microkernel():
     """Whether the micro-kernel computes bfloat16 here (AVX512_BF16 or AMX-BF16): asked of the
     driver's own entry, which refuses bfloat16 elsewhere."""

@@ -17,8 +17,7 @@ from torch.library import opcheck
 
 import torch_convbp
 from cases import shift_and_add_conv2d
-from route_cases import (CL, has_bfloat16_microkernel, has_microkernel, implicit_calls_outrun_mkl, microkernel_outruns_mkl,
-                         runs_avx512_kernels)
+from route_cases import CL, has_bfloat16_microkernel, has_microkernel, implicit_calls_outrun_mkl, microkernel_outruns_mkl, taken_here
 
 ops = torch.ops.torch_convbp
 
@@ -235,8 +234,7 @@ def test_the_rule_for_a_strided_input_gradient(name, shape, cout, kernel, stride
     AMX Xeon, which runs AVX-512 kernels, 0.81-0.94x fed channels_last, bfloat16 0.65-0.90x
     (section 119); elsewhere it was not measured and keeps the column route (col2im)."""
     monkeypatch.delenv("TORCH_CONVBP_GEMM", raising=False)
-    takes = {"outruns": implicit_calls_outrun_mkl(),
-             "avx512 or outruns": runs_avx512_kernels() or implicit_calls_outrun_mkl()}.get(takes, takes)
+    takes = taken_here(takes)
     takes = takes and (dtype != torch.bfloat16 or has_bfloat16_microkernel())
     x = torch.empty(shape, dtype=dtype).contiguous(memory_format=CL if channels_last else torch.contiguous_format)
     w = torch.empty(cout, shape[1], kernel, kernel, dtype=dtype)

@@ -14,7 +14,7 @@ from torch.library import opcheck
 
 import torch_convbp
 from cases import shift_and_add_conv2d
-from route_cases import CL, has_bfloat16_microkernel, has_microkernel, implicit_calls_outrun_mkl, runs_avx512_kernels
+from route_cases import CL, has_bfloat16_microkernel, has_microkernel, taken_here
 
 ops = torch.ops.torch_convbp
 
@@ -132,7 +132,7 @@ def test_a_non_finite_chunk_between_finite_ones(layout):
     torch.testing.assert_close(ours.double()[finite], ref[finite], rtol=1e-4, atol=1e-4)
 
 
-NCHW_FLOAT32 = pytest.mark.skipif(not (runs_avx512_kernels() or implicit_calls_outrun_mkl()),
+NCHW_FLOAT32 = pytest.mark.skipif(not taken_here("avx512 or outruns"),
                                   reason="float32 fed NCHW takes the route only where AVX-512 kernels run or its calls outrun MKL")
 
 
@@ -224,8 +224,7 @@ RULE = [
 @pytest.mark.parametrize("name, shape, cout, kernel, stride, dilation, dtype, channels_last, takes", RULE, ids=[r[0] for r in RULE])
 def test_the_rule_that_chooses_it(name, shape, cout, kernel, stride, dilation, dtype, channels_last, takes, monkeypatch):
     monkeypatch.delenv("TORCH_CONVBP_GEMM", raising=False)
-    takes = {"outruns": implicit_calls_outrun_mkl(),
-             "avx512 or outruns": runs_avx512_kernels() or implicit_calls_outrun_mkl()}.get(takes, takes)
+    takes = taken_here(takes)
     takes = takes and (dtype != torch.bfloat16 or has_bfloat16_microkernel())
     x = torch.empty(shape, dtype=dtype).contiguous(memory_format=CL if channels_last else torch.contiguous_format)
     w = torch.empty(cout, shape[1], kernel, kernel, dtype=dtype)
