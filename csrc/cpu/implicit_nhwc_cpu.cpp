@@ -234,6 +234,10 @@ int64_t padded_row_width(const ConvShape& s, int64_t width) {
 // planes (float32). Where a kernel row's taps take one call (implicit_merges_kernel_rows,
 // route.h), the calls read the source rows padded into `padded` (padded_source_row); a kernel
 // row's call then sums its taps in (kj, c) order, as their calls one by one would.
+// A gathered row's first call stores its products (0 + t is t: the same bits), its row's other
+// columns zeroed first; zeroing whole rows, then adding every call, wrote an NHWC float32 result
+// once more in memory (benchmarks/NOTES.md, section 120). Scattered rows are zeroed, then added to:
+// a call's stride_w-apart columns leave the others to the other taps.
 template <class T>
 void tile(const T* x, const TapMatrices<T>& w, T* y, float* sums, T* padded, const TileProducts& p,
           int64_t first_row, int64_t rows, int64_t g, int64_t co, int64_t count) {
@@ -262,9 +266,19 @@ void tile(const T* x, const TapMatrices<T>& w, T* y, float* sums, T* padded, con
     while (ki < s.kernel_h && source_row_of(r, ki) == nullptr) ++ki;
     return ki;
   };
+  // The first kernel column whose tap reads inside the image's width (kernel_w: none does).
+  int64_t first_kernel_column = 0;
+  while (first_kernel_column < s.kernel_w && tap_run(p, first_kernel_column).pixels <= 0) {
+    ++first_kernel_column;
+  }
+  const auto gathers_row = [&](int64_t r) {  // whether row r's first call stores
+    return !p.scatter && first_kernel_row(r) < s.kernel_h && first_kernel_column < s.kernel_w;
+  };
+  const auto zero_columns = [&](int64_t r, int64_t begin, int64_t end) {
+    for (int64_t ow = begin; ow < end; ++ow) std::fill_n(sum_row(r) + ow * ldc, count, 0.f);
+  };
   for (int64_t r = 0; r < rows; ++r) {  // zeros, where the calls add to them
-    if (kernel_rows && first_kernel_row(r) < s.kernel_h) continue;
-    for (int64_t ow = 0; ow < width; ++ow) std::fill_n(sum_row(r) + ow * ldc, count, 0.f);
+    if (!gathers_row(r)) zero_columns(r, 0, width);
   }
   for (int64_t ki = 0; ki < s.kernel_h; ++ki) {
     if (kernel_rows) {
@@ -286,10 +300,16 @@ void tile(const T* x, const TapMatrices<T>& w, T* y, float* sums, T* padded, con
       for (int64_t r = 0; r < rows; ++r) {
         const T* x_row = source_row_of(r, ki);
         if (x_row == nullptr) continue;
-        // [pixels, nb] += [pixels, K] @ [K, nb]
+        const bool stores =
+            gathers_row(r) && ki == first_kernel_row(r) && kj == first_kernel_column;
+        if (stores) {  // the columns this call does not write
+          zero_columns(r, 0, run.result_column);
+          zero_columns(r, run.result_column + run.pixels, width);
+        }
+        // [pixels, nb] (+)= [pixels, K] @ [K, nb]
         micro_gemm(run.pixels, count, group_k, x_row + run.source_column * p.source_channels(),
                    run.source_step * p.source_channels(), b, w.ldb,
-                   sum_row(r) + run.result_column * ldc, run.result_step * ldc, /*add=*/true);
+                   sum_row(r) + run.result_column * ldc, run.result_step * ldc, /*add=*/!stores);
       }
     }
   }
