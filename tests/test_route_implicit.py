@@ -459,7 +459,7 @@ def test_the_bfloat16_kernels_refuse_odd_channels(microkernel):
 @pytest.mark.skipif(not has_bfloat16_microkernel(), reason="no bfloat16 arithmetic for the micro-kernel here")
 @pytest.mark.parametrize("kernel", ["forward", "input_grad"])
 def test_bfloat16_padded_rows_in_chunks_and_blocks(kernel, microkernel):
-    """bfloat16 of stride 1 and one group, undilated along the width, up to 256 input channels:
+    """bfloat16 of one group, undilated along the width, up to 256 input channels (here stride 1):
     the input copied into zero-padded planes in chunks of 2 MiB, blocks of pixels across rows,
     and a kernel row's taps in one call (csrc/cpu/implicit_nhwc_cpu.cpp). Here 6 images of 64x61
     padded pixels and 64 channels (about 0.5 MB each: 2 chunks), a 5x3 kernel: within bfloat16's
@@ -490,6 +490,39 @@ def test_bfloat16_padded_rows_in_chunks_and_blocks(kernel, microkernel):
         for count in (1, 3, 16):  # a batch of one image still has 16 tiles (blocks of pixels)
             torch.set_num_threads(count)
             assert torch.equal(run(x[4:5]), whole[4:5])
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.mark.skipif(not has_bfloat16_microkernel(), reason="no bfloat16 arithmetic for the micro-kernel here")
+@pytest.mark.parametrize(
+    "stride, padding, dilation",
+    [((2, 2), (1, 1), (1, 1)), ((3, 2), (2, 0), (1, 1)), ((2, 1), (2, 1), (2, 1)), ((1, 3), (0, 4), (1, 1)), ((2, 2), (0, 0), (3, 1))],
+    ids=["2x2", "3x2-asymmetric-padding", "2x1-dilated-rows", "1x3-padding-past-the-kernel", "2x2-unpadded-dilated-rows"],
+)
+def test_bfloat16_strided_forward_on_phase_planes(stride, padding, dilation, microkernel):
+    """A strided bfloat16 forward of one group, undilated along the width, takes padded rows too:
+    its padded rows in stride_h phase planes, its extended pixels stride_w apart
+    (csrc/cpu/padded_planes.h). Here 5 images of 70x57 pixels and 64 channels (about 0.5 MB each:
+    chunks of the padded copy), a 5x3 kernel: within bfloat16's rounding of float64, and each
+    image's result bitwise the same alone and on any thread count."""
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(5, 64, 70, 57, generator=g).to(torch.bfloat16).contiguous(memory_format=CL)
+    w = (torch.randn(40, 64, 5, 3, generator=g) / 8).to(torch.bfloat16)
+    ref = F.conv2d(x.double(), w.double(), None, stride, padding, dilation)
+
+    def run(batch):
+        out = torch.empty(batch.shape[0], *ref.shape[1:], dtype=torch.bfloat16).contiguous(memory_format=CL)
+        ops.implicit_conv2d(batch, w, list(stride), list(padding), list(dilation), 1, out)
+        return out
+
+    whole = run(x)
+    torch.testing.assert_close(whole.double(), ref, rtol=0, atol=2 ** -7 * ref.abs().max().item())
+    before = torch.get_num_threads()
+    try:
+        for count in (1, 3):
+            torch.set_num_threads(count)
+            assert torch.equal(run(x[3:4]), whole[3:4])
     finally:
         torch.set_num_threads(before)
 

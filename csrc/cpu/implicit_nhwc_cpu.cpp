@@ -360,13 +360,14 @@ void implicit_convolution(const Tensor& x, const TapMatrices<T>& w, const TilePr
   });
 }
 
-// bfloat16 of stride 1 and one group, undilated along the width (padded rows): the input copied
-// once into zero-padded [Hp, Wp] planes, so that output pixel (oh, ow) is the extended pixel
-// e = oh*Wp + ow and tap (ki, kj) reads padded pixel e + ki*dh*Wp + kj for every e. One
+// bfloat16 of one group, undilated along the width (padded rows): the input copied once into
+// zero-padded planes (padded_planes.h), so that output pixel (oh, ow) is the extended pixel
+// e = oh*We + ow and tap (ki, kj) reads padded pixel stride_w*e + offset(ki, kj) for every e. One
 // micro-kernel call then covers a block of up to kPaddedTilePixels extended pixels across rows
 // (the columns ow >= OW computed and dropped) and a whole kernel row: its kw taps' runs of C
-// channels are one run of kw*C (A's rows overlap, lda = C), and their B matrices lie one after
-// another (TapMatrices). On AMX a call of one row and one tap, K = C = 64, spent about half its
+// channels are one run of kw*C (A's rows overlap, lda = stride_w*C), and their B matrices lie one
+// after another (TapMatrices). A strided layer's padded rows lie in phase planes, so that the
+// rows of extended pixels stay stride_w pixels apart (padded_planes.h). On AMX a call of one row and one tap, K = C = 64, spent about half its
 // time loading and storing its C tiles (about 600 GFLOP/s a core, section 57); with K = 3C and
 // M = 256 the dense 3x3 forwards took 0.53-0.81x the time, the input gradients 0.45-0.79x
 // (benchmarks/NOTES.md, section 70). Each output entry sums its kernel rows in order, each call's
@@ -381,8 +382,7 @@ constexpr int64_t kPaddedTilePixels = 256;
 int64_t most_merged_channels() { return cpu_has_amx_bfloat16_microkernel() ? 256 : 128; }
 
 bool takes_padded_rows(const ConvShape& s) {
-  return s.stride_h == 1 && s.stride_w == 1 && s.dilation_w == 1 && s.groups == 1 &&
-         s.in_channels <= most_merged_channels();
+  return s.dilation_w == 1 && s.groups == 1 && s.in_channels <= most_merged_channels();
 }
 
 void padded_convolution(const Tensor& x, const TapMatrices<at::BFloat16>& w, const ConvShape& s,
@@ -410,15 +410,16 @@ void padded_convolution(const Tensor& x, const TapMatrices<at::BFloat16>& w, con
     at::parallel_for(0, count * p.height, 16, [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {  // padded row r % Hp of image r / Hp
         const int64_t n = r / p.height, hp = r % p.height, h = hp - s.pad_h;
-        T* target = pad + (n * p.length + hp * p.width) * c;
+        T* target = pad + (n * p.length + p.row_start(hp)) * c;
         if (h < 0 || h >= s.height) {
           std::memset(target, 0, row * sizeof(T));  // bits only, as padded_source_row
         } else {
           padded_source_row(x_data + ((first + n) * s.height + h) * s.width * c, s, c, p.width,
                             target);
         }
-        if (hp == p.height - 1) {
-          std::memset(target + row, 0, (p.length - p.height * p.width) * c * sizeof(T));
+        if (p.ends_plane(hp)) {  // the rest of its plane
+          std::memset(target + row, 0,
+                      (p.phase_length - (hp / p.phases + 1) * p.width) * c * sizeof(T));
         }
       }
     });
@@ -433,12 +434,13 @@ void padded_convolution(const Tensor& x, const TapMatrices<at::BFloat16>& w, con
         const T* image = pad + n * p.length * c;
         for (int64_t ki = 0; ki < s.kernel_h; ++ki) {
           // [m, nb] (+)= [m, kw*C] @ [kw*C, nb]: kernel row ki's taps, A's rows overlapping
-          micro_gemm(m, nb, s.kernel_w * c, image + (e0 + p.offset(s, ki * s.kernel_w)) * c, c,
+          micro_gemm(m, nb, s.kernel_w * c,
+                     image + (s.stride_w * e0 + p.offset(s, ki * s.kernel_w)) * c, s.stride_w * c,
                      w.of(0, ki * s.kernel_w) + TapMatrices<T>::column(co), w.ldb, sums.data(), nb,
                      /*add=*/ki > 0);
         }
         for (int64_t i = 0; i < m; ++i) {  // the extended pixels that are output pixels
-          const int64_t oh = (e0 + i) / p.width, ow = (e0 + i) % p.width;
+          const int64_t oh = (e0 + i) / p.extended_width, ow = (e0 + i) % p.extended_width;
           if (ow >= s.out_width) continue;
           round_to_bfloat16(
               sums.data() + i * nb, nb,

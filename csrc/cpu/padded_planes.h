@@ -1,14 +1,21 @@
 // The padded planes that the implicit route's padded kernels share (implicit_nhwc_cpu.cpp's
-// padded rows, implicit_weight_grad_cpu.cpp): a stride-1 convolution's input copied into
-// zero-padded [Hp, Wp] planes, and its output seen with the same row width. Output pixel (oh, ow)
-// is then the extended pixel e = oh*Wp + ow (the columns ow >= OW are not output pixels), and tap
-// (ki, kj) reads padded pixel e + offset(tap) for every e: one fixed offset per tap.
+// padded rows, implicit_weight_grad_cpu.cpp): a convolution's input copied into zero-padded
+// [Hp, Wp] planes, and its output seen with rows of Wp / stride_w pixels. Output pixel (oh, ow)
+// is then the extended pixel e = oh*We + ow (We = Wp / stride_w; the columns ow >= OW are not
+// output pixels), and tap (ki, kj) reads padded pixel stride_w*e + offset(tap) for every e: one
+// fixed offset per tap, the pixels stride_w apart.
+//
+// A strided convolution's padded rows are stored as stride_h phase planes, padded row hp as row
+// hp / stride_h of plane hp % stride_h: output row oh reads, at kernel row ki, padded row
+// oh*stride_h + ki*dh, which is row oh + ki*dh / stride_h of one plane, so that every output row
+// steps by one plane row and the pixels stay stride_w apart across the rows. Wp is a multiple of
+// stride_w. Stride 1: one plane, We = Wp.
 //
 // A padded row is its left padding (pad_w zeros), its W pixels, then zeros up to Wp. Its right
 // padding need not be stored: the taps of a row's last output pixels that reach past Wp read the
 // next row's left padding (or the zeros below the plane), which are the zeros they need. So Wp is
-// W + pad_w, or OW where that is wider (padding beyond the kernel's reach), rather than W +
-// 2*pad_w: fewer extended pixels that are not output pixels (5x5 at 28 pixels: 840 against 896;
+// W + pad_w, or OW * stride_w where that is wider (padding beyond the kernel's reach), rather than
+// W + 2*pad_w: fewer extended pixels that are not output pixels (5x5 at 28 pixels: 840 against 896;
 // benchmarks/NOTES.md, section 104).
 #pragma once
 
@@ -21,20 +28,40 @@
 namespace torch_convbp {
 
 struct PaddedPlanes {
-  // padded rows and columns; extended output pixels per plane (an even count where the VNNI
-  // layout pairs them: the last one past the plane); the plane's length in pixels with the zero
-  // tail past its end that the last extended pixels' taps (or runs of kw taps) reach; whether
-  // the extended pixels go in pairs
-  int64_t height, width, pixels, length;
+  // padded rows and columns; the phase planes, the rows of each and an output row's extended
+  // pixels (We); extended output pixels per image (an even count where the VNNI layout pairs
+  // them: the last one past the plane); a phase plane's length in pixels with the zero tail past
+  // its end that the last extended pixels' taps (or runs of kw taps) reach, and an image's
+  // length (its planes one after another); whether the extended pixels go in pairs
+  int64_t height, width, phases, phase_rows, extended_width, pixels, phase_length, length;
   bool even_pixels;
   PaddedPlanes(const ConvShape& s, bool even)
       : height(s.height + 2 * s.pad_h),
-        width(std::max(s.width + s.pad_w, s.out_width)),
-        pixels(even ? (s.out_height * width + 1) / 2 * 2 : s.out_height * width),
-        length(height * width + (s.kernel_w - 1) * s.dilation_w + 1),
+        width(round_up(std::max(s.width + s.pad_w, s.out_width * s.stride_w), s.stride_w)),
+        phases(s.stride_h),
+        phase_rows((height + s.stride_h - 1) / s.stride_h),
+        extended_width(width / s.stride_w),
+        pixels(even ? (s.out_height * extended_width + 1) / 2 * 2
+                    : s.out_height * extended_width),
+        phase_length(phase_rows * width + (s.kernel_w - 1) * s.dilation_w + 1),
+        length(phases * phase_length),
         even_pixels(even) {}
+  // Where tap `tap` of extended pixel 0 reads, in pixels from the image's first plane.
   int64_t offset(const ConvShape& s, int64_t tap) const {
-    return tap / s.kernel_w * s.dilation_h * width + tap % s.kernel_w * s.dilation_w;
+    const int64_t row = tap / s.kernel_w * s.dilation_h;  // padded rows below the output row's
+    return row % s.stride_h * phase_length + row / s.stride_h * width +
+           tap % s.kernel_w * s.dilation_w;
+  }
+  // Where padded row hp starts, in pixels from the image's first plane.
+  int64_t row_start(int64_t hp) const {
+    return hp % phases * phase_length + hp / phases * width;
+  }
+  // Whether padded row hp is the last of its plane (the plane's tail follows it).
+  bool ends_plane(int64_t hp) const { return hp + phases >= height; }
+
+ private:
+  static int64_t round_up(int64_t value, int64_t multiple) {
+    return (value + multiple - 1) / multiple * multiple;
   }
 };
 
