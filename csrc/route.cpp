@@ -268,7 +268,9 @@ bool takes_implicit_weight_grad(const ConvShape& s, const at::Tensor& first, boo
 // the strided 3x3 and 5x5 layers fed channels_last took 0.81-0.94x in float32, and 0.65-0.79x in
 // bfloat16, 0.68-0.90x fed NCHW through layout copies (section 119; float32 fed NCHW keeps the
 // column route there, implicit_pays_layout). Intel's CPUs without AVX-512 not measured. By
-// default not a layer of one tap, whose col2im is a plain scatter (not measured).
+// default not a layer of one tap, whose col2im is a plain scatter (not measured). bfloat16 of one
+// group, undilated along the width, computes the same products as phase convolutions of dY on
+// padded rows instead (cpu/padded_rows_cpu.cpp: 0.66-0.91x the scatter's time, section 120).
 bool takes_implicit_scatter(const ConvShape& s, const at::Tensor& first, bool channels_last) {
   ConvShape products = s;
   std::swap(products.in_channels, products.out_channels);

@@ -528,6 +528,50 @@ def test_bfloat16_strided_forward_on_phase_planes(stride, padding, dilation, mic
 
 
 @pytest.mark.skipif(not has_bfloat16_microkernel(), reason="no bfloat16 arithmetic for the micro-kernel here")
+@pytest.mark.parametrize(
+    "kernel_size, stride, padding, dilation",
+    [
+        ((3, 3), (2, 2), (1, 1), (1, 1)),
+        ((5, 3), (3, 2), (2, 0), (1, 1)),
+        ((3, 3), (2, 1), (2, 1), (2, 1)),
+        ((3, 3), (1, 1), (3, 2), (1, 1)),
+        ((2, 2), (3, 3), (0, 0), (1, 1)),
+    ],
+    ids=["3x3-stride-2", "5x3-stride-3x2", "stride-2x1-dilated-rows", "stride-1-padding-past-the-kernel", "2x2-stride-3-phases-without-taps"],
+)
+def test_bfloat16_input_grad_as_phase_convolutions(kernel_size, stride, padding, dilation, microkernel):
+    """The input gradient of a bfloat16 layer of one group, undilated along the width, that is no
+    stride-1 convolution of dY (strided, or padded past the kernel's reach) takes stride_h x
+    stride_w phase convolutions of dY on one padded copy (csrc/cpu/padded_rows_cpu.cpp): dX pixel
+    (i*sh + a, j*sw + b) is output (i, j) of phase (a, b), whose taps are those whose reach divides
+    by the stride. Here 5 images of dY with 64 channels (chunks of the padded copy), phases of one
+    tap, of two, and of none (a 2x2 kernel of stride 3: zeros): within bfloat16's rounding of
+    float64, every dX pixel written, and each image's result bitwise the same alone and on any
+    thread count."""
+    g = torch.Generator().manual_seed(13)
+    size = (5, 40, 61, 58)
+    w = (torch.randn(64, 40, *kernel_size, generator=g) / 8).to(torch.bfloat16)
+    out_shape = F.conv2d(torch.empty(size, device="meta"), w.to("meta"), None, stride, padding, dilation).shape
+    dy = torch.randn(out_shape, generator=g).to(torch.bfloat16).contiguous(memory_format=CL)
+    ref = torch.nn.grad.conv2d_input(size, w.double(), dy.double(), stride, padding, dilation)
+
+    def run(batch):
+        out = torch.full((batch.shape[0], *size[1:]), float("nan"), dtype=torch.bfloat16).contiguous(memory_format=CL)
+        ops.implicit_conv2d_input_grad(batch, w, list(stride), list(padding), list(dilation), 1, out)
+        return out
+
+    whole = run(dy)
+    torch.testing.assert_close(whole.double(), ref, rtol=0, atol=2 ** -7 * ref.abs().max().item())
+    before = torch.get_num_threads()
+    try:
+        for count in (1, 3):
+            torch.set_num_threads(count)
+            assert torch.equal(run(dy[2:3]), whole[2:3])
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.mark.skipif(not has_bfloat16_microkernel(), reason="no bfloat16 arithmetic for the micro-kernel here")
 @pytest.mark.parametrize("kernel", ["forward", "input_grad"])
 @pytest.mark.parametrize("channels", [128, 130, 256, 258])
 def test_bfloat16_stride_one_either_side_of_the_merged_channels(channels, kernel, microkernel):

@@ -20,9 +20,10 @@
 // runs its tile, and whichever rows share the tile: the bits depend neither on the thread count
 // nor on the tiles. Inputs of fewer than 16 channels with one group, undilated along the width
 // (implicit_merges_kernel_rows, route.h: an RGB stem), whose calls of one tap would have K = C,
-// take a kernel row's kw taps in one call instead, K = kw*C, in the same order. bfloat16 of stride
-// 1, one group and up to 128 or 256 input channels (by the CPU) takes padded rows instead (below):
-// kernel rows of kw taps in one call, blocks of pixels across rows.
+// take a kernel row's kw taps in one call instead, K = kw*C, in the same order. bfloat16 of one
+// group and up to 128 or 256 input channels (by the CPU), undilated along the width, takes padded
+// rows instead (padded_rows_cpu.cpp): kernel rows of kw taps in one call, blocks of pixels across
+// rows; and so does its input gradient of a strided layer, as phase convolutions of dY.
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
@@ -41,100 +42,14 @@
 #include "../scratch.h"
 #include "bfloat16_cpu.h"
 #include "cpu_kernels.h"
+#include "implicit_nhwc.h"
 #include "microkernel.h"
 #include "padded_planes.h"
+#include "padded_rows_cpu.h"
 #include "transpose_copy_cpu.h"
 
 namespace torch_convbp {
 namespace {
-
-// The output channels a tile takes: all of a group's, up to this many.
-constexpr int64_t kMaxTileChannels = 256;
-
-// The weights of every tap of every group as the micro-kernel's B matrices [K, N] (K = the
-// computed convolution's input channels per group, N its output channels per group), laid out
-// tap by tap, [G, taps, K, N], by one pass of the weight's transposing copy (transpose_taps_cpu):
-// read in place from the transposed weight [G, K, taps, N], a tap's rows taps * N apart (9 or 18
-// KiB in a deep layer) fell on a quarter or a half of L1's sets, and the micro-kernel ran at 0.6x
-// (benchmarks/NOTES.md, section 61); as ATen's flip and copies the weight took a fifth of the
-// 512@7 layer's time (section 40), and a transposing copy then a per-tap copy was one pass more
-// than needed (section 63). In float32 B is row-major, its rows ldb apart; in bfloat16 it is in
-// the VNNI layout the micro-kernel reads ([K/2][N][2] per tap, its rows k and k+1 interleaved
-// into a pair).
-template <class T>
-struct TapMatrices {
-  at::Tensor memory;
-  int64_t group_stride, tap_stride, ldb;
-
-  const T* of(int64_t g, int64_t tap) const {
-    return memory.const_data_ptr<T>() + g * group_stride + tap * tap_stride;
-  }
-  // Output channel `co` of a B matrix's columns: where its column starts.
-  static int64_t column(int64_t co) { return std::is_same_v<T, float> ? co : 2 * co; }
-};
-
-// The B matrices [G, taps, K, N] of a channels_last weight, whose memory is [Cout][taps][C/G]: a
-// tap's [Cout/G, C/G] matrix of each group has its rows taps * C/G apart. The forward's B_tap is
-// that matrix transposed (the transposing copy, the taps of a group as its batch); the input
-// gradient's, for tap taps-1-t, is that matrix itself (a copy of its rows). Read in place, where a
-// contiguous copy of the weight first was one more pass over it on every call (benchmarks/NOTES.md,
-// section 109).
-void channels_last_tap_rows(const Tensor& weight, const ConvShape& s, bool input_grad,
-                            const Tensor& rows) {
-  const int64_t groups = s.groups, taps = s.taps();
-  const int64_t a_size = s.out_channels / groups, b_size = s.in_channels / groups;
-  // the weight's memory, [Cout, kh, kw, C/G], as [G, A, taps, B]
-  const Tensor memory = weight.permute({0, 2, 3, 1}).view({groups, a_size, taps, b_size});
-  if (!input_grad) {  // rows[g] [taps, B, A] = the [taps, A, B] view of W_g, each tap transposed
-    for (int64_t g = 0; g < groups; ++g) transpose_copy_cpu(memory[g].transpose(0, 1), rows[g]);
-    return;
-  }
-  // rows[g, tap, a] [B] = W[g*A + a, :, taps-1-tap]: rows copied, the taps reversed
-  const int64_t row_bytes = b_size * weight.element_size();
-  const auto* from = static_cast<const char*>(memory.const_data_ptr());
-  auto* to = static_cast<char*>(rows.mutable_data_ptr());
-  at::parallel_for(0, groups * taps * a_size, 64, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      const int64_t a = i % a_size, tap = i / a_size % taps, g = i / (a_size * taps);
-      std::memcpy(to + i * row_bytes, from + ((g * a_size + a) * taps + taps - 1 - tap) * row_bytes,
-                  row_bytes);
-    }
-  });
-}
-
-// The weight [Cout, C/G, kh, kw] (contiguous or channels_last) as B matrices [G, taps, K, N]:
-// K = C/G and N = Cout/G (the forward: B_tap = W_g[:, :, tap]^T), or K = Cout/G and N = C/G with
-// the taps reversed (the input gradient's convolution: B_tap = W_g[:, :, taps-1-tap], each
-// group's channels swapped, each kernel rotated by 180 degrees).
-template <class T>
-TapMatrices<T> tap_matrices(const Tensor& weight, const ConvShape& s, bool input_grad) {
-  const int64_t groups = s.groups, taps = s.taps();
-  const int64_t group_in = s.in_channels / groups, group_out = s.out_channels / groups;
-  const int64_t k = input_grad ? group_out : group_in, n = input_grad ? group_in : group_out;
-  const Tensor rows = at::empty({groups, taps, k, n}, weight.options());
-  if (weight.is_contiguous()) {
-    // [G, A, B, taps] = [G, Cout/G, C/G, taps] into [G, B, A, taps] views of rows: A and N the
-    // same dimension in the forward, B and N in the input gradient
-    const Tensor target = input_grad ? rows.permute({0, 3, 2, 1}) : rows.permute({0, 2, 3, 1});
-    transpose_taps_cpu(weight.view({groups, group_out, group_in, taps}), target,
-                       /*reverse_taps=*/input_grad);
-  } else {
-    channels_last_tap_rows(weight, s, input_grad, rows);
-  }
-  if constexpr (std::is_same_v<T, float>) {
-    return {rows, taps * k * n, k * n, n};
-  } else {
-    const Tensor pairs = at::empty({groups, taps, k / 2, n * 2}, weight.options());
-    const auto* from = reinterpret_cast<const uint16_t*>(rows.const_data_ptr<T>());
-    auto* to = reinterpret_cast<uint16_t*>(pairs.mutable_data_ptr<T>());
-    at::parallel_for(0, groups * taps * (k / 2), 64, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {  // pair i of rows 2i and 2i + 1 of [G * taps * K, N]
-        interleave_pair_of_rows(from + 2 * i * n, from + (2 * i + 1) * n, n, to + i * n * 2);
-      }
-    });
-    return {pairs, taps * k * n, k * n, n};
-  }
-}
 
 // A tile's output rows: consecutive rows of the output (of one image or of several), as many as
 // make at least kTilePixels output pixels, so that a tap's B matrix, loaded into L2 by the tile's
@@ -143,7 +58,6 @@ TapMatrices<T> tap_matrices(const Tensor& weight, const ConvShape& s, bool input
 // at 0.7x its rate on one B in L2 (benchmarks/NOTES.md, section 61). Fewer rows where that
 // leaves under kMinTiles tiles (a deep layer at batch 1), so that a many-core CPU has them.
 constexpr int64_t kTilePixels = 128;
-constexpr int64_t kMinTiles = 16;
 
 // The products of one tile, in either direction of convolution `s`:
 // - gather, the forward: result row oh of Y takes, at tap (ki, kj), input row
@@ -201,22 +115,6 @@ TapRun tap_run(const TileProducts& p, int64_t kj) {
 template <class T>
 bool sums_in_place(const TileProducts& p) {
   return std::is_same_v<T, float> && !p.result_nchw;
-}
-
-// Source row `row` (NHWC, `channels` per pixel) padded: the input columns [-pad_w, -pad_w +
-// width) into [width, channels], zeros where they fall outside the image (the left padding, then
-// the row, then zeros), as the kernel-row calls and the padded planes read it. Bits only:
-// float32 and bfloat16 zeros are zero bytes, and a copy of c10::BFloat16 in a loop compiled to
-// one 16-bit move per element (benchmarks/NOTES.md, section 53).
-template <class T>
-void padded_source_row(const T* row, const ConvShape& s, int64_t channels, int64_t width,
-                       T* padded) {
-  const int64_t first = std::min(s.pad_w, width);                         // padded columns before
-  const int64_t inside = std::clamp<int64_t>(width - first, 0, s.width);  // the image's, after
-  std::memset(padded, 0, first * channels * sizeof(T));
-  std::memcpy(padded + first * channels, row, inside * channels * sizeof(T));
-  std::memset(padded + (first + inside) * channels, 0,
-              (width - first - inside) * channels * sizeof(T));
 }
 
 // The padded source row's pixels that the kernel-row calls of a result row of `width` pixels
@@ -286,7 +184,7 @@ void tile(const T* x, const TapMatrices<T>& w, T* y, float* sums, T* padded, con
       for (int64_t r = 0; r < rows; ++r) {
         const T* x_row = source_row_of(r, ki);
         if (x_row == nullptr) continue;
-        padded_source_row(x_row, s, group_k, padded_row_width(s, width), padded);
+        padded_source_row(x_row, s.pad_w, s.width, group_k, padded_row_width(s, width), padded);
         // [OW, nb] (+)= [OW, kw*K] @ [kw*K, nb]: A's rows overlap, stride_w pixels apart
         micro_gemm(width, count, s.kernel_w * group_k, padded, s.stride_w * group_k, b, w.ldb,
                    sum_row(r), ldc, /*add=*/ki > first_kernel_row(r));
@@ -360,99 +258,6 @@ void implicit_convolution(const Tensor& x, const TapMatrices<T>& w, const TilePr
   });
 }
 
-// bfloat16 of one group, undilated along the width (padded rows): the input copied once into
-// zero-padded planes (padded_planes.h), so that output pixel (oh, ow) is the extended pixel
-// e = oh*We + ow and tap (ki, kj) reads padded pixel stride_w*e + offset(ki, kj) for every e. One
-// micro-kernel call then covers a block of up to kPaddedTilePixels extended pixels across rows
-// (the columns ow >= OW computed and dropped) and a whole kernel row: its kw taps' runs of C
-// channels are one run of kw*C (A's rows overlap, lda = stride_w*C), and their B matrices lie one
-// after another (TapMatrices). A strided layer's padded rows lie in phase planes, so that the
-// rows of extended pixels stay stride_w pixels apart (padded_planes.h). On AMX a call of one row and one tap, K = C = 64, spent about half its
-// time loading and storing its C tiles (about 600 GFLOP/s a core, section 57); with K = 3C and
-// M = 256 the dense 3x3 forwards took 0.53-0.81x the time, the input gradients 0.45-0.79x
-// (benchmarks/NOTES.md, section 70). Each output entry sums its kernel rows in order, each call's
-// K in the micro-kernel's order, whatever the block: the bits depend neither on the blocks nor on
-// the threads.
-constexpr int64_t kPaddedTilePixels = 256;
-// Kernel rows in one call up to this many input channels (K = kw*C). On AMX 256: 512@7 took 1.4x
-// with K = 1536, and a dilated layer's taps one by one on the padded copy 1.5x the row tiles
-// (section 70). With AVX512_BF16 and no AMX (a Zen 4 EPYC) 128: the forward and input gradient
-// of 256@14 (K = 768) ran slower than on the tiles' calls of one tap (K = 256), while 64@56 and
-// 5x5 64@28 still gained from padded rows (section 109).
-int64_t most_merged_channels() { return cpu_has_amx_bfloat16_microkernel() ? 256 : 128; }
-
-bool takes_padded_rows(const ConvShape& s) {
-  return s.dilation_w == 1 && s.groups == 1 && s.in_channels <= most_merged_channels();
-}
-
-void padded_convolution(const Tensor& x, const TapMatrices<at::BFloat16>& w, const ConvShape& s,
-                        const Tensor& y) {
-  using T = at::BFloat16;
-  const PaddedPlanes p(s, /*even_pixels=*/false);
-  const int64_t c = s.in_channels, row = p.width * c;  // a padded row's elements
-  const int64_t per_tile = std::min(s.out_channels, kMaxTileChannels);
-  const int64_t out_blocks = (s.out_channels + per_tile - 1) / per_tile;
-  // blocks of extended pixels per image: at most kPaddedTilePixels each, more where the batch
-  // would leave under kMinTiles tiles (a deep layer at batch 1), at least 16 pixels each
-  const int64_t blocks =
-      std::clamp<int64_t>((kMinTiles + s.batch * out_blocks - 1) / (s.batch * out_blocks),
-                          (p.pixels + kPaddedTilePixels - 1) / kPaddedTilePixels,
-                          std::max<int64_t>((p.pixels + 15) / 16, 1));
-  const int64_t block = (p.pixels + blocks - 1) / blocks;
-  const int64_t images = padded_chunk_images(p.length * c * int64_t{sizeof(T)}, s.batch);
-  const Tensor padded = empty_scratch({images * p.length * c}, x.options());
-  const CountedScratch counted(padded);
-  const T* x_data = x.const_data_ptr<T>();
-  T* y_data = y.mutable_data_ptr<T>();
-  T* pad = padded.mutable_data_ptr<T>();
-  for (int64_t first = 0; first < s.batch; first += images) {
-    const int64_t count = std::min(images, s.batch - first);
-    at::parallel_for(0, count * p.height, 16, [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) {  // padded row r % Hp of image r / Hp
-        const int64_t n = r / p.height, hp = r % p.height, h = hp - s.pad_h;
-        T* target = pad + (n * p.length + p.row_start(hp)) * c;
-        if (h < 0 || h >= s.height) {
-          std::memset(target, 0, row * sizeof(T));  // bits only, as padded_source_row
-        } else {
-          padded_source_row(x_data + ((first + n) * s.height + h) * s.width * c, s, c, p.width,
-                            target);
-        }
-        if (p.ends_plane(hp)) {  // the rest of its plane
-          std::memset(target + row, 0,
-                      (p.phase_length - (hp / p.phases + 1) * p.width) * c * sizeof(T));
-        }
-      }
-    });
-    at::parallel_for(0, count * blocks * out_blocks, 1, [&](int64_t begin, int64_t end) {
-      std::vector<float> sums(block * per_tile);
-      for (int64_t t = begin; t < end; ++t) {
-        const int64_t co = t % out_blocks * per_tile, e0 = t / out_blocks % blocks * block;
-        const int64_t n = t / (out_blocks * blocks);
-        const int64_t m = std::min(block, p.pixels - e0),
-                      nb = std::min(per_tile, s.out_channels - co);
-        if (m <= 0) continue;
-        const T* image = pad + n * p.length * c;
-        for (int64_t ki = 0; ki < s.kernel_h; ++ki) {
-          // [m, nb] (+)= [m, kw*C] @ [kw*C, nb]: kernel row ki's taps, A's rows overlapping
-          micro_gemm(m, nb, s.kernel_w * c,
-                     image + (s.stride_w * e0 + p.offset(s, ki * s.kernel_w)) * c, s.stride_w * c,
-                     w.of(0, ki * s.kernel_w) + TapMatrices<T>::column(co), w.ldb, sums.data(), nb,
-                     /*add=*/ki > 0);
-        }
-        for (int64_t i = 0; i < m; ++i) {  // the extended pixels that are output pixels
-          const int64_t oh = (e0 + i) / p.extended_width, ow = (e0 + i) % p.extended_width;
-          if (ow >= s.out_width) continue;
-          round_to_bfloat16(
-              sums.data() + i * nb, nb,
-              y_data + (((first + n) * s.out_height + oh) * s.out_width + ow) * s.out_channels +
-                  co);
-        }
-      }
-      release_microkernel(/*vnni=*/true);
-    });
-  }
-}
-
 // Convolution `s` of x (NHWC) into y (NHWC, or NCHW in float32): on padded rows where that
 // applies (bfloat16), else by tiles.
 template <class T>
@@ -508,6 +313,9 @@ void input_grad(const Tensor& grad_output, const Tensor& weight, const ConvShape
   const TapMatrices<T> w = tap_matrices<T>(weight, s, /*input_grad=*/true);
   if (const std::optional<ConvShape> transposed = input_grad_convolution(s)) {
     return convolution(grad_output, w, *transposed, grad_input, grad_input_nchw);
+  }
+  if constexpr (std::is_same_v<T, at::BFloat16>) {
+    if (takes_padded_input_grad(s)) return padded_input_grad(grad_output, w, s, grad_input);
   }
   implicit_convolution(grad_output, w, TileProducts{s, /*scatter=*/true, grad_input_nchw},
                        grad_input);

@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include "../plan.h"
 #include "../shape.h"
@@ -28,16 +29,20 @@
 namespace torch_convbp {
 
 struct PaddedPlanes {
-  // padded rows and columns; the phase planes, the rows of each and an output row's extended
-  // pixels (We); extended output pixels per image (an even count where the VNNI layout pairs
-  // them: the last one past the plane); a phase plane's length in pixels with the zero tail past
-  // its end that the last extended pixels' taps (or runs of kw taps) reach, and an image's
-  // length (its planes one after another); whether the extended pixels go in pairs
-  int64_t height, width, phases, phase_rows, extended_width, pixels, phase_length, length;
+  // padded rows and columns, and the zero rows and columns before the source's; the phase
+  // planes, the rows of each and an output row's extended pixels (We); extended output pixels
+  // per image (an even count where the VNNI layout pairs them: the last one past the plane); a
+  // phase plane's length in pixels with the zero tail past its end that the last extended pixels'
+  // taps (or runs of kw taps) reach, and an image's length (its planes one after another);
+  // whether the extended pixels go in pairs
+  int64_t height, width, top, left, phases, phase_rows, extended_width, pixels, phase_length,
+      length;
   bool even_pixels;
   PaddedPlanes(const ConvShape& s, bool even)
       : height(s.height + 2 * s.pad_h),
         width(round_up(std::max(s.width + s.pad_w, s.out_width * s.stride_w), s.stride_w)),
+        top(s.pad_h),
+        left(s.pad_w),
         phases(s.stride_h),
         phase_rows((height + s.stride_h - 1) / s.stride_h),
         extended_width(width / s.stride_w),
@@ -46,6 +51,21 @@ struct PaddedPlanes {
         phase_length(phase_rows * width + (s.kernel_w - 1) * s.dilation_w + 1),
         length(phases * phase_length),
         even_pixels(even) {}
+  // One plane of `height` rows of `width` pixels, `top` zero rows and `left` zero columns before
+  // the source's, `length` pixels with its zero tail, whose readers keep their own extended
+  // pixels (padded_rows_cpu.cpp's phase convolutions): none here.
+  PaddedPlanes(int64_t height, int64_t width, int64_t top, int64_t left, int64_t length)
+      : height(height),
+        width(width),
+        top(top),
+        left(left),
+        phases(1),
+        phase_rows(height),
+        extended_width(width),
+        pixels(0),
+        phase_length(length),
+        length(length),
+        even_pixels(false) {}
   // Where tap `tap` of extended pixel 0 reads, in pixels from the image's first plane.
   int64_t offset(const ConvShape& s, int64_t tap) const {
     const int64_t row = tap / s.kernel_w * s.dilation_h;  // padded rows below the output row's
@@ -64,6 +84,22 @@ struct PaddedPlanes {
     return (value + multiple - 1) / multiple * multiple;
   }
 };
+
+// Source row `row` (NHWC, `channels` per pixel, `source_width` pixels) padded: the columns
+// [-left, -left + width) into [width, channels], zeros where they fall outside the row (the left
+// padding, then the row, then zeros), as the kernel-row calls and the padded planes read it. Bits
+// only: float32 and bfloat16 zeros are zero bytes, and a copy of c10::BFloat16 in a loop compiled
+// to one 16-bit move per element (benchmarks/NOTES.md, section 53).
+template <class T>
+void padded_source_row(const T* row, int64_t left, int64_t source_width, int64_t channels,
+                       int64_t width, T* padded) {
+  const int64_t first = std::min(left, width);                                // padded columns
+  const int64_t inside = std::clamp<int64_t>(width - first, 0, source_width);  // the row's
+  std::memset(padded, 0, first * channels * sizeof(T));
+  std::memcpy(padded + first * channels, row, inside * channels * sizeof(T));
+  std::memset(padded + (first + inside) * channels, 0,
+              (width - first - inside) * channels * sizeof(T));
+}
 
 // The padded copies of a chunk of images take at most this many bytes and the workspace limit,
 // or one image: written, then read by the GEMMs while still in L2 (the whole batch's copies at
