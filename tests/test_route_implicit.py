@@ -537,7 +537,13 @@ def test_bfloat16_strided_forward_on_phase_planes(stride, padding, dilation, mic
         ((3, 3), (1, 1), (3, 2), (1, 1)),
         ((2, 2), (3, 3), (0, 0), (1, 1)),
     ],
-    ids=["3x3-stride-2", "5x3-stride-3x2", "stride-2x1-dilated-rows", "stride-1-padding-past-the-kernel", "2x2-stride-3-phases-without-taps"],
+    ids=[
+        "3x3-stride-2",
+        "5x3-stride-3x2",
+        "stride-2x1-dilated-rows",
+        "stride-1-padding-past-the-kernel",
+        "2x2-stride-3-phases-without-taps",
+    ],
 )
 def test_bfloat16_input_grad_as_phase_convolutions(kernel_size, stride, padding, dilation, microkernel):
     """The input gradient of a bfloat16 layer of one group, undilated along the width, that is no

@@ -46,8 +46,7 @@ struct PaddedPlanes {
         phases(s.stride_h),
         phase_rows((height + s.stride_h - 1) / s.stride_h),
         extended_width(width / s.stride_w),
-        pixels(even ? (s.out_height * extended_width + 1) / 2 * 2
-                    : s.out_height * extended_width),
+        pixels(even ? (s.out_height * extended_width + 1) / 2 * 2 : s.out_height * extended_width),
         phase_length(phase_rows * width + (s.kernel_w - 1) * s.dilation_w + 1),
         length(phases * phase_length),
         even_pixels(even) {}
@@ -73,9 +72,7 @@ struct PaddedPlanes {
            tap % s.kernel_w * s.dilation_w;
   }
   // Where padded row hp starts, in pixels from the image's first plane.
-  int64_t row_start(int64_t hp) const {
-    return hp % phases * phase_length + hp / phases * width;
-  }
+  int64_t row_start(int64_t hp) const { return hp % phases * phase_length + hp / phases * width; }
   // Whether padded row hp is the last of its plane (the plane's tail follows it).
   bool ends_plane(int64_t hp) const { return hp + phases >= height; }
 
@@ -93,7 +90,7 @@ struct PaddedPlanes {
 template <class T>
 void padded_source_row(const T* row, int64_t left, int64_t source_width, int64_t channels,
                        int64_t width, T* padded) {
-  const int64_t first = std::min(left, width);                                // padded columns
+  const int64_t first = std::min(left, width);                                 // padded columns
   const int64_t inside = std::clamp<int64_t>(width - first, 0, source_width);  // the row's
   std::memset(padded, 0, first * channels * sizeof(T));
   std::memcpy(padded + first * channels, row, inside * channels * sizeof(T));

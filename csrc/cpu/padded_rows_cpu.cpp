@@ -7,12 +7,12 @@
 // (the columns ow >= OW computed and dropped) and a whole kernel row: its kw taps' runs of C
 // channels are one run of kw*C (A's rows overlap, lda = stride_w*C), and their B matrices lie one
 // after another (TapMatrices). A strided layer's padded rows lie in phase planes, so that the
-// rows of extended pixels stay stride_w pixels apart (padded_planes.h). On AMX a call of one row and one tap, K = C = 64, spent about half its
-// time loading and storing its C tiles (about 600 GFLOP/s a core, section 57); with K = 3C and
-// M = 256 the dense 3x3 forwards took 0.53-0.81x the time, the input gradients 0.45-0.79x
-// (benchmarks/NOTES.md, section 70). Each output entry sums its kernel rows in order, each call's
-// K in the micro-kernel's order, whatever the block: the bits depend neither on the blocks nor on
-// the threads.
+// rows of extended pixels stay stride_w pixels apart (padded_planes.h). On AMX a call of one row
+// and one tap, K = C = 64, spent about half its time loading and storing its C tiles (about 600
+// GFLOP/s a core, section 57); with K = 3C and M = 256 the dense 3x3 forwards took 0.53-0.81x the
+// time, the input gradients 0.45-0.79x (benchmarks/NOTES.md, section 70). Each output entry sums
+// its kernel rows in order, each call's K in the micro-kernel's order, whatever the block: the bits
+// depend neither on the blocks nor on the threads.
 //
 // The input gradient of a strided layer (or of one padded past the kernel's reach, which is no
 // stride-1 convolution of dY) is stride_h x stride_w phase convolutions of dY, the sub-pixel form
@@ -80,9 +80,10 @@ void padded_products(const T* pad, int64_t image_length, int64_t channels, int64
                      const KernelRowCalls& calls, const Place& place) {
   const int64_t per_tile = std::min(out_channels, kMaxTileChannels);
   const int64_t out_blocks = (out_channels + per_tile - 1) / per_tile;
-  const int64_t blocks = std::clamp<int64_t>(
-      (kMinTiles + batch * out_blocks - 1) / (batch * out_blocks),
-      (pixels + kPaddedTilePixels - 1) / kPaddedTilePixels, std::max<int64_t>((pixels + 15) / 16, 1));
+  const int64_t blocks =
+      std::clamp<int64_t>((kMinTiles + batch * out_blocks - 1) / (batch * out_blocks),
+                          (pixels + kPaddedTilePixels - 1) / kPaddedTilePixels,
+                          std::max<int64_t>((pixels + 15) / 16, 1));
   const int64_t block = (pixels + blocks - 1) / blocks;
   at::parallel_for(0, images * blocks * out_blocks, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> sums(block * per_tile);
@@ -158,8 +159,8 @@ void padded_convolution(const Tensor& x, const TapMatrices<T>& w, const ConvShap
                     [&](int64_t n, int64_t e) -> T* {  // the extended pixels that are outputs
                       const int64_t oh = e / p.extended_width, ow = e % p.extended_width;
                       if (ow >= s.out_width) return nullptr;
-                      return y_data +
-                             (((first + n) * s.out_height + oh) * s.out_width + ow) * s.out_channels;
+                      return y_data + (((first + n) * s.out_height + oh) * s.out_width + ow) *
+                                          s.out_channels;
                     });
   }
 }
@@ -224,8 +225,9 @@ PaddedPlanes phase_copy(const std::vector<PhaseTaps>& rows, const std::vector<Ph
 // after another, [rows][columns][K, N], so that a kernel row's are one run.
 Tensor phase_matrices(const TapMatrices<T>& w, const PhaseTaps& rows, const PhaseTaps& columns,
                       const ConvShape& s) {
-  const Tensor b = at::empty(
-      {static_cast<int64_t>(rows.taps.size() * columns.taps.size()), w.tap_stride}, w.memory.options());
+  const Tensor b =
+      at::empty({static_cast<int64_t>(rows.taps.size() * columns.taps.size()), w.tap_stride},
+                w.memory.options());
   T* to = b.mutable_data_ptr<T>();
   for (int64_t ki : rows.taps) {
     for (int64_t kj : columns.taps) {
@@ -265,8 +267,8 @@ void padded_input_grad(const Tensor& dy, const TapMatrices<T>& w, const ConvShap
   };
   for (int64_t first = 0; first < s.batch; first += images) {
     const int64_t count = std::min(images, s.batch - first);
-    copy_padded_rows(dy_data + first * s.out_height * s.out_width * c, s.out_height, s.out_width,
-                     c, count, p, pad);
+    copy_padded_rows(dy_data + first * s.out_height * s.out_width * c, s.out_height, s.out_width, c,
+                     count, p, pad);
     for (int64_t a = 0; a < s.stride_h; ++a) {
       for (int64_t b = 0; b < s.stride_w; ++b) {
         const PhaseTaps &r = rows[a], &q = columns[b];

@@ -76,7 +76,6 @@ TapMatrices<T> tap_matrices(const Tensor& weight, const ConvShape& s, bool input
   }
 }
 
-
 template TapMatrices<float> tap_matrices<float>(const Tensor&, const ConvShape&, bool);
 template TapMatrices<at::BFloat16> tap_matrices<at::BFloat16>(const Tensor&, const ConvShape&,
                                                               bool);
