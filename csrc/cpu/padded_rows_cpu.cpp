@@ -50,6 +50,10 @@ using at::Tensor;
 using T = c10::BFloat16;
 
 constexpr int64_t kPaddedTilePixels = 256;
+// A block's pixels a multiple of this, the rows of an AMX tile: cut evenly, 128@28's 812 extended
+// pixels an image made blocks of 203, each with a partial last tile, and the forwards of 128@28
+// and 64@56 took 1.1x the time of blocks of 208 and 256 (benchmarks/NOTES.md, section 120).
+constexpr int64_t kTileRows = 16;
 // Kernel rows in one call up to this many input channels (K = kw*C). On AMX 256: 512@7 took 1.4x
 // with K = 1536, and a dilated layer's taps one by one on the padded copy 1.5x the row tiles
 // (section 70). With AVX512_BF16 and no AMX (a Zen 4 EPYC) 128: the forward and input gradient
@@ -70,7 +74,8 @@ struct KernelRowCalls {
 // The products of the padded copies of `images` images at `pad` (image_length pixels of
 // `channels` each apart): each image's extended pixels [0, pixels) cut into blocks of at most
 // kPaddedTilePixels (more where a batch of `batch` images would leave under kMinTiles tasks, at
-// least 16 pixels each), its output channels into blocks of kMaxTileChannels. A block's sums
+// least 16 pixels each), each a multiple of kTileRows but the image's last, its output channels
+// into blocks of kMaxTileChannels. A block's sums
 // [m, nb] = the sum over the kernel rows in order of A_r [m, k] @ B_r [k, nb] (the first call
 // stores), rounded into place(n, e) (output channel 0 of the result pixel of extended pixel e of
 // image n), or dropped where place gives nullptr.
@@ -84,7 +89,7 @@ void padded_products(const T* pad, int64_t image_length, int64_t channels, int64
       std::clamp<int64_t>((kMinTiles + batch * out_blocks - 1) / (batch * out_blocks),
                           (pixels + kPaddedTilePixels - 1) / kPaddedTilePixels,
                           std::max<int64_t>((pixels + 15) / 16, 1));
-  const int64_t block = (pixels + blocks - 1) / blocks;
+  const int64_t block = ((pixels + blocks - 1) / blocks + kTileRows - 1) / kTileRows * kTileRows;
   at::parallel_for(0, images * blocks * out_blocks, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> sums(block * per_tile);
     for (int64_t t = begin; t < end; ++t) {
