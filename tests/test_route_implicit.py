@@ -30,6 +30,17 @@ def microkernel(monkeypatch):
     monkeypatch.setenv("TORCH_CONVBP_GEMM", "microkernel")
 
 
+def assert_same_bits_on_one_and_three_threads(compute, expected):
+    """compute() gives `expected` bit for bit on 1 and on 3 threads (the thread count restored)."""
+    before = torch.get_num_threads()
+    try:
+        for count in (1, 3):
+            torch.set_num_threads(count)
+            assert torch.equal(compute(), expected)
+    finally:
+        torch.set_num_threads(before)
+
+
 # (name, input [N, C, H, W], out channels, kernel, stride, padding, dilation, groups)
 CASES = [
     ("3x3 padded", (2, 16, 9, 11), 24, (3, 3), (1, 1), (1, 1), (1, 1), 1),
@@ -365,8 +376,9 @@ SCATTERED = [
 def test_the_input_grad_kernel_scatters_a_strided_layer(name, shape, cout, kernel, stride, padding, dilation, groups, dtype, microkernel):
     """The input gradient of a strided layer (or one padded past the kernel's reach): each tap's
     GEMM on a run of dY's pixels, added into the dX pixels it reaches (C's rows stride pixels
-    apart), taps in (ki, kj) order, so within float32's (bfloat16's) rounding of float64; each
-    image's result bitwise the same alone and on any thread count; the fake agrees (opcheck)."""
+    apart), taps in (ki, kj) order (in bfloat16 of one group: phase convolutions, the test
+    below), so within float32's (bfloat16's) rounding of float64; each image's result bitwise the
+    same alone and on any thread count; the fake agrees (opcheck)."""
     if dtype == torch.bfloat16 and not has_bfloat16_microkernel():
         pytest.skip("no bfloat16 arithmetic for the micro-kernel here")
     g = torch.Generator().manual_seed(2)
@@ -386,13 +398,7 @@ def test_the_input_grad_kernel_scatters_a_strided_layer(name, shape, cout, kerne
     tolerance = 2 ** -7 * ref.abs().max().item() if dtype == torch.bfloat16 else 1e-4
     torch.testing.assert_close(ours.double(), ref, rtol=0 if dtype == torch.bfloat16 else 1e-4, atol=tolerance)
     assert torch.equal(run(dy[1:2]), ours[1:2])
-    before = torch.get_num_threads()
-    try:
-        for count in (1, 3):
-            torch.set_num_threads(count)
-            assert torch.equal(run(dy), ours)
-    finally:
-        torch.set_num_threads(before)
+    assert_same_bits_on_one_and_three_threads(lambda: run(dy), ours)
     opcheck(ops.implicit_conv2d_input_grad.default, (dy, w, *args, run(dy)))
 
 
@@ -494,6 +500,22 @@ def test_bfloat16_padded_rows_in_chunks_and_blocks(kernel, microkernel):
         torch.set_num_threads(before)
 
 
+def check_a_bfloat16_kernel(op, source, weight, geometry, ref, image):
+    """op (one group) of `source` into a NaN-filled channels_last result: within bfloat16's
+    rounding of `ref` (float64), every pixel written, and image `image`'s result bit for bit alone
+    and on 1 and 3 threads. `geometry`: (stride, padding, dilation)."""
+
+    def run(batch):
+        out = torch.full((batch.shape[0], *ref.shape[1:]), float("nan"), dtype=torch.bfloat16)
+        out = out.contiguous(memory_format=CL)
+        op(batch, weight, *(list(v) for v in geometry), 1, out)
+        return out
+
+    whole = run(source)
+    torch.testing.assert_close(whole.double(), ref, rtol=0, atol=2 ** -7 * ref.abs().max().item())
+    assert_same_bits_on_one_and_three_threads(lambda: run(source[image : image + 1]), whole[image : image + 1])
+
+
 @pytest.mark.skipif(not has_bfloat16_microkernel(), reason="no bfloat16 arithmetic for the micro-kernel here")
 @pytest.mark.parametrize(
     "stride, padding, dilation",
@@ -510,21 +532,7 @@ def test_bfloat16_strided_forward_on_phase_planes(stride, padding, dilation, mic
     x = torch.randn(5, 64, 70, 57, generator=g).to(torch.bfloat16).contiguous(memory_format=CL)
     w = (torch.randn(40, 64, 5, 3, generator=g) / 8).to(torch.bfloat16)
     ref = F.conv2d(x.double(), w.double(), None, stride, padding, dilation)
-
-    def run(batch):
-        out = torch.empty(batch.shape[0], *ref.shape[1:], dtype=torch.bfloat16).contiguous(memory_format=CL)
-        ops.implicit_conv2d(batch, w, list(stride), list(padding), list(dilation), 1, out)
-        return out
-
-    whole = run(x)
-    torch.testing.assert_close(whole.double(), ref, rtol=0, atol=2 ** -7 * ref.abs().max().item())
-    before = torch.get_num_threads()
-    try:
-        for count in (1, 3):
-            torch.set_num_threads(count)
-            assert torch.equal(run(x[3:4]), whole[3:4])
-    finally:
-        torch.set_num_threads(before)
+    check_a_bfloat16_kernel(ops.implicit_conv2d, x, w, (stride, padding, dilation), ref, image=3)
 
 
 @pytest.mark.skipif(not has_bfloat16_microkernel(), reason="no bfloat16 arithmetic for the micro-kernel here")
@@ -560,21 +568,7 @@ def test_bfloat16_input_grad_as_phase_convolutions(kernel_size, stride, padding,
     out_shape = F.conv2d(torch.empty(size, device="meta"), w.to("meta"), None, stride, padding, dilation).shape
     dy = torch.randn(out_shape, generator=g).to(torch.bfloat16).contiguous(memory_format=CL)
     ref = torch.nn.grad.conv2d_input(size, w.double(), dy.double(), stride, padding, dilation)
-
-    def run(batch):
-        out = torch.full((batch.shape[0], *size[1:]), float("nan"), dtype=torch.bfloat16).contiguous(memory_format=CL)
-        ops.implicit_conv2d_input_grad(batch, w, list(stride), list(padding), list(dilation), 1, out)
-        return out
-
-    whole = run(dy)
-    torch.testing.assert_close(whole.double(), ref, rtol=0, atol=2 ** -7 * ref.abs().max().item())
-    before = torch.get_num_threads()
-    try:
-        for count in (1, 3):
-            torch.set_num_threads(count)
-            assert torch.equal(run(dy[2:3]), whole[2:3])
-    finally:
-        torch.set_num_threads(before)
+    check_a_bfloat16_kernel(ops.implicit_conv2d_input_grad, dy, w, (stride, padding, dilation), ref, image=2)
 
 
 @pytest.mark.skipif(not has_bfloat16_microkernel(), reason="no bfloat16 arithmetic for the micro-kernel here")
@@ -603,13 +597,7 @@ def test_bfloat16_stride_one_either_side_of_the_merged_channels(channels, kernel
     else:
         ref = torch.nn.grad.conv2d_input((2, 32, 6, 7), w.double(), x.double(), 1, 1)
     torch.testing.assert_close(ours.double(), ref, rtol=0, atol=2 ** -7 * ref.abs().max().item())
-    before = torch.get_num_threads()
-    try:
-        for count in (1, 3):
-            torch.set_num_threads(count)
-            assert torch.equal(run(), ours)
-    finally:
-        torch.set_num_threads(before)
+    assert_same_bits_on_one_and_three_threads(run, ours)
 
 
 DTYPES_OF_THE_ROUTE = [torch.float32] + ([torch.bfloat16] if has_bfloat16_microkernel() else [])

@@ -136,6 +136,26 @@ void copy_padded_rows(const T* source, int64_t rows, int64_t source_width, int64
   });
 }
 
+// Runs body(first, count, pad) over the batch's chunks of images (padded_chunk_images), `pad`
+// holding the chunk's padded copies of `source` ([batch, rows, source_width, channels], NHWC)
+// laid out as `p`, made by copy_padded_rows first.
+template <class Body>
+void over_padded_chunks(const Tensor& source, int64_t rows, int64_t source_width, int64_t channels,
+                        const PaddedPlanes& p, const Body& body) {
+  const int64_t batch = source.size(0);
+  const int64_t images = padded_chunk_images(p.length * channels * int64_t{sizeof(T)}, batch);
+  const Tensor padded = empty_scratch({images * p.length * channels}, source.options());
+  const CountedScratch counted(padded);
+  const T* data = source.const_data_ptr<T>();
+  T* pad = padded.mutable_data_ptr<T>();
+  for (int64_t first = 0; first < batch; first += images) {
+    const int64_t count = std::min(images, batch - first);
+    copy_padded_rows(data + first * rows * source_width * channels, rows, source_width, channels,
+                     count, p, pad);
+    body(first, count, pad);
+  }
+}
+
 }  // namespace
 
 bool takes_padded_rows(const ConvShape& s) {
@@ -151,15 +171,8 @@ void padded_convolution(const Tensor& x, const TapMatrices<T>& w, const ConvShap
     calls.a_offset.push_back(p.offset(s, ki * s.kernel_w));
     calls.b.push_back(w.of(0, ki * s.kernel_w));
   }
-  const int64_t images = padded_chunk_images(p.length * c * int64_t{sizeof(T)}, s.batch);
-  const Tensor padded = empty_scratch({images * p.length * c}, x.options());
-  const CountedScratch counted(padded);
-  const T* x_data = x.const_data_ptr<T>();
   T* y_data = y.mutable_data_ptr<T>();
-  T* pad = padded.mutable_data_ptr<T>();
-  for (int64_t first = 0; first < s.batch; first += images) {
-    const int64_t count = std::min(images, s.batch - first);
-    copy_padded_rows(x_data + first * s.height * s.width * c, s.height, s.width, c, count, p, pad);
+  over_padded_chunks(x, s.height, s.width, c, p, [&](int64_t first, int64_t count, const T* pad) {
     padded_products(pad, p.length, c, count, s.batch, p.pixels, s.out_channels, calls,
                     [&](int64_t n, int64_t e) -> T* {  // the extended pixels that are outputs
                       const int64_t oh = e / p.extended_width, ow = e % p.extended_width;
@@ -167,7 +180,7 @@ void padded_convolution(const Tensor& x, const TapMatrices<T>& w, const ConvShap
                       return y_data + (((first + n) * s.out_height + oh) * s.out_width + ow) *
                                           s.out_channels;
                     });
-  }
+  });
 }
 
 namespace {
@@ -261,51 +274,54 @@ void padded_input_grad(const Tensor& dy, const TapMatrices<T>& w, const ConvShap
   }
   const PaddedPlanes p = phase_copy(rows, columns, s);
   const int64_t c = s.out_channels, cin = s.in_channels;
-  const int64_t images = padded_chunk_images(p.length * c * int64_t{sizeof(T)}, s.batch);
-  const Tensor padded = empty_scratch({images * p.length * c}, dy.options());
-  const CountedScratch counted(padded);
-  const T* dy_data = dy.const_data_ptr<T>();
-  T* dx_data = dx.mutable_data_ptr<T>();
-  T* pad = padded.mutable_data_ptr<T>();
-  const auto dx_pixel = [&](int64_t n, int64_t ih, int64_t iw) {
-    return dx_data + ((n * s.height + ih) * s.width + iw) * cin;
-  };
-  for (int64_t first = 0; first < s.batch; first += images) {
-    const int64_t count = std::min(images, s.batch - first);
-    copy_padded_rows(dy_data + first * s.out_height * s.out_width * c, s.out_height, s.out_width, c,
-                     count, p, pad);
-    for (int64_t a = 0; a < s.stride_h; ++a) {
-      for (int64_t b = 0; b < s.stride_w; ++b) {
-        const PhaseTaps &r = rows[a], &q = columns[b];
-        if (r.outputs == 0 || q.outputs == 0) continue;
-        if (r.taps.empty() || q.taps.empty()) {  // no tap reaches these dX pixels
-          at::parallel_for(0, count * r.outputs, 16, [&](int64_t begin, int64_t end) {
-            for (int64_t row = begin; row < end; ++row) {
-              for (int64_t j = 0; j < q.outputs; ++j) {
-                std::memset(dx_pixel(first + row / r.outputs, row % r.outputs * s.stride_h + a,
-                                     j * s.stride_w + b),
-                            0, cin * sizeof(T));
-              }
-            }
-          });
-          continue;
-        }
-        const Tensor matrices = phase_matrices(w, r, q, s);
-        const int64_t row_taps = static_cast<int64_t>(q.taps.size());
-        KernelRowCalls calls{{}, {}, /*step=*/1, /*k=*/row_taps * c, w.ldb};
-        for (size_t m = 0; m < r.taps.size(); ++m) {
-          calls.a_offset.push_back((p.top + r.offsets[m]) * p.width + p.left + q.offsets.front());
-          calls.b.push_back(matrices.const_data_ptr<T>() + m * row_taps * w.tap_stride);
-        }
-        padded_products(pad, p.length, c, count, s.batch, r.outputs * p.width, cin, calls,
-                        [&](int64_t n, int64_t e) -> T* {  // output (i, j) of phase (a, b)
-                          const int64_t i = e / p.width, j = e % p.width;
-                          if (j >= q.outputs) return nullptr;
-                          return dx_pixel(first + n, i * s.stride_h + a, j * s.stride_w + b);
-                        });
+  // each phase's B matrices and calls, in (a, b) order; none for a phase that no tap reaches
+  std::vector<Tensor> matrices;
+  std::vector<KernelRowCalls> calls;
+  for (const PhaseTaps& r : rows) {
+    for (const PhaseTaps& q : columns) {
+      const int64_t row_taps = static_cast<int64_t>(q.taps.size());
+      matrices.push_back(phase_matrices(w, r, q, s));
+      calls.push_back({{}, {}, /*step=*/1, /*k=*/row_taps * c, w.ldb});
+      if (row_taps == 0) continue;
+      for (size_t m = 0; m < r.taps.size(); ++m) {
+        calls.back().a_offset.push_back((p.top + r.offsets[m]) * p.width + p.left +
+                                        q.offsets.front());
+        calls.back().b.push_back(matrices.back().const_data_ptr<T>() + m * row_taps * w.tap_stride);
       }
     }
   }
+  T* dx_data = dx.mutable_data_ptr<T>();
+  const auto dx_pixel = [&](int64_t n, int64_t ih, int64_t iw) {
+    return dx_data + ((n * s.height + ih) * s.width + iw) * cin;
+  };
+  over_padded_chunks(
+      dy, s.out_height, s.out_width, c, p, [&](int64_t first, int64_t count, const T* pad) {
+        for (int64_t a = 0; a < s.stride_h; ++a) {
+          for (int64_t b = 0; b < s.stride_w; ++b) {
+            const PhaseTaps &r = rows[a], &q = columns[b];
+            const KernelRowCalls& phase = calls[a * s.stride_w + b];
+            if (r.outputs == 0 || q.outputs == 0) continue;
+            if (phase.b.empty()) {  // no tap reaches these dX pixels
+              at::parallel_for(0, count * r.outputs, 16, [&](int64_t begin, int64_t end) {
+                for (int64_t row = begin; row < end; ++row) {
+                  for (int64_t j = 0; j < q.outputs; ++j) {
+                    std::memset(dx_pixel(first + row / r.outputs, row % r.outputs * s.stride_h + a,
+                                         j * s.stride_w + b),
+                                0, cin * sizeof(T));
+                  }
+                }
+              });
+              continue;
+            }
+            padded_products(pad, p.length, c, count, s.batch, r.outputs * p.width, cin, phase,
+                            [&](int64_t n, int64_t e) -> T* {  // output (i, j) of phase (a, b)
+                              const int64_t i = e / p.width, j = e % p.width;
+                              if (j >= q.outputs) return nullptr;
+                              return dx_pixel(first + n, i * s.stride_h + a, j * s.stride_w + b);
+                            });
+          }
+        }
+      });
 }
 
 }  // namespace torch_convbp
