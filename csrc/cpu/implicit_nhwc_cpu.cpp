@@ -11,9 +11,9 @@
 // ow*s - p + kj*d for the output columns ow whose tap lands inside the image (OW' of them). In NHWC
 // that run is a matrix with rows stride*C apart: one micro-kernel call per tap, A = the run
 // (lda = stride*C), B = the tap's weights (TapMatrices: one transposing copy of the weight per
-// call), C = the output row (ldc = Cout), which the calls add into after it is zeroed. The column
-// matrix of the columns route costs a write and a read of kh*kw*C values per output pixel; here
-// each input pixel is read in place (benchmarks/NOTES.md, section 26).
+// call), C = the output row (ldc = Cout), which its first call stores and the others add into.
+// The column matrix of the columns route costs a write and a read of kh*kw*C values per output
+// pixel; here each input pixel is read in place (benchmarks/NOTES.md, section 26).
 //
 // A task computes whole tiles (a band of output rows, one group, one block of output channels),
 // tap by tap in (ki, kj) order, so every output entry is summed in the same order whichever thread
