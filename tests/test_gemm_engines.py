@@ -38,8 +38,9 @@ def matrices(g, rows, cols, orientation, generator, dtype=torch.float32):
 
 ORIENTATIONS = ("row_major", "column_major", "strided")
 # (M, N, K): one tile, edges of the tiles (K over 256 and N over 128, in odd sizes), a single
-# row, column or product, and sizes that cut into several tiles of K and of N
-SIZES = [(5, 7, 3), (1, 1, 1), (1, 300, 1), (300, 1, 513), (64, 129, 257), (130, 400, 600)]
+# row, column or product, sizes that cut into several tiles of K and of N, and a short K beside
+# several of the wider tiles of N that it allows (over 512 columns)
+SIZES = [(5, 7, 3), (1, 1, 1), (1, 300, 1), (300, 1, 513), (64, 129, 257), (130, 400, 600), (40, 1100, 64)]
 
 
 @needs_microkernel
@@ -88,7 +89,8 @@ def test_the_driver_gives_the_same_bits_for_the_same_sizes():
         assert torch.equal(results[0], other)
 
 
-BF16_SIZES = [(5, 7, 3), (1, 300, 1), (64, 129, 257), (130, 40, 513), (17, 33, 2)]
+# and a short K's wide tiles of N beside more rows than its staged sums take at once
+BF16_SIZES = [(5, 7, 3), (1, 300, 1), (64, 129, 257), (130, 40, 513), (17, 33, 2), (600, 700, 64)]
 
 
 @pytest.mark.skipif(not has_bfloat16_microkernel(), reason="no bfloat16 micro-kernel here (AVX512_BF16 or AMX-BF16)")

@@ -1,8 +1,9 @@
 // The GEMM driver on oneDNN's micro-kernel (microkernel_gemm.h).
 //
 // The micro-kernel computes row-major C [m, n] (+)= A [m, k] @ B [k, n]. The driver cuts a GEMM
-// into tiles of K (at most kMaxTileK) and of N (at most kMaxTileN), so that a tile of B stays in
-// a core's L2 while every row of A meets it, and calls the micro-kernel once per tile:
+// into tiles of K (at most kMaxTileK) and of N (at most kTileBValues values of B a tile), so that a
+// tile of B stays in a core's L2 while every row of A meets it, and calls the micro-kernel once per
+// tile:
 //
 //   for each tile of K, in increasing k:        (the first one writes C, the others add to it)
 //     for each tile of N:
@@ -42,12 +43,16 @@ namespace {
 
 using at::Tensor;
 
-// A tile of B (kMaxTileK x kMaxTileN floats, 128 KiB; half that in bfloat16) stays in a core's L2
+// A tile of B (at most kTileBValues floats, 128 KiB; half that in bfloat16) stays in a core's L2
 // (1 MiB on an EPYC) beside the rows of A and C that stream through; tiles of 64 rows of a packed A
 // are 64 KiB. Tiles of 64 to 256 columns and 256 or 512 of K ran within a few percent of each other
-// on the suite's layers (benchmarks/NOTES.md, section 36).
+// on the suite's layers (benchmarks/NOTES.md, section 36), so tiles of K take kMaxTileK and tiles
+// of N what the budget leaves: 128 columns beside 256 of K; where K is shorter (a 1x1 layer of 64
+// channels) wider tiles, up to kMaxTileN, so that A is read once per tile of K where it was read
+// per 128 columns: the steps of 1x1 64>256@56 and 256>64@56 took 0.96-0.97x the time (section 121).
 constexpr int64_t kMaxTileK = 256;
-constexpr int64_t kMaxTileN = 128;
+constexpr int64_t kTileBValues = kMaxTileK * 128;
+constexpr int64_t kMaxTileN = 512;
 constexpr int64_t kPackedRows = 64;
 constexpr int64_t kVector = 16;  // floats per AVX-512 register: tile widths are multiples of it
 
@@ -88,6 +93,11 @@ Tiles tiles_of(int64_t total, int64_t max_size, int64_t multiple) {
   const int64_t even = (total + count - 1) / count;
   const int64_t size = std::min(max_size, (even + multiple - 1) / multiple * multiple);
   return {(total + size - 1) / size, size};
+}
+
+// The tiles of N beside tiles of K of k_tile values (kTileBValues).
+Tiles n_tiles_beside(int64_t n, int64_t k_tile) {
+  return tiles_of(n, std::min(kMaxTileN, kTileBValues / k_tile / kVector * kVector), kVector);
 }
 
 // The part of m of rows [r0, r0 + rows) and columns [c0, c0 + cols).
@@ -147,7 +157,7 @@ void copy_matrix(const Matrix<From>& from, const Matrix<To>& to) {
 // c (+)= a @ b, c row-major, at most one of a and b not row-major (packed tile by tile).
 void gemm_tiles(const Floats& c, const Floats& a, const Floats& b, bool accumulate) {
   const int64_t m = c.rows, n = c.cols, k = a.cols;
-  const Tiles k_tiles = tiles_of(k, kMaxTileK, kVector), n_tiles = tiles_of(n, kMaxTileN, kVector);
+  const Tiles k_tiles = tiles_of(k, kMaxTileK, kVector), n_tiles = n_tiles_beside(n, k_tiles.size);
   const bool pack_a = !a.row_major(), pack_b = !b.row_major();
   Tensor storage;
   float* const packed = pack_a   ? dense<float>(kPackedRows, k_tiles.size, storage).data
@@ -283,11 +293,14 @@ constexpr int64_t kMaxStagedSums = 128 * 1024;
 template <class C>
 void gemm_tiles(const Matrix<C>& c, const Halves& a, const Halves& b, bool accumulate) {
   const int64_t m = c.rows, n = c.cols, k = a.cols;
-  const Tiles k_tiles = tiles_of(k, kMaxTileK, kVector), n_tiles = tiles_of(n, kMaxTileN, kVector);
+  const Tiles k_tiles = tiles_of(k, kMaxTileK, kVector), n_tiles = n_tiles_beside(n, k_tiles.size);
   const int64_t even_tile = (k_tiles.size + 1) / 2 * 2;
   bool in_place = false;
   if constexpr (std::is_same_v<C, float>) in_place = c.row_major();
-  const Tiles blocks = in_place ? Tiles{1, m} : tiles_of(m, kMaxBlockRows, kVector);
+  // (fewer rows where a tile of N is wider than kMaxStagedSums / kMaxBlockRows: a short K's)
+  const Tiles blocks =
+      in_place ? Tiles{1, m}
+               : tiles_of(m, std::min(kMaxBlockRows, kMaxStagedSums / n_tiles.size), kVector);
   const int64_t panel_tiles =
       in_place ? n_tiles.count
                : std::max<int64_t>(1, kMaxStagedSums / (blocks.size * n_tiles.size));
