@@ -112,18 +112,21 @@ def grouped_kernels_results(cases):
     return results
 
 
-@pytest.mark.parametrize("switch", ["TORCH_CONVBP_NO_AVX2", "TORCH_CONVBP_NO_AVX512"])
+@pytest.mark.parametrize("switch", ["TORCH_CONVBP_NO_AVX2", "TORCH_CONVBP_NO_AVX512", "TORCH_CONVBP_NO_BFLOAT16_PAIRS"])
 def test_every_compiled_version_gives_the_same_bits(tmp_path, switch):
     """The direct grouped kernels are compiled for AVX-512 (64-byte vectors), for AVX2 and for any
     x86-64 CPU (32-byte vectors), and pick one as they run; TORCH_CONVBP_NO_AVX2 makes a fresh
-    process take the last, TORCH_CONVBP_NO_AVX512 the AVX2 one (csrc/cpu/vector_ops.h). All round
+    process take the last, TORCH_CONVBP_NO_AVX512 the AVX2 one (csrc/cpu/vector_ops.h), and
+    TORCH_CONVBP_NO_BFLOAT16_PAIRS sums bfloat16 terms one an instruction where a CPU with
+    AVX512_BF16 sums them two (Avx512PairOps; odd channel counts end in half a pair). All round
     each term once, in the same order, whatever their vectors' width and whether they sum group by
     group or across the groups, so they give the same bits. (On a CPU without AVX-512 the second
-    compares the AVX2 code with itself.)"""
+    compares the AVX2 code with itself, and without AVX512_BF16 the third the same code.)"""
     cases = []
     for dtype in (torch.float64, torch.float32, torch.bfloat16):
         for shape, cout, groups in (((2, 16, 9, 10), 16, 4), ((1, 14, 5, 6), 24, 2), ((1, 32, 4, 13), 64, 2),
-                                    ((1, 6, 5, 9), 6, 3), ((2, 64, 7, 7), 64, 4), ((1, 56, 4, 12), 16, 2)):
+                                    ((1, 6, 5, 9), 6, 3), ((2, 64, 7, 7), 64, 4), ((1, 56, 4, 12), 16, 2),
+                                    ((2, 12, 6, 7), 16, 4), ((1, 5, 5, 6), 20, 5)):
             x, w = dense_operands(shape, cout, (3, 3), groups, dtype=dtype)
             dy = torch.randn(shape[0], cout, *shape[2:], dtype=torch.float64).to(dtype)
             cases.append((x, w, dy, groups))

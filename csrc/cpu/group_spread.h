@@ -64,10 +64,36 @@ T* cache_aligned(std::vector<T>& buffer, int64_t size) {
   return buffer.data() + (line - static_cast<int64_t>(address % 64) / sizeof(T)) % line;
 }
 
+// Term i of `count` values `step` apart (a group's input channels, or its weights of one output
+// channel and tap) as a vector lane of the sums holds it: value i in the sums' type; or, for terms
+// in pairs (kTermsInPairs, vector_ops.h), the bits of values 2i (upper half: the term summed first)
+// and 2i + 1 (lower half; a zero past the last of an odd count).
+template <bool Pairs, typename acc_t, typename scalar_t>
+TORCH_CONVBP_INLINE acc_t term_value(const scalar_t* values, int64_t step, int64_t i,
+                                     int64_t count) {
+  if constexpr (Pairs) {
+    static_assert(std::is_same_v<scalar_t, c10::BFloat16> && std::is_same_v<acc_t, float>);
+    const uint32_t first = values[2 * i * step].x;
+    const uint32_t second = 2 * i + 1 < count ? values[(2 * i + 1) * step].x : 0;
+    const uint32_t bits = first << 16 | second;
+    acc_t pair;
+    std::memcpy(&pair, &bits, sizeof(pair));
+    return pair;
+  } else {
+    return static_cast<acc_t>(values[i * step]);
+  }
+}
+
+// The terms of each group's input channels a lane holds (term_value): C/G, or pairs of them.
+template <class Ops>
+int64_t terms_of(int64_t group_in) {
+  return kTermsInPairs<Ops> ? (group_in + 1) / 2 : group_in;
+}
+
 // The vectors [first_vector, first_vector + vectors) of `pixels` input pixels of x (NHWC, from its
 // first pixel), spread: with P = lanes / (Cout/G) groups to a vector (Parts),
 //   out[p * pixel_size + i * channel_step + (v - first_vector) * lanes + l]
-//     = x[p, (P * v + l / (Cout/G)) * C/G + i],
+//     = term i of x[p, (P * v + l / (Cout/G)) * C/G + ...] (term_value),
 // 0 for a group past the last, in the sums' type.
 template <class Ops, int Parts, typename scalar_t, typename acc_t>
 TORCH_CONVBP_INLINE void spread_parts(const scalar_t* x, int64_t pixels, const ConvShape& s,
@@ -82,10 +108,12 @@ TORCH_CONVBP_INLINE void spread_parts(const scalar_t* x, int64_t pixels, const C
     for (int64_t v = 0; v < vectors; ++v) {
       const int64_t first_group = Parts * (first_vector + v);
       const scalar_t* first = x + first_group * group_in;
-      for (int64_t i = 0; i < group_in; ++i) {
+      for (int64_t i = 0; i < terms_of<Ops>(group_in); ++i) {
         acc_t values[Parts];
         for (int q = 0; q < Parts; ++q) {
-          values[q] = first_group + q < groups ? static_cast<acc_t>(first[q * group_in + i]) : 0;
+          values[q] = first_group + q < groups
+                          ? term_value<kTermsInPairs<Ops>, acc_t>(first + q * group_in, 1, i, group_in)
+                          : acc_t(0);
         }
         const V parts = Ops::template splat_parts<V, Parts>(values);
         std::memcpy(out + i * channel_step + v * lanes, &parts, sizeof(V));

@@ -19,7 +19,10 @@
 // channels, spread[pixel][i][c] = x[pixel, group(c) * C/G + i] (Cout/G copies of each value), and
 // a term is then a vector of the spread times a vector of weights [kh*kw, C/G, Cout] (the whole
 // layer as one group). Each element keeps its terms and their order (benchmarks/NOTES.md,
-// section 49). The vectors are 32 bytes, or 64 where the CPU has AVX-512 (section 51).
+// section 49). The vectors are 32 bytes, or 64 where the CPU has AVX-512 (section 51). bfloat16
+// there, on a CPU with AVX512_BF16, keeps the spread and the weights as bfloat16 pairs of input
+// channels and sums two terms an instruction (Avx512PairOps, vector_ops.h): the same terms in the
+// same order, each rounded once, so the same bits wherever no value is subnormal (section 121).
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
@@ -33,6 +36,7 @@
 #include <vector>
 
 #include "../checks.h"
+#include "bfloat16_cpu.h"
 #include "cpu_kernels.h"
 #include "group_spread.h"
 #include "vector_ops.h"
@@ -50,7 +54,8 @@ struct TapOffsets {
 // length (Cout/G rounded up to whole vectors), the step from one output column's input pixel to
 // the next one's, the output's pixel size, and the step from one of a group's input channels to
 // the next in the operand (1 in the input, a weight row in the spread). Summed across the
-// groups, the "group" is the whole layer: C/G input and Cout output channels.
+// groups, the "group" is the whole layer: C/G input and Cout output channels. (group_in counts
+// the terms of a tap: input channels, or pairs of them where Ops sums bfloat16 in pairs.)
 struct RowDims {
   int64_t group_in, group_out, weight_row, input_pixel_step, out_channels, operand_channel_step;
 };
@@ -98,6 +103,16 @@ TORCH_CONVBP_INLINE void sum_block(const std::vector<TapOffsets>& taps, const op
       }
       return;
     }
+  }
+  if constexpr (std::is_same_v<scalar_t, c10::BFloat16>) {
+    // c10's rounding, 16 or 8 sums at a time (bfloat16_cpu.h), where element by element it took
+    // about a sixth of ResNeXt's bfloat16 forward (benchmarks/NOTES.md, section 121)
+    for (int q = 0; q < PB; ++q) {
+      acc_t row[NV * lanes];
+      std::memcpy(row, &sum[q][0], sizeof(row));
+      round_to_bfloat16(row, count, y + q * d.out_channels);
+    }
+    return;
   }
   for (int q = 0; q < PB; ++q) {
     for (int v = 0; v < NV; ++v) {
@@ -331,12 +346,13 @@ int64_t band_rows(const ConvShape& s, int64_t row_size, int64_t budget) {
   return rows;
 }
 
-// The weight [Cout, C/G, kh, kw] as [Cout / d.group_out, kh*kw, C/G, weight_row] in the sums'
+// The weight [Cout, C/G, kh, kw] as [Cout / d.group_out, kh*kw, terms, weight_row] in the sums'
 // type: per group (or, summed across the groups, for the whole layer), each tap's rows of output
-// channels adjacent, zero past d.group_out.
-template <typename scalar_t, typename acc_t>
+// channels adjacent, zero past d.group_out. A row per input channel, or per pair of them where
+// Ops sums terms in pairs (term_value, group_spread.h; d.group_in counts the rows).
+template <class Ops, typename scalar_t, typename acc_t>
 std::vector<acc_t> rearranged_weight(const scalar_t* weight, const ConvShape& s, const RowDims& d) {
-  const int64_t taps = s.kernel_h * s.kernel_w;
+  const int64_t taps = s.kernel_h * s.kernel_w, group_in = s.in_channels / s.groups;
   const int64_t blocks = s.out_channels / d.group_out;
   std::vector<acc_t> w(blocks * taps * d.group_in * d.weight_row, acc_t(0));
   for (int64_t o = 0; o < s.out_channels; ++o) {
@@ -344,7 +360,8 @@ std::vector<acc_t> rearranged_weight(const scalar_t* weight, const ConvShape& s,
     for (int64_t i = 0; i < d.group_in; ++i) {
       for (int64_t t = 0; t < taps; ++t) {
         w[((g * taps + t) * d.group_in + i) * d.weight_row + j] =
-            weight[(o * d.group_in + i) * taps + t];
+            term_value<kTermsInPairs<Ops>, acc_t>(weight + o * group_in * taps + t, taps, i,
+                                                  group_in);
       }
     }
   }
@@ -362,10 +379,12 @@ void forward_kernel(const scalar_t* input, const scalar_t* weight, scalar_t* out
   const auto whole_vectors = [](int64_t n) { return (n + lanes - 1) / lanes * lanes; };
   const int64_t group_in = s.in_channels / s.groups, group_out = s.out_channels / s.groups;
   const bool across_groups = summed_across_groups(s, lanes);
-  const int64_t spread_pixel = group_in * whole_vectors(s.out_channels) + 64 / sizeof(acc_t);
+  TORCH_INTERNAL_ASSERT(across_groups || !kTermsInPairs<Ops>, "terms in pairs: the spread's only");
+  const int64_t terms = terms_of<Ops>(group_in);
+  const int64_t spread_pixel = terms * whole_vectors(s.out_channels) + 64 / sizeof(acc_t);
   const RowDims d =
       across_groups
-          ? RowDims{group_in,
+          ? RowDims{terms,
                     s.out_channels,
                     whole_vectors(s.out_channels),
                     s.stride_w * spread_pixel,
@@ -373,7 +392,7 @@ void forward_kernel(const scalar_t* input, const scalar_t* weight, scalar_t* out
                     whole_vectors(s.out_channels)}
           : RowDims{group_in,       group_out, whole_vectors(group_out), s.stride_w * s.in_channels,
                     s.out_channels, 1};
-  const std::vector<acc_t> w = rearranged_weight<scalar_t, acc_t>(weight, s, d);
+  const std::vector<acc_t> w = rearranged_weight<Ops, scalar_t, acc_t>(weight, s, d);
   const int64_t rows =
       across_groups
           ? band_rows(s, s.stride_h * s.width * spread_pixel * int64_t(sizeof(acc_t)), 512 << 10)
@@ -409,6 +428,15 @@ void grouped_conv2d_cpu(const Tensor& input, const Tensor& weight, IntArrayRef s
   if (output.numel() == 0) return;
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, input.scalar_type(), "grouped_conv2d", [&] {
+#ifdef TORCH_CONVBP_AVX512_BANDS
+        if constexpr (std::is_same_v<scalar_t, at::BFloat16>) {  // two terms an instruction
+          if (cpu_has_bfloat16_pairs() && summed_across_groups(s, /*lanes=*/16)) {
+            return forward_kernel<Avx512PairOps>(input.const_data_ptr<scalar_t>(),
+                                                 weight.const_data_ptr<scalar_t>(),
+                                                 output.mutable_data_ptr<scalar_t>(), s);
+          }
+        }
+#endif
         with_ops_for_groups<at::opmath_type<scalar_t>>(s, [&](auto ops) {
           forward_kernel<decltype(ops)>(input.const_data_ptr<scalar_t>(),
                                         weight.const_data_ptr<scalar_t>(),

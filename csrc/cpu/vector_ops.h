@@ -73,6 +73,10 @@ struct LaneOps {
   }
 };
 
+// Whether Ops sums bfloat16 terms in pairs (Avx512PairOps below): its operands hold pairs' bits.
+template <class Ops>
+inline constexpr bool kTermsInPairs = false;
+
 #ifdef TORCH_CONVBP_AVX2_BANDS
 // The same as one AVX2 instruction each (FMA3 also rounds once), for the bands compiled for AVX2.
 // Written out, because GCC's vectorizer did not make them of the lane loops: std::fma per lane
@@ -157,6 +161,23 @@ struct Avx512Ops {
   }
 };
 
+// bfloat16 operands as pairs, for the bands compiled for AVX-512 with AVX512_BF16: a 32-bit lane of
+// an operand holds two bfloat16 values, the term that comes first in its upper half, and
+// multiply_add is VDPBF16PS, which adds to c the product of the upper halves, then that of the
+// lower ones, each a multiply-add rounded once (a product of two bfloat16 values is exact in
+// float32): two terms in one instruction, in order, the same bits as two FMAs wherever no value is
+// subnormal (the instruction reads subnormal values as zero and flushes subnormal results, a
+// difference only below 1.2e-38). Checked against two FMAs on this hardware: benchmarks/NOTES.md,
+// section 121. Only the spread's sums take them (grouped_forward_cpu.cpp).
+#define TORCH_CONVBP_AVX512_BF16 __attribute__((target("avx512f,avx512bf16,avx2,fma")))
+struct Avx512PairOps : Avx512Ops {
+  TORCH_CONVBP_AVX512_BF16 static inline Floats multiply_add(Floats a, Floats b, Floats c) {
+    return _mm512_dpbf16_ps(c, reinterpret_cast<__m512bh&>(a), reinterpret_cast<__m512bh&>(b));
+  }
+};
+template <>
+inline constexpr bool kTermsInPairs<Avx512PairOps> = true;
+
 // Whether to run the code compiled for AVX2 with FMA: where the CPU has them, unless
 // TORCH_CONVBP_NO_AVX2 is set (read once), which lets the tests run the baseline code on an AVX2
 // machine too (tests/test_route_grouped.py).
@@ -172,6 +193,14 @@ inline bool cpu_has_avx2_fma() {
 inline bool cpu_has_avx512() {
   static const bool has = cpu_has_avx2_fma() && cpu_allows_avx512_kernels() &&
                           std::getenv("TORCH_CONVBP_NO_AVX512") == nullptr;
+  return has;
+}
+
+// Whether bfloat16 terms run in pairs (Avx512PairOps): where the AVX-512 code runs and the CPU has
+// AVX512_BF16, unless TORCH_CONVBP_NO_BFLOAT16_PAIRS is set (read once; the tests compare the two).
+inline bool cpu_has_bfloat16_pairs() {
+  static const bool has = cpu_has_avx512() && __builtin_cpu_supports("avx512bf16") &&
+                          std::getenv("TORCH_CONVBP_NO_BFLOAT16_PAIRS") == nullptr;
   return has;
 }
 
@@ -219,6 +248,10 @@ __attribute__((target("avx2,fma"))) void run_compiled_for(Avx2Ops, Args&&... arg
 template <class Body, typename... Args>
 TORCH_CONVBP_AVX512 void run_compiled_for(Avx512Ops, Args&&... args) {
   Body::template run<Avx512Ops>(args...);
+}
+template <class Body, typename... Args>
+TORCH_CONVBP_AVX512_BF16 void run_compiled_for(Avx512PairOps, Args&&... args) {
+  Body::template run<Avx512PairOps>(args...);
 }
 #endif
 
