@@ -278,11 +278,28 @@ TORCH_CONVBP_INLINE void sum_rows(const operand_t* operand, int64_t first_row, i
 // (row by row, all groups each, a 32-per-group layer of 7x7 pixels reloaded 36 KiB of weights per
 // group for every 7 pixels: benchmarks/NOTES.md, section 21); the band's input rows stay in the L2
 // cache across the groups.
+// bfloat16 input rows are widened to float32 first, once per band (into the scratch's spread,
+// which this band does not use): a term's broadcast value is then one load, where converting it
+// as it was read took the bfloat16 kernel to about twice float32's time (benchmarks/NOTES.md,
+// section 121).
 template <class Ops, typename scalar_t, typename acc_t>
 TORCH_CONVBP_INLINE void band_by_groups(const scalar_t* image, const acc_t* w, int64_t first_row,
                                         int64_t rows, BandScratch<acc_t>& scratch,
                                         scalar_t* out_image, const ConvShape& s, const RowDims& d) {
   const int64_t weight_group_size = s.kernel_h * s.kernel_w * d.group_in * d.weight_row;
+  if constexpr (std::is_same_v<scalar_t, c10::BFloat16>) {
+    const Span input_rows = band_input_rows(s, first_row, rows);
+    const int64_t row_size = s.width * s.in_channels;
+    const int64_t count = std::max<int64_t>(input_rows.end - input_rows.begin, 0) * row_size;
+    acc_t* widened = cache_aligned(scratch.spread, count);
+    widen_bfloat16(image + input_rows.begin * row_size, count, widened);
+    for (int64_t g = 0; g < s.groups; ++g) {
+      sum_rows<Ops, false>(widened + g * d.group_in, input_rows.begin, s.in_channels,
+                           w + g * weight_group_size, Span{first_row, first_row + rows}, scratch,
+                           out_image + g * d.group_out, s, d);
+    }
+    return;
+  }
   for (int64_t g = 0; g < s.groups; ++g) {
     sum_rows<Ops, false>(image + g * d.group_in, 0, s.in_channels, w + g * weight_group_size,
                          Span{first_row, first_row + rows}, scratch, out_image + g * d.group_out, s,
