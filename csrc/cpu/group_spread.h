@@ -111,9 +111,9 @@ TORCH_CONVBP_INLINE void spread_parts(const scalar_t* x, int64_t pixels, const C
       for (int64_t i = 0; i < terms_of<Ops>(group_in); ++i) {
         acc_t values[Parts];
         for (int q = 0; q < Parts; ++q) {
-          values[q] = first_group + q < groups
-                          ? term_value<kTermsInPairs<Ops>, acc_t>(first + q * group_in, 1, i, group_in)
-                          : acc_t(0);
+          values[q] = first_group + q < groups ? term_value<kTermsInPairs<Ops>, acc_t>(
+                                                     first + q * group_in, 1, i, group_in)
+                                               : acc_t(0);
         }
         const V parts = Ops::template splat_parts<V, Parts>(values);
         std::memcpy(out + i * channel_step + v * lanes, &parts, sizeof(V));
