@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "../checks.h"
+#include "bfloat16_cpu.h"
 #include "cpu_kernels.h"
 #include "group_spread.h"
 #include "vector_ops.h"
@@ -47,8 +48,8 @@ namespace {
 // One tap of one image, within the output rows `out_rows`: the output pixels whose tap reads
 // inside the image (a rectangle, `rows` x `columns`), where the first one's terms are (element
 // offsets in x, or in its spread, from image row `x_first_row` on, `x_pixel_size` elements a
-// pixel, and in the image of dy), and the steps to the next row and column of that rectangle in
-// each.
+// pixel, and in the image of dy, `dy_pixel_size` elements a pixel), and the steps to the next row
+// and column of that rectangle in each.
 struct TapPixels {
   int64_t rows, columns;
   int64_t x_first, dy_first;
@@ -56,7 +57,7 @@ struct TapPixels {
 };
 
 TapPixels tap_pixels(const ConvShape& s, int64_t ki, int64_t kj, Span out_rows, int64_t x_first_row,
-                     int64_t x_pixel_size) {
+                     int64_t x_pixel_size, int64_t dy_pixel_size) {
   const int64_t row_offset = input_index(int64_t{0}, s.stride_h, s.pad_h, ki, s.dilation_h);
   const Span valid = valid_columns(row_offset, s.stride_h, s.height, s.out_height);
   const Span rows{
@@ -68,11 +69,11 @@ TapPixels tap_pixels(const ConvShape& s, int64_t ki, int64_t kj, Span out_rows, 
   return {rows.end - rows.begin,
           tap.columns.end - tap.columns.begin,
           (ih * s.width + iw) * x_pixel_size,
-          (rows.begin * s.out_width + tap.columns.begin) * s.out_channels,
+          (rows.begin * s.out_width + tap.columns.begin) * dy_pixel_size,
           s.stride_h * s.width * x_pixel_size,
           s.stride_w * x_pixel_size,
-          s.out_width * s.out_channels,
-          s.out_channels};
+          s.out_width * dy_pixel_size,
+          dy_pixel_size};
 }
 
 // NV whole vectors of acc_t from p, of which the first `count` values are a group's output
@@ -225,43 +226,80 @@ struct GroupDims {
   int64_t group_in, group_out, total_row;
 };
 
+// One image's terms of group g for taps [first_tap, end_tap), added to the group's totals
+// [taps, C/G, total_row]: for each tap and each slice of at most 2 vectors of output channels (as
+// the forward's blocks, grouped_forward_cpu.cpp), the blocks above. `x` and `dy` are the group's
+// first channels of the image's first pixel, `x_pixel` and `dy_pixel` elements a pixel.
+template <class Ops, typename operand_t, typename grad_t, typename acc_t>
+TORCH_CONVBP_INLINE void sum_image_taps(const operand_t* x, int64_t x_pixel, const grad_t* dy,
+                                        int64_t dy_pixel, const grad_t* dy_end, int64_t first_tap,
+                                        int64_t end_tap, const ConvShape& s, const GroupDims& d,
+                                        acc_t* totals) {
+  constexpr int64_t lanes = Vector<acc_t, Ops::kBytes>::lanes;
+  constexpr int64_t slice = 2 * lanes;
+  for (int64_t tap = first_tap; tap < end_tap; ++tap) {
+    const TapPixels t =
+        tap_pixels(s, tap / s.kernel_w, tap % s.kernel_w, {0, s.out_height}, 0, x_pixel, dy_pixel);
+    acc_t* tap_totals = totals + tap * d.group_in * d.total_row;
+    for (int64_t first = 0; first < d.group_out; first += slice) {
+      const int64_t count = std::min(slice, d.group_out - first);
+      if (count > lanes) {
+        sum_tap_slice<Ops, 2, false>(t, x, 1, dy + first, d.group_in, count, dy_end,
+                                     tap_totals + first, d.total_row);
+      } else {
+        sum_tap_slice<Ops, 1, false>(t, x, 1, dy + first, d.group_in, count, dy_end,
+                                     tap_totals + first, d.total_row);
+      }
+    }
+  }
+}
+
+// A task's copies of one image's channels of a group, widened to float32 (bfloat16 only).
+template <typename acc_t>
+struct WidenedGroup {
+  std::vector<acc_t> x, dy;
+};
+
 // Group g's totals [taps, C/G, total_row] for taps [first_tap, end_tap), summed over the images in
-// order: for each image, each tap, and each slice of at most 2 vectors of output channels (as
-// the forward's blocks, grouped_forward_cpu.cpp), the blocks above.
-// Compiled for each set of vector operations (run_compiled_for, vector_ops.h).
+// order (sum_image_taps). bfloat16 images have their group's channels widened to float32 first,
+// x as [pixels, C/G] and dy as [pixels, total_row] (zeros past Cout/G): a term's values are then
+// loads, where converting each as it was read took the bfloat16 kernel to 3-4x float32's time
+// (benchmarks/NOTES.md, section 121). Compiled for each set of vector operations
+// (run_compiled_for, vector_ops.h).
 struct GroupTotals {
   template <class Ops, typename scalar_t, typename acc_t>
   static TORCH_CONVBP_INLINE void run(const scalar_t* input, const scalar_t* grad_output, int64_t g,
                                       int64_t first_tap, int64_t end_tap, const ConvShape& s,
-                                      const GroupDims& d, acc_t* totals);
+                                      const GroupDims& d, WidenedGroup<acc_t>& widened,
+                                      acc_t* totals);
 };
 
 template <class Ops, typename scalar_t, typename acc_t>
 TORCH_CONVBP_INLINE void GroupTotals::run(const scalar_t* input, const scalar_t* grad_output,
                                           int64_t g, int64_t first_tap, int64_t end_tap,
-                                          const ConvShape& s, const GroupDims& d, acc_t* totals) {
-  constexpr int64_t lanes = Vector<acc_t, Ops::kBytes>::lanes;
-  constexpr int64_t slice = 2 * lanes;
-  const int64_t image_size = s.height * s.width * s.in_channels;
-  const int64_t grad_image_size = s.out_height * s.out_width * s.out_channels;
-  const scalar_t* dy_end = grad_output + s.batch * grad_image_size;
+                                          const ConvShape& s, const GroupDims& d,
+                                          WidenedGroup<acc_t>& widened, acc_t* totals) {
+  const int64_t pixels = s.height * s.width, out_pixels = s.out_height * s.out_width;
+  const int64_t image_size = pixels * s.in_channels, grad_image_size = out_pixels * s.out_channels;
   for (int64_t n = 0; n < s.batch; ++n) {
     const scalar_t* x = input + n * image_size + g * d.group_in;
     const scalar_t* dy = grad_output + n * grad_image_size + g * d.group_out;
-    for (int64_t tap = first_tap; tap < end_tap; ++tap) {
-      const TapPixels t =
-          tap_pixels(s, tap / s.kernel_w, tap % s.kernel_w, {0, s.out_height}, 0, s.in_channels);
-      acc_t* tap_totals = totals + tap * d.group_in * d.total_row;
-      for (int64_t first = 0; first < d.group_out; first += slice) {
-        const int64_t count = std::min(slice, d.group_out - first);
-        if (count > lanes) {
-          sum_tap_slice<Ops, 2, false>(t, x, 1, dy + first, d.group_in, count, dy_end,
-                                       tap_totals + first, d.total_row);
-        } else {
-          sum_tap_slice<Ops, 1, false>(t, x, 1, dy + first, d.group_in, count, dy_end,
-                                       tap_totals + first, d.total_row);
-        }
+    if constexpr (std::is_same_v<scalar_t, c10::BFloat16>) {
+      widened.x.resize(pixels * d.group_in);
+      widened.dy.assign(out_pixels * d.total_row, acc_t(0));
+      for (int64_t p = 0; p < pixels; ++p) {
+        widen_bfloat16(x + p * s.in_channels, d.group_in, widened.x.data() + p * d.group_in);
       }
+      for (int64_t p = 0; p < out_pixels; ++p) {
+        widen_bfloat16(dy + p * s.out_channels, d.group_out, widened.dy.data() + p * d.total_row);
+      }
+      const acc_t* dy_wide = widened.dy.data();
+      sum_image_taps<Ops>(widened.x.data(), d.group_in, dy_wide, d.total_row,
+                          dy_wide + widened.dy.size(), first_tap, end_tap, s, d, totals);
+    } else {
+      sum_image_taps<Ops>(x, s.in_channels, dy, s.out_channels,
+                          grad_output + s.batch * grad_image_size, first_tap, end_tap, s, d,
+                          totals);
     }
   }
 }
@@ -324,8 +362,8 @@ TORCH_CONVBP_INLINE void SliceTotals::run(const scalar_t* input, const scalar_t*
       spread_pixels<Ops>(image + in_rows.begin * s.width * s.in_channels, pixels, s, first_vector,
                          vectors, pixel_size, channel_step, spread);
       for (int64_t tap = first_tap; tap < end_tap; ++tap) {
-        const TapPixels t =
-            tap_pixels(s, tap / s.kernel_w, tap % s.kernel_w, out_rows, in_rows.begin, pixel_size);
+        const TapPixels t = tap_pixels(s, tap / s.kernel_w, tap % s.kernel_w, out_rows,
+                                       in_rows.begin, pixel_size, s.out_channels);
         acc_t* tap_partial = partial.data() + tap * group_in * total_row;
         if (vectors == 2) {
           sum_tap_slice<Ops, 2, true>(t, spread, channel_step, dy, group_in, count, dy_end,
@@ -404,13 +442,13 @@ void weight_grad_kernel(const scalar_t* input, const scalar_t* grad_output, scal
     return;
   }
   const GroupDims d{group_in, group_out, (group_out + lanes - 1) / lanes * lanes};
-  struct NoScratch {};
-  weight_grad_tasks<NoScratch, scalar_t, acc_t>(
+  weight_grad_tasks<WidenedGroup<acc_t>, scalar_t, acc_t>(
       s.groups, d.total_row, [&](int64_t g) { return g * group_out; },
       [&](int64_t) { return group_out; },
-      [&](int64_t g, int64_t first_tap, int64_t end_tap, NoScratch&, acc_t* totals) {
+      [&](int64_t g, int64_t first_tap, int64_t end_tap, WidenedGroup<acc_t>& widened,
+          acc_t* totals) {
         run_compiled_for<GroupTotals>(Ops{}, input, grad_output, g, first_tap, end_tap, s, d,
-                                      totals);
+                                      widened, totals);
       },
       grad_weight, s);
 }
