@@ -104,23 +104,13 @@ TORCH_CONVBP_INLINE void sum_block(const std::vector<TapOffsets>& taps, const op
       return;
     }
   }
-  if constexpr (std::is_same_v<scalar_t, c10::BFloat16>) {
-    // c10's rounding, 16 or 8 sums at a time (bfloat16_cpu.h), where element by element it took
-    // about a sixth of ResNeXt's bfloat16 forward (benchmarks/NOTES.md, section 121)
-    for (int q = 0; q < PB; ++q) {
-      acc_t row[NV * lanes];
-      std::memcpy(row, &sum[q][0], sizeof(row));
-      round_to_bfloat16(row, count, y + q * d.out_channels);
-    }
-    return;
-  }
+  // Each pixel's `count` sums through narrow (bfloat16_cpu.h): bfloat16 rounded 16 or 8 at a
+  // time, where element by element c10's rounding took about a sixth of ResNeXt's bfloat16
+  // forward (benchmarks/NOTES.md, section 121).
   for (int q = 0; q < PB; ++q) {
-    for (int v = 0; v < NV; ++v) {
-      for (int64_t l = 0; l < lanes; ++l) {
-        if (v * lanes + l < count)
-          y[q * d.out_channels + v * lanes + l] = static_cast<scalar_t>(sum[q][v][l]);
-      }
-    }
+    acc_t row[NV * lanes];
+    std::memcpy(row, &sum[q][0], sizeof(row));
+    narrow(row, count, y + q * d.out_channels);
   }
 }
 
@@ -278,21 +268,21 @@ TORCH_CONVBP_INLINE void sum_rows(const operand_t* operand, int64_t first_row, i
 // (row by row, all groups each, a 32-per-group layer of 7x7 pixels reloaded 36 KiB of weights per
 // group for every 7 pixels: benchmarks/NOTES.md, section 21); the band's input rows stay in the L2
 // cache across the groups.
-// bfloat16 input rows are widened to float32 first, once per band (into the scratch's spread,
-// which this band does not use): a term's broadcast value is then one load, where converting it
-// as it was read took the bfloat16 kernel to about twice float32's time (benchmarks/NOTES.md,
-// section 121).
+// Input rows narrower than the sums (bfloat16, float16) are widened first, once per band (widen,
+// bfloat16_cpu.h; into the scratch's spread, which this band does not use): a term's broadcast
+// value is then one load, where converting it as it was read took the bfloat16 kernel to about
+// twice float32's time (benchmarks/NOTES.md, section 121).
 template <class Ops, typename scalar_t, typename acc_t>
 TORCH_CONVBP_INLINE void band_by_groups(const scalar_t* image, const acc_t* w, int64_t first_row,
                                         int64_t rows, BandScratch<acc_t>& scratch,
                                         scalar_t* out_image, const ConvShape& s, const RowDims& d) {
   const int64_t weight_group_size = s.kernel_h * s.kernel_w * d.group_in * d.weight_row;
-  if constexpr (std::is_same_v<scalar_t, c10::BFloat16>) {
+  if constexpr (!std::is_same_v<scalar_t, acc_t>) {
     const Span input_rows = band_input_rows(s, first_row, rows);
     const int64_t row_size = s.width * s.in_channels;
     const int64_t count = std::max<int64_t>(input_rows.end - input_rows.begin, 0) * row_size;
     acc_t* widened = cache_aligned(scratch.spread, count);
-    widen_bfloat16(image + input_rows.begin * row_size, count, widened);
+    widen(image + input_rows.begin * row_size, count, widened);
     for (int64_t g = 0; g < s.groups; ++g) {
       sum_rows<Ops, false>(widened + g * d.group_in, input_rows.begin, s.in_channels,
                            w + g * weight_group_size, Span{first_row, first_row + rows}, scratch,

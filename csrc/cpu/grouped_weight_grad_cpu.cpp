@@ -254,18 +254,19 @@ TORCH_CONVBP_INLINE void sum_image_taps(const operand_t* x, int64_t x_pixel, con
   }
 }
 
-// A task's copies of one image's channels of a group, widened to float32 (bfloat16 only).
+// A task's copies of one image's channels of a group, widened to the sums' type (bfloat16 and
+// float16 only).
 template <typename acc_t>
 struct WidenedGroup {
   std::vector<acc_t> x, dy;
 };
 
 // Group g's totals [taps, C/G, total_row] for taps [first_tap, end_tap), summed over the images in
-// order (sum_image_taps). bfloat16 images have their group's channels widened to float32 first,
-// x as [pixels, C/G] and dy as [pixels, total_row] (zeros past Cout/G): a term's values are then
-// loads, where converting each as it was read took the bfloat16 kernel to 3-4x float32's time
-// (benchmarks/NOTES.md, section 121). Compiled for each set of vector operations
-// (run_compiled_for, vector_ops.h).
+// order (sum_image_taps). Images narrower than the sums have their group's channels widened
+// first (widen, bfloat16_cpu.h), x as [pixels, C/G] and dy as [pixels, total_row] (zeros past
+// Cout/G): a term's values are then loads, where converting each as it was read took the
+// bfloat16 kernel to 3-4x float32's time (benchmarks/NOTES.md, section 121). Compiled for each set
+// of vector operations (run_compiled_for, vector_ops.h).
 struct GroupTotals {
   template <class Ops, typename scalar_t, typename acc_t>
   static TORCH_CONVBP_INLINE void run(const scalar_t* input, const scalar_t* grad_output, int64_t g,
@@ -284,14 +285,16 @@ TORCH_CONVBP_INLINE void GroupTotals::run(const scalar_t* input, const scalar_t*
   for (int64_t n = 0; n < s.batch; ++n) {
     const scalar_t* x = input + n * image_size + g * d.group_in;
     const scalar_t* dy = grad_output + n * grad_image_size + g * d.group_out;
-    if constexpr (std::is_same_v<scalar_t, c10::BFloat16>) {
+    if constexpr (!std::is_same_v<scalar_t, acc_t>) {
       widened.x.resize(pixels * d.group_in);
-      widened.dy.assign(out_pixels * d.total_row, acc_t(0));
+      widened.dy.resize(out_pixels * d.total_row);
       for (int64_t p = 0; p < pixels; ++p) {
-        widen_bfloat16(x + p * s.in_channels, d.group_in, widened.x.data() + p * d.group_in);
+        widen(x + p * s.in_channels, d.group_in, widened.x.data() + p * d.group_in);
       }
       for (int64_t p = 0; p < out_pixels; ++p) {
-        widen_bfloat16(dy + p * s.out_channels, d.group_out, widened.dy.data() + p * d.total_row);
+        acc_t* row = widened.dy.data() + p * d.total_row;
+        widen(dy + p * s.out_channels, d.group_out, row);
+        std::fill(row + d.group_out, row + d.total_row, acc_t(0));
       }
       const acc_t* dy_wide = widened.dy.data();
       sum_image_taps<Ops>(widened.x.data(), d.group_in, dy_wide, d.total_row,
