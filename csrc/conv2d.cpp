@@ -81,16 +81,30 @@ Tensor columns_of(const Tensor& x, const ConvShape& s, const Chunk& c, Layout la
 // Route pointwise_by_images: every image is its own column matrix, so the whole batch is one
 // batched GEMM, with the weight broadcast over the images (a batch stride of 0). No im2col, no
 // staging, no workspace (benchmarks/NOTES.md, section 16). The blocks (gemm.h) are of whole
-// images, each one GEMM, so the bits do not depend on the thread count.
+// images, each one GEMM, so the bits do not depend on the thread count. `float32`: the engine of
+// float32 GEMMs (gemm_choice.h).
 // [N, Cout, (D*)H*W] = [N (broadcast), Cout, Cin] @ [N, Cin, (D*)H*W]
 void forward_pointwise_by_images(const Tensor& x, const Tensor& w, const ConvShape& s,
-                                 const Tensor& output) {
+                                 const Tensor& output, Float32Gemms float32) {
   if (s.batch == 0) return;
   const int64_t pixels = s.input_rows() * s.width;
   const Tensor y = output.view({s.batch, s.out_channels, pixels});
   gemm_out(y, w.expand({s.batch, s.out_channels, s.in_channels}),
            x.view({s.batch, s.in_channels, pixels}),
-           gemm_blocks(/*units=*/1, y.sizes(), x.device()));
+           gemm_blocks(/*units=*/1, y.sizes(), x.device()), float32);
+}
+
+// The engine of the pointwise input gradient's GEMMs fed NCHW, dX [Cin, P] = W^T [Cin, Cout] @
+// dY [Cout, P] per image. On planes of at most kMaxMicrokernelPointwisePlane pixels (7x7, 8x8)
+// MKL ran that product of a transposed weight at 1.3-1.5x ATen's time, and the micro-kernel
+// driver, which computes it as dX^T [P, Cin] = dY^T @ W (Cin the wide side), at 0.76-0.85x MKL's;
+// on 14x14 planes 0.9-1.08x, and on larger ones 1.0-1.2x (benchmarks/NOTES.md, section 122). The
+// forward's product, W [Cout, Cin] @ X [Cin, P], it did not run faster (1.0-1.25x).
+constexpr int64_t kMaxMicrokernelPointwisePlane = 64;
+Float32Gemms pointwise_input_grad_gemms(const ConvShape& s) {
+  return s.input_rows() * s.width <= kMaxMicrokernelPointwisePlane
+             ? Float32Gemms::microkernel_on_avx512
+             : Float32Gemms::cpu_rule;
 }
 
 // The sum over the first dimension of t [n, ...], in a fixed order: the last half added into the
@@ -365,7 +379,8 @@ Tensor convolution_forward(const char* op, int64_t dims, const Tensor& input, co
       call_implicit(ImplicitKernel::forward, x, implicit_weight(weight), s, output);
       break;
     case Route::pointwise_by_images:
-      forward_pointwise_by_images(x, gemm_weight(weight, s, route.layout), s, output);
+      forward_pointwise_by_images(x, gemm_weight(weight, s, route.layout), s, output,
+                                  Float32Gemms::cpu_rule);
       break;
     case Route::columns:
       forward_by_chunks(x, gemm_weight(weight, s, route.layout), s, route.layout, output);
@@ -457,17 +472,21 @@ Tensor convolution_input_grad(const char* op, int64_t dims, const Tensor& grad_o
     case Route::implicit_nhwc:  // the stride-1 convolution of dY
       call_implicit(ImplicitKernel::input_grad, dy, implicit_weight(weight), s, grad_input);
       break;
-    case Route::pointwise_by_images:
+    case Route::pointwise_by_images: {
+      // A 1x1 kernel's flipped, transposed weight is W^T: the GEMM reads the weight as it is,
+      // [1, Cout, Cin] as the transposed view [1, Cin, Cout], where the copy of it took a fifth
+      // of 2048>512@7's input gradient (benchmarks/NOTES.md, section 122).
+      const Tensor w = gemm_weight(weight, s, route.layout).transpose(1, 2);
+      forward_pointwise_by_images(dy, w, *input_grad_convolution(s), grad_input,
+                                  pointwise_input_grad_gemms(s));
+      break;
+    }
     case Route::transposed_columns: {
       const ConvShape transposed = *input_grad_convolution(s);
       // [Cin, Cout/G, kh, kw] as the matrices [G, Cin/G, Cout/G*kh*kw]
       const Tensor w =
           gemm_weight(flipped_transposed_weight(weight, s, route.layout), transposed, route.layout);
-      if (route.route == Route::pointwise_by_images) {
-        forward_pointwise_by_images(dy, w, transposed, grad_input);
-      } else {
-        forward_by_chunks(dy, w, transposed, route.layout, grad_input);
-      }
+      forward_by_chunks(dy, w, transposed, route.layout, grad_input);
       break;
     }
     case Route::columns: input_grad_by_col2im(dy, weight, s, route.layout, grad_input); break;

@@ -112,3 +112,40 @@ def test_same_bits_on_any_thread_count(n):
     finally:
         torch.set_num_threads(before)
     assert all(torch.equal(r, results[0]) for r in results)
+
+
+def input_grad(g, w, x_shape, threads=None):
+    """The input gradient, on `threads` threads if given."""
+    before = torch.get_num_threads()
+    try:
+        if threads:
+            torch.set_num_threads(threads)
+        return ops.conv2d_input_grad(g, w, list(x_shape), [1, 1], [0, 0], [1, 1], 1)
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("plane", [(7, 7), (8, 8), (1, 1), (3, 5), (9, 9), (14, 14)], ids=str)
+@pytest.mark.parametrize("n, c, cout", [(3, 40, 24), (1, 16, 48), (2, 96, 17)], ids=str)
+@pytest.mark.parametrize("weight_layout", [NCHW, torch.channels_last], ids=["w-nchw", "w-cl"])
+def test_float32_input_gradient_reads_the_weight_as_it_is(plane, n, c, cout, weight_layout, device):
+    """dX = W^T @ dY per image, the weight read through a transposed view (no flipped copy); on
+    planes of up to 64 pixels the CPU's micro-kernel driver computes it (gemm_choice.h), on larger
+    ones the CPU's rule: either way F.conv2d's gradient, and the same bits on any thread count."""
+    x, w = operands(n=n, c=c, h=plane[0], w=plane[1], cout=cout, dtype=torch.float32, device=device, layout=NCHW)
+    w = w.contiguous(memory_format=weight_layout)
+    g = torch.randn(n, cout, *plane, device=device)
+    assert torch_convbp.explain(x, w)["input_grad"].route == "pointwise_by_images"
+    ours = input_grad(g, w, x.shape)
+    ref = torch.nn.grad.conv2d_input(x.shape, w.double(), g.double())
+    torch.testing.assert_close(ours, ref.float(), rtol=1e-5, atol=1e-5)
+    assert ours.is_contiguous() and ours.dtype == torch.float32
+    if device == "cpu":
+        assert all(torch.equal(input_grad(g, w, x.shape, t), ours) for t in (1, 2, 3))
+
+
+def test_float32_input_gradient_of_an_empty_batch():
+    w = torch.randn(24, 40, 1, 1)
+    g = torch.empty(0, 24, 7, 7)
+    dx = input_grad(g, w, (0, 40, 7, 7))
+    assert dx.shape == (0, 40, 7, 7)
