@@ -236,22 +236,27 @@ TORCH_CONVBP_INLINE void sum_terms_of_pixels(const Terms& terms, const acc_t* w,
 }
 
 // Output row oh of one image, all columns and channels: each output element is the sum over the
-// taps, in (ki, kj) order, of the tap's weight times the input element the tap reads.
+// taps, in (ki, kj) order, of the tap's weight times the input element the tap reads. `done`: the
+// row's pixels its caller computed already (a bfloat16 row's strips), strip_pixels of its inner
+// columns, or none.
 template <typename scalar_t, typename acc_t>
 TORCH_CONVBP_WIDE_VECTOR_CLONES void forward_row(const scalar_t* image, const acc_t* w_by_tap,
                                                  int64_t oh, RowTerms& row_terms, scalar_t* out,
-                                                 const ConvShape& s) {
+                                                 const ConvShape& s, Span done = {0, 0}) {
   const int64_t c = s.in_channels, cout = s.out_channels, m = cout / c;
   // The columns every tap reads inside the image; the next output column reads stride_w input
   // columns on.
   RepeatingColumns inner{inner_columns(s), 1, s.stride_w * c};
   // A 3x3 kernel's inner columns in strips first (depthwise_strips_cpu.h); the rest here, the
   // inner columns' terms built again where the strips end.
-  Span strips{inner.columns.begin, inner.columns.begin};
+  Span strips = done;
   if constexpr (std::is_same_v<scalar_t, float> && std::is_same_v<acc_t, float>) {
-    strips.end = depthwise_strips(StripPass::forward, image, w_by_tap, oh, inner.columns, out, s);
-    inner.columns.begin = strips.end;
+    if (done.end == done.begin) {
+      strips = {inner.columns.begin,
+                depthwise_strips(StripPass::forward, image, w_by_tap, oh, inner.columns, out, s)};
+    }
   }
+  if (strips.end > strips.begin) inner.columns.begin = strips.end;
   const auto build = [&](int64_t ow, Terms& terms) {
     for (int64_t ki = 0; ki < s.kernel_h; ++ki) {
       const int64_t ih = input_row(s, oh, ki);
@@ -292,6 +297,17 @@ TORCH_CONVBP_WIDE_VECTOR_CLONES void forward_row(const scalar_t* image, const ac
   }
 }
 
+// The input columns that every kernel column on their stride reads from inside the output:
+// iw + pad_w - (kw-1)*dilation_w >= 0 and iw + pad_w <= (OW-1)*stride_w. Their taps repeat
+// with the stride's period, one output column on.
+Span input_grad_inner_columns(const ConvShape& s) {
+  return {
+      std::max<int64_t>(0,
+                        input_index(int64_t{0}, s.stride_w, s.pad_w, s.kernel_w - 1, s.dilation_w)),
+      std::min(s.width,
+               input_index(s.out_width - 1, s.stride_w, s.pad_w, int64_t{0}, s.dilation_w) + 1)};
+}
+
 // Input row ih of one image, all columns and channels: each input-gradient element is the sum,
 // in (o, ki, kj) order, of what the forward took from it times the output gradient there. The
 // m output channels of input channel ch are ch * m + k: a term per (k, ki, kj), whose weights
@@ -300,23 +316,19 @@ template <typename scalar_t, typename acc_t>
 TORCH_CONVBP_WIDE_VECTOR_CLONES void input_grad_row(const scalar_t* grad_image,
                                                     const acc_t* w_by_tap, int64_t ih,
                                                     RowTerms& row_terms, scalar_t* grad_in,
-                                                    const ConvShape& s) {
+                                                    const ConvShape& s, Span done = {0, 0}) {
   const int64_t c = s.in_channels, cout = s.out_channels, m = cout / c;
-  // The input columns that every kernel column on their stride reads from inside the output:
-  // iw + pad_w - (kw-1)*dilation_w >= 0 and iw + pad_w <= (OW-1)*stride_w. Their taps repeat
-  // with the stride's period, one output column on.
-  Span inner{
-      std::max<int64_t>(0,
-                        input_index(int64_t{0}, s.stride_w, s.pad_w, s.kernel_w - 1, s.dilation_w)),
-      std::min(s.width,
-               input_index(s.out_width - 1, s.stride_w, s.pad_w, int64_t{0}, s.dilation_w) + 1)};
-  // A 3x3 kernel's inner columns in strips first (depthwise_strips_cpu.h), as the forward's.
-  Span strips{inner.begin, inner.begin};
+  Span inner = input_grad_inner_columns(s);
+  // A 3x3 kernel's inner columns in strips first (depthwise_strips_cpu.h), as the forward's; or
+  // `done`, those its caller computed already (a bfloat16 row's strips).
+  Span strips = done;
   if constexpr (std::is_same_v<scalar_t, float> && std::is_same_v<acc_t, float>) {
-    strips.end =
-        depthwise_strips(StripPass::input_grad, grad_image, w_by_tap, ih, inner, grad_in, s);
-    inner.begin = strips.end;
+    if (done.end == done.begin) {
+      strips = {inner.begin, depthwise_strips(StripPass::input_grad, grad_image, w_by_tap, ih,
+                                              inner, grad_in, s)};
+    }
   }
+  if (strips.end > strips.begin) inner.begin = strips.end;
   const RepeatingColumns repeating{inner, s.stride_w, cout};
   const OutputIndexByTap<int64_t> first_row(ih, s.pad_h, s.dilation_h, s.stride_h);
   const auto build = [&](int64_t iw, Terms& terms) {
@@ -412,12 +424,15 @@ TORCH_CONVBP_WIDE_VECTOR_CLONES void add_weight_grad_lanes(const scalar_t* image
 // vectorizes in float32, but with c10's conversion inside, one element at a time: 6-9x float32's
 // time (benchmarks/NOTES.md, section 97). The same values, so the same sums and bits. The image
 // is left uninitialized: only the rows a task converts (its result rows' reach) are written, and
-// so only their pages are ever resident.
+// so only their pages are ever resident; and of each row only its `runs` (element ranges of the
+// row; the whole row unless given), where the kernels read no other elements.
 template <typename scalar_t, typename acc_t = at::opmath_type<scalar_t>>
 class WidenedRows {
  public:
-  WidenedRows(int64_t image_rows, int64_t row_size)
-      : values_(new acc_t[image_rows * row_size]), row_size_(row_size) {}
+  WidenedRows(int64_t image_rows, int64_t row_size, std::vector<Span> runs = {})
+      : values_(new acc_t[image_rows * row_size]), row_size_(row_size), runs_(std::move(runs)) {
+    if (runs_.empty()) runs_.push_back({0, row_size});
+  }
 
   // The image `image` with at least its rows [needed.begin, needed.end) converted. A task's
   // result rows ask for rows of one image in increasing order, then for the next image's.
@@ -427,17 +442,26 @@ class WidenedRows {
       converted_ = {needed.begin, needed.begin};
     }
     const int64_t from = std::max(converted_.end, needed.begin);
-    if (needed.end > from) {
+    if (needed.end > from && runs_.size() == 1 && runs_[0].begin == 0 &&
+        runs_[0].end == row_size_) {
       widen(image + from * row_size_, (needed.end - from) * row_size_,
             values_.get() + from * row_size_);
-      converted_.end = needed.end;
+    } else {
+      for (int64_t row = from; row < needed.end; ++row) {
+        for (const Span& run : runs_) {
+          const int64_t first = row * row_size_ + run.begin;
+          widen(image + first, run.end - run.begin, values_.get() + first);
+        }
+      }
     }
+    converted_.end = std::max(converted_.end, needed.end);
     return values_.get();
   }
 
  private:
   std::unique_ptr<acc_t[]> values_;
   int64_t row_size_;
+  std::vector<Span> runs_;
   const scalar_t* image_ = nullptr;
   Span converted_{0, 0};
 };
@@ -448,6 +472,63 @@ Span output_rows_reading(const ConvShape& s, int64_t ih) {
   const int64_t begin = std::max<int64_t>(0, ceil_div_signed(first, s.stride_h));
   const int64_t end = std::min(s.out_height, last / s.stride_h + 1);
   return {std::min(begin, end), end};
+}
+
+// The element runs of a source row (the forward's input, the input gradient's dY) that a pass's
+// result pixels outside `done` read, `done` a run of result pixels of a stride-1 layer: the
+// source columns within the kernel columns' reach of the pixels left of it and right of it; the
+// whole row where `done` is empty. The forward's pixel ow reads input columns ow - pad + [0,
+// reach], the input gradient's pixel iw dY columns iw + pad - [0, reach].
+std::vector<Span> source_runs_outside(StripPass pass, const ConvShape& s, Span done) {
+  const bool forward = pass == StripPass::forward;
+  const int64_t width = forward ? s.width : s.out_width;
+  const int64_t row = width * (forward ? s.in_channels : s.out_channels);
+  if (done.end <= done.begin) return {{0, row}};
+  const int64_t reach = (s.kernel_w - 1) * s.dilation_w;
+  const int64_t shift = forward ? -s.pad_w : s.pad_w - reach;  // of a pixel's first column read
+  const int64_t left_end = std::clamp<int64_t>(done.begin + shift + reach, 0, width);
+  const int64_t right_begin = std::clamp<int64_t>(done.end + shift, 0, width);
+  if (right_begin <= left_end) return {{0, row}};
+  const int64_t pixel = row / width;
+  return {{0, left_end * pixel}, {right_begin * pixel, row}};
+}
+
+// The rows [begin, end) of a pass's result (rows of `row_size` elements, `result_rows` an image)
+// on bfloat16 or float16 operands: each row summed by compute_row(widened source image, row
+// within the image, sums, done) in float32 from the source rows `source_rows_of(row)` widened
+// (WidenedRows), then rounded into the result. bfloat16's strips (depthwise_strips_cpu.h) read and
+// write its rows as they are, first: then only the source columns the other pixels read are
+// widened, and only those pixels rounded after.
+template <typename scalar_t, class SourceRows, class ComputeRow>
+void rows_on_widened(StripPass pass, const scalar_t* source, int64_t source_rows,
+                     int64_t source_row_size, const float* w_by_tap, scalar_t* result,
+                     int64_t result_rows, int64_t row_size, const ConvShape& s, int64_t begin,
+                     int64_t end, SourceRows&& source_rows_of, ComputeRow&& compute_row) {
+  using acc_t = at::opmath_type<scalar_t>;
+  const bool forward = pass == StripPass::forward;
+  const Span inner = forward ? inner_columns(s) : input_grad_inner_columns(s);
+  Span strips{0, 0};  // none, unless bfloat16's strips compute some pixels
+  if constexpr (std::is_same_v<scalar_t, c10::BFloat16>) {
+    const Span found = strip_pixels(s, inner);
+    if (found.end > found.begin) strips = found;
+  }
+  WidenedRows<scalar_t> images(source_rows, source_row_size, source_runs_outside(pass, s, strips));
+  std::vector<acc_t> sums(row_size);
+  const int64_t pixel = row_size / (forward ? s.out_width : s.width);
+  for (int64_t row = begin; row < end; ++row) {
+    const int64_t n = row / result_rows, r = row % result_rows;
+    const scalar_t* source_image = source + n * source_rows * source_row_size;
+    scalar_t* out = result + row * row_size;
+    if constexpr (std::is_same_v<scalar_t, c10::BFloat16>) {
+      if (strips.end > strips.begin) {
+        depthwise_strips(pass, source_image, w_by_tap, r, inner, out, s);
+      }
+    }
+    compute_row(images.with_rows(source_image, source_rows_of(r)), r, sums.data(), strips);
+    narrow(sums.data(), strips.begin * pixel, out);
+    narrow(sums.data() + strips.end * pixel, row_size - strips.end * pixel,
+           out + strips.end * pixel);
+  }
 }
 
 template <typename scalar_t>
@@ -466,14 +547,13 @@ void forward_kernel(const scalar_t* input, const scalar_t* weight, scalar_t* out
         forward_row(input + n * image_size, w_by_tap.data(), oh, terms, output + row * row_size, s);
       }
     } else {
-      WidenedRows<scalar_t> images(s.height, s.width * s.in_channels);
-      std::vector<acc_t> sums(row_size);
-      for (int64_t row = begin; row < end; ++row) {
-        const int64_t n = row / s.out_height, oh = row % s.out_height;
-        const acc_t* image = images.with_rows(input + n * image_size, band_input_rows(s, oh, 1));
-        forward_row(image, w_by_tap.data(), oh, terms, sums.data(), s);
-        narrow(sums.data(), row_size, output + row * row_size);
-      }
+      rows_on_widened(
+          StripPass::forward, input, s.height, s.width * s.in_channels, w_by_tap.data(), output,
+          s.out_height, row_size, s, begin, end,
+          [&](int64_t oh) { return band_input_rows(s, oh, 1); },
+          [&](const acc_t* image, int64_t oh, acc_t* sums, Span done) {
+            forward_row(image, w_by_tap.data(), oh, terms, sums, s, done);
+          });
     }
   });
 }
@@ -487,27 +567,25 @@ void input_grad_kernel(const scalar_t* grad_output, const scalar_t* weight, scal
   const int64_t row_size = s.width * s.in_channels, rows = s.batch * s.height;
   const int64_t grad_row_size = s.out_width * s.out_channels;
   const int64_t grad_image_size = s.out_height * grad_row_size;
-  at::parallel_for(
-      0, rows, grain_for(s.width * s.out_channels * taps), [&](int64_t begin, int64_t end) {
-        RowTerms terms(taps * m, s.stride_w);
-        if constexpr (std::is_same_v<scalar_t, acc_t>) {
-          for (int64_t row = begin; row < end; ++row) {
-            const int64_t n = row / s.height, ih = row % s.height;
-            input_grad_row(grad_output + n * grad_image_size, w_by_tap.data(), ih, terms,
-                           grad_input + row * row_size, s);
-          }
-        } else {
-          WidenedRows<scalar_t> images(s.out_height, grad_row_size);
-          std::vector<acc_t> sums(row_size);
-          for (int64_t row = begin; row < end; ++row) {
-            const int64_t n = row / s.height, ih = row % s.height;
-            const acc_t* grad_image =
-                images.with_rows(grad_output + n * grad_image_size, output_rows_reading(s, ih));
-            input_grad_row(grad_image, w_by_tap.data(), ih, terms, sums.data(), s);
-            narrow(sums.data(), row_size, grad_input + row * row_size);
-          }
-        }
-      });
+  at::parallel_for(0, rows, grain_for(s.width * s.out_channels * taps),
+                   [&](int64_t begin, int64_t end) {
+                     RowTerms terms(taps * m, s.stride_w);
+                     if constexpr (std::is_same_v<scalar_t, acc_t>) {
+                       for (int64_t row = begin; row < end; ++row) {
+                         const int64_t n = row / s.height, ih = row % s.height;
+                         input_grad_row(grad_output + n * grad_image_size, w_by_tap.data(), ih,
+                                        terms, grad_input + row * row_size, s);
+                       }
+                     } else {
+                       rows_on_widened(
+                           StripPass::input_grad, grad_output, s.out_height, grad_row_size,
+                           w_by_tap.data(), grad_input, s.height, row_size, s, begin, end,
+                           [&](int64_t ih) { return output_rows_reading(s, ih); },
+                           [&](const acc_t* grad_image, int64_t ih, acc_t* sums, Span done) {
+                             input_grad_row(grad_image, w_by_tap.data(), ih, terms, sums, s, done);
+                           });
+                     }
+                   });
 }
 
 // NCHW operands in blocks of input channels of one image: as many as keep a block's two bands

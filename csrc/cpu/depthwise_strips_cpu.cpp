@@ -13,14 +13,44 @@
 // taps that read the result's pixel), by one multiply-add each (vector_ops.h: every lane rounded
 // alike). On an inner pixel every kernel column's tap reads inside the
 // row; a kernel row whose source row is padding is left out, as the general kernels leave it.
+//
+// bfloat16 source and result rows are read and written as they are: each loaded vector widened
+// to float32 (exact), each sum rounded to bfloat16 as it is stored (as round_to_bfloat16 rounds),
+// so the same values are summed as on rows widened beforehand, with no pass of their own over the
+// rows (benchmarks/NOTES.md, section 122).
 #include "depthwise_strips_cpu.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "vector_ops.h"
 
 namespace torch_convbp {
 namespace {
+
+#ifdef TORCH_CONVBP_AVX512_BANDS
+using Floats = Avx512Ops::Floats;
+
+// 16 values from p as float32: bfloat16's bits as the upper half of a float's.
+TORCH_CONVBP_AVX512 inline Floats load_floats(const float* p) { return _mm512_loadu_ps(p); }
+TORCH_CONVBP_AVX512 inline Floats load_floats(const c10::BFloat16* p) {
+  const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
+}
+
+// 16 float32 sums stored at p; bfloat16 rounded to nearest even as bfloat16_cpu.h's
+// round_to_bfloat16 (add 0x7FFF plus the lowest bit kept, drop the low half; a NaN as 0x7FC0).
+TORCH_CONVBP_AVX512 inline void store_floats(float* p, Floats v) { _mm512_storeu_ps(p, v); }
+TORCH_CONVBP_AVX512 inline void store_floats(c10::BFloat16* p, Floats v) {
+  const __m512i bits = _mm512_castps_si512(v);
+  const __m512i lowest_kept = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+  const __m512i bias = _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), lowest_kept);
+  __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(bits, bias), 16);
+  const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+  rounded = _mm512_mask_mov_epi32(rounded, nan, _mm512_set1_epi32(0x7FC0));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(rounded));
+}
+#endif
 
 // AVX-512's 32 registers hold a strip's 8 sums, the nine weights and a kernel row's 10 source
 // pixels. Only there: with AVX2's 16 (a strip of 4, the weights spilled) 128@56's forward took
@@ -31,11 +61,12 @@ struct Strips {
   // Result row `row` (an output row of the forward, an input row of the input gradient) of
   // `source` (the image the pass reads, NHWC), its pixels [columns.begin, *end) for every vector
   // of channels, into `result` (the row, NHWC); *end: columns.begin plus whole strips.
-  template <class Ops>
-  static TORCH_CONVBP_INLINE void run(StripPass pass, const float* source, const float* w_by_tap,
-                                      int64_t row, Span columns, float* result, const ConvShape& s,
+  template <class Ops, typename T>
+  static TORCH_CONVBP_INLINE void run(StripPass pass, const T* source, const float* w_by_tap,
+                                      int64_t row, Span columns, T* result, const ConvShape& s,
                                       int64_t* end) {
     using V = typename Vector<float, Ops::kBytes>::type;
+    static_assert(Ops::kBytes == 64, "the strips' loads and stores are AVX-512's");
     constexpr int64_t lanes = Vector<float, Ops::kBytes>::lanes;
     constexpr int P = kStripPixels;
     const bool forward = pass == StripPass::forward;
@@ -45,7 +76,7 @@ struct Strips {
     // The source row of each kernel row (null in the padding). The forward's tap (ki, kj) of
     // output pixel (oh, ow) reads input pixel (oh - pad + ki, ow - pad + kj); the input
     // gradient's term (ki, kj) of input pixel (ih, iw) reads dY at (ih + pad - ki, iw + pad - kj).
-    const float* rows[3];
+    const T* rows[3];
     for (int ki = 0; ki < 3; ++ki) {
       const int64_t r = forward ? row - s.pad_h + ki : row + s.pad_h - ki;
       rows[ki] = r >= 0 && r < source_height ? source + r * source_width * c : nullptr;
@@ -53,7 +84,7 @@ struct Strips {
     // A strip from pixel x reads source pixels x + first + q, q < P + 2; its pixel p's tap kj
     // the one at q = p + kj (forward) or p + 2 - kj (input gradient).
     const int64_t first = forward ? -s.pad_w : s.pad_w - 2;
-    *end = columns.begin + (columns.end - columns.begin) / P * P;
+    *end = strip_pixels(s, columns).end;
     // Strip by strip, then its vectors of channels: each pixel's channels are read and written in
     // one pass, in order. Vector by vector, each strip then (its nine weights loaded once per
     // vector) walked the row once per vector, 64 bytes of every pixel at a time: 128@56's
@@ -62,46 +93,65 @@ struct Strips {
     for (int64_t x = columns.begin; x < *end; x += P) {
       for (int64_t ch = 0; ch + lanes <= c; ch += lanes) {
         V w[9];
-        for (int t = 0; t < 9; ++t) w[t] = load_vector<float, V>(w_by_tap + t * c + ch);
+        for (int t = 0; t < 9; ++t) w[t] = load_floats(w_by_tap + t * c + ch);
         V sum[P];
         for (int p = 0; p < P; ++p) sum[p] = Ops::template splat<V>(0.f);
         for (int ki = 0; ki < 3; ++ki) {
           if (rows[ki] == nullptr) continue;
-          const float* pixels = rows[ki] + (x + first) * c + ch;
+          const T* pixels = rows[ki] + (x + first) * c + ch;
           V in[P + 2];
-          for (int q = 0; q < P + 2; ++q) in[q] = load_vector<float, V>(pixels + q * c);
+          for (int q = 0; q < P + 2; ++q) in[q] = load_floats(pixels + q * c);
           for (int kj = 0; kj < 3; ++kj) {
             for (int p = 0; p < P; ++p) {
               sum[p] = Ops::multiply_add(w[ki * 3 + kj], in[forward ? p + kj : p + 2 - kj], sum[p]);
             }
           }
         }
-        for (int p = 0; p < P; ++p) std::memcpy(result + (x + p) * c + ch, &sum[p], sizeof(V));
+        for (int p = 0; p < P; ++p) store_floats(result + (x + p) * c + ch, sum[p]);
       }
     }
   }
 };
 
 // A 3x3 kernel, stride 1, undilated, one output channel per input channel.
-[[maybe_unused]] bool takes_strips(const ConvShape& s) {
+bool takes_strips(const ConvShape& s) {
   return s.kernel_h == 3 && s.kernel_w == 3 && s.stride_h == 1 && s.stride_w == 1 &&
          s.dilation_h == 1 && s.dilation_w == 1 && s.out_channels == s.in_channels &&
          s.groups == s.in_channels;
 }
 
-}  // namespace
-
-int64_t depthwise_strips(StripPass pass, const float* source, const float* w_by_tap, int64_t row,
-                         Span columns, float* result, const ConvShape& s) {
+template <typename T>
+int64_t strips_of(StripPass pass, const T* source, const float* w_by_tap, int64_t row, Span columns,
+                  T* result, const ConvShape& s) {
   int64_t end = columns.begin;
 #ifdef TORCH_CONVBP_AVX512_BANDS
-  constexpr int64_t lanes = Vector<float, Avx512Ops::kBytes>::lanes;
-  if (cpu_has_avx512() && takes_strips(s) && s.in_channels % lanes == 0 &&
-      columns.end > columns.begin) {
+  if (strip_pixels(s, columns).end > columns.begin) {
     run_compiled_for<Strips>(Avx512Ops{}, pass, source, w_by_tap, row, columns, result, s, &end);
   }
 #endif
   return end;
+}
+
+}  // namespace
+
+Span strip_pixels(const ConvShape& s, Span columns) {
+  bool runs = false;
+#ifdef TORCH_CONVBP_AVX512_BANDS
+  constexpr int64_t lanes = Vector<float, Avx512Ops::kBytes>::lanes;
+  runs = cpu_has_avx512() && takes_strips(s) && s.in_channels % lanes == 0;
+#endif
+  const int64_t length = runs ? std::max<int64_t>(columns.end - columns.begin, 0) : 0;
+  return {columns.begin, columns.begin + length / kStripPixels * kStripPixels};
+}
+
+int64_t depthwise_strips(StripPass pass, const float* source, const float* w_by_tap, int64_t row,
+                         Span columns, float* result, const ConvShape& s) {
+  return strips_of(pass, source, w_by_tap, row, columns, result, s);
+}
+
+int64_t depthwise_strips(StripPass pass, const c10::BFloat16* source, const float* w_by_tap,
+                         int64_t row, Span columns, c10::BFloat16* result, const ConvShape& s) {
+  return strips_of(pass, source, w_by_tap, row, columns, result, s);
 }
 
 }  // namespace torch_convbp

@@ -3,6 +3,8 @@
 // row's other pixels to their general kernels. The same bits as those.
 #pragma once
 
+#include <c10/util/BFloat16.h>
+
 #include <cstdint>
 
 #include "../shape.h"
@@ -20,5 +22,13 @@ enum class StripPass { forward, input_grad };
 // kernel, stride 1, no dilation and one output channel per input channel, and 16 divides C.
 int64_t depthwise_strips(StripPass pass, const float* source, const float* w_by_tap, int64_t row,
                          Span columns, float* result, const ConvShape& s);
+// The same on bfloat16 rows, read and written as they are: the float32 sums of rows widened
+// beforehand, each rounded to bfloat16 as round_to_bfloat16 rounds (bfloat16_cpu.h).
+int64_t depthwise_strips(StripPass pass, const c10::BFloat16* source, const float* w_by_tap,
+                         int64_t row, Span columns, c10::BFloat16* result, const ConvShape& s);
+
+// The pixels [columns.begin, end) that depthwise_strips computes within `columns`, before it runs
+// (empty where it computes none), so that a caller knows which source columns the rest reads.
+Span strip_pixels(const ConvShape& s, Span columns);
 
 }  // namespace torch_convbp
