@@ -425,14 +425,12 @@ TORCH_CONVBP_WIDE_VECTOR_CLONES void add_weight_grad_lanes(const scalar_t* image
 // time (benchmarks/NOTES.md, section 97). The same values, so the same sums and bits. The image
 // is left uninitialized: only the rows a task converts (its result rows' reach) are written, and
 // so only their pages are ever resident; and of each row only its `runs` (element ranges of the
-// row; the whole row unless given), where the kernels read no other elements.
+// row: source_runs_outside), where the kernels read no other elements.
 template <typename scalar_t, typename acc_t = at::opmath_type<scalar_t>>
 class WidenedRows {
  public:
-  WidenedRows(int64_t image_rows, int64_t row_size, std::vector<Span> runs = {})
-      : values_(new acc_t[image_rows * row_size]), row_size_(row_size), runs_(std::move(runs)) {
-    if (runs_.empty()) runs_.push_back({0, row_size});
-  }
+  WidenedRows(int64_t image_rows, int64_t row_size, std::vector<Span> runs)
+      : values_(new acc_t[image_rows * row_size]), row_size_(row_size), runs_(std::move(runs)) {}
 
   // The image `image` with at least its rows [needed.begin, needed.end) converted. A task's
   // result rows ask for rows of one image in increasing order, then for the next image's.
@@ -442,16 +440,10 @@ class WidenedRows {
       converted_ = {needed.begin, needed.begin};
     }
     const int64_t from = std::max(converted_.end, needed.begin);
-    if (needed.end > from && runs_.size() == 1 && runs_[0].begin == 0 &&
-        runs_[0].end == row_size_) {
-      widen(image + from * row_size_, (needed.end - from) * row_size_,
-            values_.get() + from * row_size_);
-    } else {
-      for (int64_t row = from; row < needed.end; ++row) {
-        for (const Span& run : runs_) {
-          const int64_t first = row * row_size_ + run.begin;
-          widen(image + first, run.end - run.begin, values_.get() + first);
-        }
+    for (int64_t row = from; row < needed.end; ++row) {
+      for (const Span& run : runs_) {
+        const int64_t first = row * row_size_ + run.begin;
+        widen(image + first, run.end - run.begin, values_.get() + first);
       }
     }
     converted_.end = std::max(converted_.end, needed.end);
@@ -508,10 +500,7 @@ void rows_on_widened(StripPass pass, const scalar_t* source, int64_t source_rows
   const bool forward = pass == StripPass::forward;
   const Span inner = forward ? inner_columns(s) : input_grad_inner_columns(s);
   Span strips{0, 0};  // none, unless bfloat16's strips compute some pixels
-  if constexpr (std::is_same_v<scalar_t, c10::BFloat16>) {
-    const Span found = strip_pixels(s, inner);
-    if (found.end > found.begin) strips = found;
-  }
+  if constexpr (std::is_same_v<scalar_t, c10::BFloat16>) strips = strip_pixels(s, inner);
   WidenedRows<scalar_t> images(source_rows, source_row_size, source_runs_outside(pass, s, strips));
   std::vector<acc_t> sums(row_size);
   const int64_t pixel = row_size / (forward ? s.out_width : s.width);

@@ -21,12 +21,16 @@
 #include "depthwise_strips_cpu.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "vector_ops.h"
 
 namespace torch_convbp {
 namespace {
+
+// AVX-512's 32 registers hold a strip's 8 sums, the nine weights and a kernel row's 10 source
+// pixels. Only there: with AVX2's 16 (a strip of 4, the weights spilled) 128@56's forward took
+// 1.14-1.17x the general kernels' time under AVX2 emulation (NOTES section 113).
+constexpr int kStripPixels = 8;
 
 #ifdef TORCH_CONVBP_AVX512_BANDS
 using Floats = Avx512Ops::Floats;
@@ -50,12 +54,6 @@ TORCH_CONVBP_AVX512 inline void store_floats(c10::BFloat16* p, Floats v) {
   rounded = _mm512_mask_mov_epi32(rounded, nan, _mm512_set1_epi32(0x7FC0));
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(rounded));
 }
-#endif
-
-// AVX-512's 32 registers hold a strip's 8 sums, the nine weights and a kernel row's 10 source
-// pixels. Only there: with AVX2's 16 (a strip of 4, the weights spilled) 128@56's forward took
-// 1.14-1.17x the general kernels' time under AVX2 emulation (NOTES section 113).
-constexpr int kStripPixels = 8;
 
 struct Strips {
   // Result row `row` (an output row of the forward, an input row of the input gradient) of
@@ -113,8 +111,10 @@ struct Strips {
   }
 };
 
+#endif  // TORCH_CONVBP_AVX512_BANDS
+
 // A 3x3 kernel, stride 1, undilated, one output channel per input channel.
-bool takes_strips(const ConvShape& s) {
+[[maybe_unused]] bool takes_strips(const ConvShape& s) {
   return s.kernel_h == 3 && s.kernel_w == 3 && s.stride_h == 1 && s.stride_w == 1 &&
          s.dilation_h == 1 && s.dilation_w == 1 && s.out_channels == s.in_channels &&
          s.groups == s.in_channels;
@@ -125,9 +125,11 @@ int64_t strips_of(StripPass pass, const T* source, const float* w_by_tap, int64_
                   T* result, const ConvShape& s) {
   int64_t end = columns.begin;
 #ifdef TORCH_CONVBP_AVX512_BANDS
-  if (strip_pixels(s, columns).end > columns.begin) {
+  if (const Span strips = strip_pixels(s, columns); strips.end > strips.begin) {
     run_compiled_for<Strips>(Avx512Ops{}, pass, source, w_by_tap, row, columns, result, s, &end);
   }
+#else
+  (void)pass, (void)source, (void)w_by_tap, (void)row, (void)result, (void)s;
 #endif
   return end;
 }
@@ -139,9 +141,13 @@ Span strip_pixels(const ConvShape& s, Span columns) {
 #ifdef TORCH_CONVBP_AVX512_BANDS
   constexpr int64_t lanes = Vector<float, Avx512Ops::kBytes>::lanes;
   runs = cpu_has_avx512() && takes_strips(s) && s.in_channels % lanes == 0;
+#else
+  (void)s;
 #endif
-  const int64_t length = runs ? std::max<int64_t>(columns.end - columns.begin, 0) : 0;
-  return {columns.begin, columns.begin + length / kStripPixels * kStripPixels};
+  const int64_t strips =
+      runs ? std::max<int64_t>(columns.end - columns.begin, 0) / kStripPixels : 0;
+  if (strips == 0) return {0, 0};
+  return {columns.begin, columns.begin + strips * kStripPixels};
 }
 
 int64_t depthwise_strips(StripPass pass, const float* source, const float* w_by_tap, int64_t row,

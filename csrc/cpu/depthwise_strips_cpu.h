@@ -28,7 +28,7 @@ int64_t depthwise_strips(StripPass pass, const c10::BFloat16* source, const floa
                          int64_t row, Span columns, c10::BFloat16* result, const ConvShape& s);
 
 // The pixels [columns.begin, end) that depthwise_strips computes within `columns`, before it runs
-// (empty where it computes none), so that a caller knows which source columns the rest reads.
+// ({0, 0} where it computes none), so that a caller knows which source columns the rest reads.
 Span strip_pixels(const ConvShape& s, Span columns);
 
 }  // namespace torch_convbp
