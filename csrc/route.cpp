@@ -120,6 +120,31 @@ bool has_narrow_groups(const ConvShape& s) {
          s.out_channels / s.groups <= kMaxDirectGroupChannels;
 }
 
+// Whether float32 operands fed NCHW take the grouped kernels (narrow groups, has_narrow_groups)
+// on the CPU, through layout copies, instead of the NCHW column route, whose im2col writes the
+// column matrix of 9 values per input value (3x3) for GEMMs a few rows thin. Per operator,
+// ResNeXt's 3x3 layers of 32 groups at batch 8, copies included (NOTES section 123):
+// - the forward and the stride-1 input gradient, where the convolution computed has at most
+//   kMaxNchwGroupedChannels output channels per group: 0.21-0.84x the column route's time at 4, 8
+//   and 16 channels per group, 56x56 planes and strided layers too; at 32 channels 1.2-1.5x;
+// - the weight gradient, where the input's planes have at most kMaxNchwGroupedWeightGradPlane
+//   pixels: 0.54-0.91x at 28x28 and smaller, 4 to 32 channels per group; on 56x56 planes, where
+//   the copies of x and dY are largest, 1.0-1.6x.
+// Not in bfloat16, whose grouped kernels trail the column route's bfloat16 GEMMs at 8 or more
+// channels per group (1.1-1.8x).
+constexpr int64_t kMaxNchwGroupedChannels = 16;
+constexpr int64_t kMaxNchwGroupedWeightGradPlane = 1024;
+
+bool grouped_pays_layout(Operator op, const ConvShape& computed, const at::Tensor& first) {
+  if (!first.device().is_cpu() || first.scalar_type() != at::kFloat || first.numel() == 0) {
+    return false;
+  }
+  if (op == Operator::weight_grad) {
+    return computed.height * computed.width <= kMaxNchwGroupedWeightGradPlane;
+  }
+  return computed.out_channels / computed.groups <= kMaxNchwGroupedChannels;
+}
+
 bool has_wide_groups(const ConvShape& s) {
   const bool wide_inputs = s.groups == 1 || s.in_channels / s.groups >= kMinNhwcGroupChannels;
   return wide_inputs && s.out_channels / s.groups >= kMinNhwcGroupChannels;
@@ -408,12 +433,18 @@ RouteChoice choose_route(Operator op, const ConvShape& s, at::TensorList activat
   // grouped kernel computes it where that convolution's groups are narrow.
   const std::optional<ConvShape> transposed =
       op == Operator::input_grad ? input_grad_convolution(s) : std::optional<ConvShape>(s);
-  if (channels_last && transposed && has_narrow_groups(*transposed)) {
+  if (transposed && has_narrow_groups(*transposed) &&
+      (channels_last || grouped_pays_layout(op, *transposed, first))) {
     return {Route::grouped, Layout::nhwc,
             op == Operator::input_grad
                 ? "stride 1, several groups of at most 32 input channels: direct kernels, no GEMM"
                 : "several groups of at most 32 output channels: direct kernels, no GEMM",
-            why_operand_layout};
+            channels_last ? why_operand_layout
+            : op == Operator::weight_grad
+                ? "float32 on the CPU, input planes of at most 1024 pixels: NHWC, through layout "
+                  "copies"
+                : "float32 on the CPU, groups of at most 16 output channels: NHWC, through layout "
+                  "copies"};
   }
 
   if (op == Operator::weight_grad && takes_implicit_weight_grad(s, first, channels_last)) {

@@ -71,6 +71,60 @@ def test_narrow_groups_in_nhwc(name, shape, cout, kernel, stride, padding, dilat
     opcheck(ops.grouped_weight_grad.default, (x, g, *args, torch.empty_like(w)))
 
 
+# (name, input [N, C, H, W], out channels, kernel, stride, padding, groups, the three routes)
+# of float32 operands fed NCHW on the CPU: the grouped kernels through layout copies where they
+# outran the NCHW column route (csrc/route.cpp, grouped_pays_layout): the forward and the stride-1
+# input gradient where the convolution computed has at most 16 output channels per group, the
+# weight gradient where the input's planes have at most 1024 pixels.
+NCHW_NARROW_GROUPS = [
+    ("4 per group", (2, 16, 9, 10), 16, (3, 3), (1, 1), (1, 1), 4, ("grouped/nhwc", "grouped/nhwc", "grouped/nhwc")),
+    ("16 per group, asymmetric", (1, 32, 6, 7), 32, (3, 2), (1, 1), (1, 0), 2, ("grouped/nhwc", "grouped/nhwc", "grouped/nhwc")),
+    ("32 output channels per group from 8", (2, 16, 6, 7), 64, (3, 3), (1, 1), (1, 1), 2, ("columns/nchw", "grouped/nhwc", "grouped/nhwc")),
+    ("8 per group, strided", (2, 16, 9, 10), 16, (3, 3), (2, 2), (1, 1), 2, ("grouped/nhwc", "columns/nchw", "grouped/nhwc")),
+    ("planes over 1024 pixels", (1, 8, 33, 32), 8, (3, 3), (1, 1), (1, 1), 2, ("grouped/nhwc", "grouped/nhwc", "columns/nchw")),
+]
+
+
+@pytest.mark.parametrize(
+    "name, shape, cout, kernel, stride, padding, groups, routes", NCHW_NARROW_GROUPS, ids=[c[0] for c in NCHW_NARROW_GROUPS]
+)
+def test_narrow_groups_fed_nchw_take_the_grouped_kernels_through_copies(name, shape, cout, kernel, stride, padding, groups, routes):
+    """The routes, NCHW results, values against float64 F.conv2d, and the bits of the grouped
+    kernels: an operator on that route gives exactly what it gives fed channels_last. Empty
+    batches and bfloat16 keep the column route."""
+    x, w = dense_operands(shape, cout, kernel, groups, dtype=torch.float32)
+    x = x.contiguous()
+    args = (stride, padding, (1, 1), groups)
+    y = ops.conv2d(x, w, None, *args)
+    g = torch.randn_like(y)
+    explained = torch_convbp.explain(x, w, *args, grad_output=g)
+    assert [f"{r.route}/{r.layout}" for r in explained] == list(routes)
+    ours = (y, ops.conv2d_input_grad(g, w, list(shape), *args), ops.conv2d_weight_grad(x, g, list(w.shape), *args))
+    x64, w64, g64 = x.double(), w.double(), g.double()
+    expected = (
+        F.conv2d(x64, w64, None, *args),
+        torch.nn.grad.conv2d_input(list(shape), w64, g64, *args),
+        torch.nn.grad.conv2d_weight(x64, list(w.shape), g64, *args),
+    )
+    xc, gc = x.contiguous(memory_format=CL), g.contiguous(memory_format=CL)
+    fed_channels_last = (
+        ops.conv2d(xc, w, None, *args),
+        ops.conv2d_input_grad(gc, w, list(shape), *args),
+        ops.conv2d_weight_grad(xc, gc, list(w.shape), *args),
+    )
+    for name, route, got, want, cl in zip(("forward", "input grad", "weight grad"), routes, ours, expected, fed_channels_last):
+        assert got.is_contiguous(), name  # NCHW operands, NCHW results (the weight's own format)
+        torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-4, msg=lambda m: f"{name}: {m}")
+        if route == "grouped/nhwc":
+            assert torch.equal(got, cl), name
+    opcheck(ops.conv2d.default, (x, w, None, *args))
+    opcheck(ops.conv2d_input_grad.default, (g, w, list(shape), *args))
+    opcheck(ops.conv2d_weight_grad.default, (x, g, list(w.shape), *args))
+    empty = torch_convbp.explain(x[:0], w, *args, grad_output=g[:0])
+    half = torch_convbp.explain(x.bfloat16(), w.bfloat16(), *args, grad_output=g.bfloat16())
+    assert "grouped" not in {r.route for r in (*empty, *half)}
+
+
 def test_narrow_groups_have_gradients_of_any_order(device):
     x, w = dense_operands((1, 8, 5, 4), 8, (3, 3), 2, device=device)
     x.requires_grad_(), w.requires_grad_()

@@ -117,11 +117,12 @@ def test_same_bits_on_any_thread_count(layer, dtype, channels_last, engine, monk
 # instead, for up to 16 threads (gemm.h): 16 blocks of 68 output channels (the forward; the
 # column matrix they share fits in cache), 16 blocks of one group each, and a forward whose
 # shared column matrix (1.27 MiB) does not fit in cache: 4 blocks. Layers the implicit route
-# never takes (fewer than 16 input channels per group, or one tap; csrc/route.cpp), so that their
-# forward is the columns route's GEMM in either format.
+# never takes (fewer than 16 input channels per group, or one tap; csrc/route.cpp), nor, fed
+# NCHW, the grouped kernels (17 output channels per group), so that their forward is the columns
+# route's GEMM.
 SINGLE_UNIT_LAYERS = {
     "sixteen-row-blocks": ((1, 15, 7, 7), 1088, (3, 3), 1, 1, 1, 1, None),
-    "group-blocks": ((1, 128, 8, 8), 128, (3, 3), 1, 1, 1, 16, None),
+    "group-blocks": ((1, 128, 8, 8), 272, (3, 3), 1, 1, 1, 16, None),
     "shared-operand-over-cache": ((1, 2304, 24, 24), 1024, (1, 1), 2, 0, 1, 1, None),
 }
 
