@@ -39,6 +39,7 @@
 #include "plan.h"
 #include "pointwise_nhwc.h"
 #include "route.h"
+#include "volume_planes.h"
 
 namespace torch_convbp {
 namespace {
@@ -358,6 +359,14 @@ Tensor convolution_forward(const char* op, int64_t dims, const Tensor& input, co
   TORCH_CHECK(!bias || (bias->dim() == 1 && bias->size(0) == s.out_channels), op,
               ": expected bias of size [", s.out_channels, "] (one per output channel), got ",
               bias->sizes());
+  if (const std::optional<PlanarForm> form = planar_form(s)) {  // the 2-D convolution, on views
+    const PlanarArguments a = planar_arguments(*form, s);
+    const Tensor y = convolution_forward(op, 2, activation_as_planes(input, *form),
+                                         weight_as_planes(weight, *form), bias, a.stride, a.padding,
+                                         a.dilation, groups);
+    return to_memory_format(activation_as_volume(y, *form, output_size(s)),
+                            result_format(input, weight));
+  }
 
   const RouteChoice route = choose_route(Operator::forward, s, {input});
   const Tensor x = in_layout(input, route.layout);
@@ -435,6 +444,14 @@ Tensor convolution_weight_grad(const char* op, int64_t dims, const Tensor& input
   const ConvShape s =
       check_convolution(op, dims, input.sizes(), weight_size, stride, padding, dilation, groups);
   check_grad_output(op, grad_output, s);
+  if (const std::optional<PlanarForm> form = planar_form(s)) {  // the 2-D convolution, on views
+    const PlanarArguments a = planar_arguments(*form, s);
+    const Tensor grad_weight = convolution_weight_grad(
+        op, 2, activation_as_planes(input, *form), activation_as_planes(grad_output, *form),
+        weight_size_as_planes(weight_size, *form), a.stride, a.padding, a.dilation, groups);
+    return to_memory_format(weight_as_volume(grad_weight, *form, weight_size),
+                            weight_grad_format(input));
+  }
 
   const RouteChoice route = choose_route(Operator::weight_grad, s, {input, grad_output});
   // The routes of NHWC operands write channels_last weights, the others contiguous ones: a copy
@@ -451,6 +468,14 @@ Tensor convolution_input_grad(const char* op, int64_t dims, const Tensor& grad_o
   const ConvShape s =
       check_convolution(op, dims, input_size, weight.sizes(), stride, padding, dilation, groups);
   check_grad_output(op, grad_output, s);
+  if (const std::optional<PlanarForm> form = planar_form(s)) {  // the 2-D convolution, on views
+    const PlanarArguments a = planar_arguments(*form, s);
+    const Tensor grad_input = convolution_input_grad(
+        op, 2, activation_as_planes(grad_output, *form), weight_as_planes(weight, *form),
+        size_as_planes(input_size, *form), a.stride, a.padding, a.dilation, groups);
+    return to_memory_format(activation_as_volume(grad_input, *form, input_size),
+                            result_format(grad_output, weight));
+  }
 
   const RouteChoice route = choose_route(Operator::input_grad, s, {grad_output});
   const Tensor dy = in_layout(grad_output, route.layout);

@@ -3,6 +3,7 @@
 //   shape.h, checks.h   the sizes of a call and every check of its arguments
 //   route.h             which route each operator takes, chosen in one place
 //   conv2d.cpp          the orchestration: a switch over the routes
+//   volume_planes.h     3-D convolutions that are 2-D ones on views of their tensors
 //   device_kernels.h    the device kernels, reached through the dispatcher
 //   plan.h, gemm.h      how a call is cut into pieces, and its GEMMs
 //   cpu/, cuda/         the device kernels, which include only what they compute with

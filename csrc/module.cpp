@@ -18,6 +18,7 @@
 #include "plan.h"
 #include "route.h"
 #include "scratch.h"
+#include "volume_planes.h"
 
 namespace {
 
@@ -41,6 +42,19 @@ std::tuple<std::string, std::string, std::string> route(
   const auto s = torch_convbp::check_convolution(
       "torch_convbp.explain", static_cast<int64_t>(input_size.size()) - 2, input_size, weight_size,
       stride, padding, dilation, groups);
+  if (const auto form = torch_convbp::planar_form(s)) {  // the 2-D convolution's route
+    const auto a = torch_convbp::planar_arguments(*form, s);
+    std::vector<at::Tensor> planes;
+    for (const at::Tensor& t : activations) {
+      planes.push_back(torch_convbp::activation_as_planes(t, *form));
+    }
+    auto [name, layout, why] =
+        route(op, torch_convbp::size_as_planes(input_size, *form),
+              torch_convbp::weight_size_as_planes(weight_size, *form),
+              {a.stride.begin(), a.stride.end()}, {a.padding.begin(), a.padding.end()},
+              {a.dilation.begin(), a.dilation.end()}, groups, planes);
+    return {name, layout, torch_convbp::planar_form_why(*form) + std::string("(") + why + ")"};
+  }
   const auto choice = torch_convbp::choose_route(which, s, activations);
   return {torch_convbp::route_name(choice.route), torch_convbp::layout_name(choice.layout),
           std::string(choice.why_route) + "; " + choice.why_layout};

@@ -83,12 +83,15 @@ def test_values_and_gradients_against_the_references(name, shape, cout, kernel, 
     w = torch.randn(cout, shape[1] // groups, *kernel, generator=g).requires_grad_()
     args = (stride, padding, dilation, groups)
     routes = torch_convbp.explain(x, w, *args)
-    # the direct grouped kernels take narrow groups fed channels_last; NCHW ones have no such route
-    narrow = name == "narrow groups" and layout == CL
-    assert routes["forward"].route == ("grouped" if narrow else "implicit_nhwc")
+    # the direct grouped kernels take narrow groups (at most 32 output channels a group) fed
+    # channels_last, and fed NCHW those of at most 16 (float32 on the CPU, through layout copies)
+    def grouped(group_outputs):
+        return groups > 1 and group_outputs <= (32 if layout == CL else 16)
+
+    assert routes["forward"].route == ("grouped" if grouped(cout // groups) else "implicit_nhwc")
     # the input gradient too: of stride 1 the convolution of dY (the direct grouped kernels' where
-    # its groups, C/G input channels wide, are narrow), else dY's products scattered
-    narrow_input_grad = layout == CL and groups > 1 and shape[1] // groups <= 32 and stride == (1, 1)
+    # its groups, C/G output channels wide, are narrow), else dY's products scattered
+    narrow_input_grad = grouped(shape[1] // groups) and stride == (1, 1)
     assert routes["input_grad"].route == ("grouped" if narrow_input_grad else "implicit_nhwc")
     y = torch_convbp.conv2d(x, w, None, *args)
     dy = torch.randn(y.shape, generator=g).contiguous(memory_format=layout)

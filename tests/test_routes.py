@@ -120,7 +120,7 @@ def test_each_operator_takes_its_route_and_returns_the_operands_format(name, kwa
 
 # (name, input size, weight size, stride, padding, groups, routes as in ROUTES); channels_last_3d
 VOLUME_ROUTES = [
-    ("pointwise", (2, 16, 3, 4, 5), (16, 16, 1, 1, 1), 1, 0, 1, "pointwise_nhwc/nhwc"),
+    ("pointwise (a 2-D one: pixel columns)", (2, 16, 3, 4, 5), (16, 16, 1, 1, 1), 1, 0, 1, "pointwise_nhwc/nhwc"),
     ("3x3x3", (2, 16, 3, 4, 5), (16, 16, 3, 3, 3), 1, 1, 1, ("columns/nhwc", "transposed_columns/nhwc", "columns/nhwc")),
     ("3x3x3 strided", (2, 16, 5, 6, 5), (32, 16, 3, 3, 3), 2, 1, 1, "columns/nhwc"),
     ("stem, 3 input channels, strided", (2, 3, 4, 9, 9), (16, 3, 3, 7, 7), 2, 3, 1, ("columns/nhwc", "columns/nchw", "columns/nhwc")),
@@ -132,7 +132,9 @@ VOLUME_ROUTES = [
 @pytest.mark.parametrize("name, x_size, w_size, stride, padding, groups, expected", VOLUME_ROUTES, ids=[r[0] for r in VOLUME_ROUTES])
 def test_volumes_take_the_column_routes(name, x_size, w_size, stride, padding, groups, expected, device):
     """The direct kernels are 2-D: a volume's depthwise and narrow-grouped layers take the column
-    matrix (in NCHW, through copies); the rest as for images. Values against F.conv3d."""
+    matrix (in NCHW, through copies), where the kernel spans several slices and several pixels of
+    a plane (else the 2-D convolution on views: below); the rest as for images. Values against
+    F.conv3d."""
     g = torch.Generator().manual_seed(0)
     cl3d = torch.channels_last_3d
     x = torch.randn(x_size, generator=g, dtype=torch.float64).to(device).contiguous(memory_format=cl3d)
@@ -151,6 +153,85 @@ def test_volumes_take_the_column_routes(name, x_size, w_size, stride, padding, g
     dw = ops.conv3d_weight_grad(x, grad, list(w.shape), *args)
     assert dw.is_contiguous(memory_format=cl3d)  # the input's format, as dW of F.conv3d
     torch.testing.assert_close(dw, dw_ref, rtol=1e-10, atol=1e-10)
+
+
+# (name, input size, weight size, stride, padding, dilation, groups, the form): 3-D convolutions
+# that are 2-D ones on views (csrc/volume_planes.h): a kernel one slice deep of depth stride 1 and
+# no depth padding ("slices": each depth slice an image), or one pixel in each plane of stride 1
+# and no padding in the plane ("columns": each plane one image row, the kernel [kd, 1])
+PLANAR_VOLUMES = [
+    ("R(2+1)D spatial, strided", (2, 16, 3, 9, 8), (24, 16, 1, 3, 3), (1, 2, 2), (0, 1, 1), (1, 1, 1), 1, "slices"),
+    ("asymmetric, dilated in the plane", (2, 3, 2, 5, 6), (4, 3, 1, 3, 2), (1, 1, 2), (0, 1, 0), (3, 2, 1), 1, "slices"),
+    ("depthwise slices", (2, 8, 3, 9, 9), (8, 1, 1, 3, 3), 1, (0, 1, 1), 1, 8, "slices"),
+    ("narrow groups, batch of one", (1, 16, 3, 6, 7), (16, 4, 1, 3, 3), 1, (0, 1, 1), 1, 4, "slices"),
+    ("R(2+1)D temporal, strided", (2, 16, 5, 4, 6), (24, 16, 3, 1, 1), (2, 1, 1), (1, 0, 0), (1, 1, 1), 1, "columns"),
+    ("temporal, dilated, groups", (2, 4, 6, 3, 2), (6, 2, 3, 1, 1), 1, (2, 0, 0), (2, 1, 1), 2, "columns"),
+    ("1x1x1, batch of one", (1, 4, 3, 5, 6), (8, 4, 1, 1, 1), 1, 0, 1, 1, "columns"),
+]
+
+
+GRADIENT_CHECKED = ("asymmetric, dilated in the plane", "temporal, dilated, groups")
+
+
+def as_planes(t, form):
+    """The test's own views: [N, C, D, H, W] as [N*D, C, H, W] or [N, C, D, H*W]."""
+    n, c, d, h, w = t.shape
+    planes = t.transpose(1, 2).reshape(n * d, c, h, w) if form == "slices" else t.reshape(n, c, d, h * w)
+    # a batch of one keeps a stride of no meaning, which hides channels_last: its own strides
+    return planes.clone(memory_format=CL) if planes.is_contiguous(memory_format=CL) else planes
+
+
+def planar_arguments(form, stride, padding, dilation):
+    if form == "slices":
+        return stride[1:], padding[1:], dilation[1:]
+    return [stride[0], 1], [padding[0], 0], [dilation[0], 1]
+
+
+@pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last_3d], ids=["ncdhw", "channels_last_3d"])
+@pytest.mark.parametrize(
+    "name, x_size, w_size, stride, padding, dilation, groups, form", PLANAR_VOLUMES, ids=[r[0] for r in PLANAR_VOLUMES]
+)
+def test_volumes_that_are_planar_take_the_2d_routes(name, x_size, w_size, stride, padding, dilation, groups, form, memory_format, device):
+    """Each operator gives the bits of the 2-D operator on the views, its route, and F.conv3d's
+    values in F.conv3d's format (of the operands); opcheck, gradcheck and gradgradcheck."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(x_size, generator=g, dtype=torch.float64).to(device).contiguous(memory_format=memory_format)
+    w = torch.randn(w_size, generator=g, dtype=torch.float64).to(device).contiguous(memory_format=memory_format)
+    args = (*([a] * 3 if isinstance(a, int) else list(a) for a in (stride, padding, dilation)), groups)
+    y = ops.conv3d(x, w, None, *args)
+    grad = torch.randn(y.shape, generator=g, dtype=torch.float64).to(device).contiguous(memory_format=memory_format)
+    dx = ops.conv3d_input_grad(grad, w, list(x_size), *args)
+    dw = ops.conv3d_weight_grad(x, grad, list(w_size), *args)
+    # the 2-D operators on the test's own views
+    planar = (*planar_arguments(form, *args[:3]), groups)
+    w2 = w.squeeze(2) if form == "slices" else w.squeeze(4)
+    x2, grad2 = as_planes(x, form), as_planes(grad, form)
+    y2 = ops.conv2d(x2, w2, None, *planar)
+    dx2 = ops.conv2d_input_grad(grad2, w2, list(x2.shape), *planar)
+    dw2 = ops.conv2d_weight_grad(x2, grad2, list(w2.shape), *planar)
+    assert torch.equal(as_planes(y, form), y2) and torch.equal(as_planes(dx, form), dx2)
+    assert torch.equal(dw, dw2.view(w_size))
+    routes = torch_convbp.explain(x, w, *args, grad_output=grad)
+    planar_routes = torch_convbp.explain(x2, w2, *planar, grad_output=grad2)
+    assert [r.route for r in routes] == [r.route for r in planar_routes]
+    assert all(r.reason.startswith("a 3-D convolution") for r in routes)
+    # F.conv3d's values; its format on the CPU (oneDNN's, float32: channels_last_3d for a
+    # channels_last_3d operand)
+    x_ref, w_ref = x.detach().requires_grad_(), w.detach().requires_grad_()
+    y_ref = F.conv3d(x_ref, w_ref, None, *args)
+    dx_ref, dw_ref = torch.autograd.grad(y_ref, (x_ref, w_ref), grad)
+    for ours, ref in ((y, y_ref), (dx, dx_ref), (dw, dw_ref)):
+        torch.testing.assert_close(ours, ref, rtol=1e-10, atol=1e-10)
+    channels_last = memory_format == torch.channels_last_3d
+    for result in (y, dx, dw):
+        assert result.is_contiguous(memory_format=torch.channels_last_3d if channels_last else torch.contiguous_format)
+    opcheck(ops.conv3d.default, (x, w, None, *args))
+    opcheck(ops.conv3d_input_grad.default, (grad, w, list(x_size), *args))
+    opcheck(ops.conv3d_weight_grad.default, (x, grad, list(w_size), *args))
+    if name in GRADIENT_CHECKED and memory_format == torch.contiguous_format:  # one per form
+        fn = lambda x, w: torch_convbp.conv3d(x, w, None, *args)
+        assert torch.autograd.gradcheck(fn, (x_ref, w_ref))
+        assert torch.autograd.gradgradcheck(fn, (x_ref, w_ref))
 
 
 @pytest.mark.parametrize("input_layout, weight_layout", [(NCHW, CL), (CL, NCHW)], ids=["channels_last weight", "channels_last input"])
