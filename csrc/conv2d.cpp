@@ -359,7 +359,7 @@ Tensor convolution_forward(const char* op, int64_t dims, const Tensor& input, co
   TORCH_CHECK(!bias || (bias->dim() == 1 && bias->size(0) == s.out_channels), op,
               ": expected bias of size [", s.out_channels, "] (one per output channel), got ",
               bias->sizes());
-  if (const std::optional<PlanarForm> form = planar_form(s)) {  // the 2-D convolution, on views
+  if (const std::optional<PlanarForm> form = planar_form(s, {input})) {  // the 2-D one, on views
     const PlanarArguments a = planar_arguments(*form, s);
     const Tensor y = convolution_forward(op, 2, activation_as_planes(input, *form),
                                          weight_as_planes(weight, *form), bias, a.stride, a.padding,
@@ -444,7 +444,8 @@ Tensor convolution_weight_grad(const char* op, int64_t dims, const Tensor& input
   const ConvShape s =
       check_convolution(op, dims, input.sizes(), weight_size, stride, padding, dilation, groups);
   check_grad_output(op, grad_output, s);
-  if (const std::optional<PlanarForm> form = planar_form(s)) {  // the 2-D convolution, on views
+  if (const std::optional<PlanarForm> form =
+          planar_form(s, {input, grad_output})) {  // the 2-D one, on views
     const PlanarArguments a = planar_arguments(*form, s);
     const Tensor grad_weight = convolution_weight_grad(
         op, 2, activation_as_planes(input, *form), activation_as_planes(grad_output, *form),
@@ -468,7 +469,8 @@ Tensor convolution_input_grad(const char* op, int64_t dims, const Tensor& grad_o
   const ConvShape s =
       check_convolution(op, dims, input_size, weight.sizes(), stride, padding, dilation, groups);
   check_grad_output(op, grad_output, s);
-  if (const std::optional<PlanarForm> form = planar_form(s)) {  // the 2-D convolution, on views
+  if (const std::optional<PlanarForm> form =
+          planar_form(s, {grad_output})) {  // the 2-D one, on views
     const PlanarArguments a = planar_arguments(*form, s);
     const Tensor grad_input = convolution_input_grad(
         op, 2, activation_as_planes(grad_output, *form), weight_as_planes(weight, *form),

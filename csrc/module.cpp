@@ -42,7 +42,7 @@ std::tuple<std::string, std::string, std::string> route(
   const auto s = torch_convbp::check_convolution(
       "torch_convbp.explain", static_cast<int64_t>(input_size.size()) - 2, input_size, weight_size,
       stride, padding, dilation, groups);
-  if (const auto form = torch_convbp::planar_form(s)) {  // the 2-D convolution's route
+  if (const auto form = torch_convbp::planar_form(s, activations)) {  // the 2-D convolution's route
     const auto a = torch_convbp::planar_arguments(*form, s);
     std::vector<at::Tensor> planes;
     for (const at::Tensor& t : activations) {

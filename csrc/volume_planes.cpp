@@ -1,6 +1,8 @@
 // 3-D convolutions as 2-D ones on views of their tensors (volume_planes.h).
 #include "volume_planes.h"
 
+#include <algorithm>
+
 namespace torch_convbp {
 namespace {
 
@@ -9,14 +11,19 @@ int64_t unit_weight_dim(PlanarForm form) { return form == PlanarForm::depth_slic
 
 }  // namespace
 
-std::optional<PlanarForm> planar_form(const ConvShape& s) {
+std::optional<PlanarForm> planar_form(const ConvShape& s, at::TensorList activations) {
   if (s.spatial_dims != 3) return std::nullopt;
   // First: a view in either format, where both forms hold (a 1x1x1 kernel of stride 1).
   if (s.kernel_h == 1 && s.kernel_w == 1 && s.stride_h == 1 && s.stride_w == 1 && s.pad_h == 0 &&
       s.pad_w == 0) {
     return PlanarForm::pixel_columns;
   }
-  if (s.kernel_d == 1 && s.stride_d == 1 && s.pad_d == 0) return PlanarForm::depth_slices;
+  const bool slices_are_images = std::all_of(activations.begin(), activations.end(), [](auto& t) {
+    return t.is_contiguous(at::MemoryFormat::ChannelsLast3d);
+  });
+  if (s.kernel_d == 1 && s.stride_d == 1 && s.pad_d == 0 && slices_are_images) {
+    return PlanarForm::depth_slices;
+  }
   return std::nullopt;
 }
 
@@ -36,8 +43,8 @@ std::vector<int64_t> size_as_planes(at::IntArrayRef volume_size, PlanarForm form
 
 at::Tensor activation_as_planes(const at::Tensor& t, PlanarForm form) {
   const std::vector<int64_t> size = size_as_planes(t.sizes(), form);
-  // [N, D, C, H, W] with N and D merged: a view where the slices are images in memory (NDHWC);
-  // or H and W merged: a view in NCDHW and NDHWC alike
+  // [N, D, C, H, W] with N and D merged (a view in NDHWC), or H and W merged (a view in NCDHW and
+  // NDHWC alike)
   const at::Tensor planes =
       form == PlanarForm::depth_slices ? t.transpose(1, 2).reshape(size) : t.reshape(size);
   // A view's unit dimensions keep strides of no meaning (a batch of one: the volume's C), which

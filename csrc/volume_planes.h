@@ -4,8 +4,9 @@
 //
 // - depth slices: a kernel one slice deep, depth stride 1, no depth padding (R(2+1)D's 1x3x3
 //   layers). Each depth slice of each volume is an image: [N, C, D, H, W] as [N*D, C, H, W], a
-//   kernel [kh, kw]. A view in channels_last_3d; NCDHW operands are copied into images (each
-//   slice's planes whole, no transpose).
+//   kernel [kh, kw]. A view of channels_last_3d activations only: NCDHW ones would be copied into
+//   images, and through those copies (and the 2-D route's) the steps of R(2+1)D's layers took
+//   1.05-1.09x the column route's time (benchmarks/NOTES.md, section 123).
 // - pixel columns: a kernel one pixel in each plane, stride 1 and no padding along the height and
 //   width (R(2+1)D's 3x1x1 layers, 1x1x1 ones). Each slice's plane is one image row of H*W pixels:
 //   [N, C, D, H, W] as [N, C, D, H*W], a kernel [kd, 1]. A view in either format.
@@ -26,8 +27,9 @@ namespace torch_convbp {
 
 enum class PlanarForm { depth_slices, pixel_columns };
 
-// The form in which 3-D convolution `s` is a 2-D one, if it is.
-std::optional<PlanarForm> planar_form(const ConvShape& s);
+// The form in which 3-D convolution `s` of these activation operands (the forward's input, the
+// input gradient's output gradient, the weight gradient's both) is a 2-D one on views, if any.
+std::optional<PlanarForm> planar_form(const ConvShape& s, at::TensorList activations);
 
 // The 2-D convolution's stride, padding and dilation (pairs).
 struct PlanarArguments {

@@ -193,7 +193,9 @@ def planar_arguments(form, stride, padding, dilation):
 )
 def test_volumes_that_are_planar_take_the_2d_routes(name, x_size, w_size, stride, padding, dilation, groups, form, memory_format, device):
     """Each operator gives the bits of the 2-D operator on the views, its route, and F.conv3d's
-    values in F.conv3d's format (of the operands); opcheck, gradcheck and gradgradcheck."""
+    values in F.conv3d's format (of the operands); opcheck, gradcheck and gradgradcheck. Depth
+    slices are images only as views of channels_last_3d operands: NCDHW ones keep the 3-D
+    route (a copy into images, and the 2-D route's, took longer)."""
     g = torch.Generator().manual_seed(0)
     x = torch.randn(x_size, generator=g, dtype=torch.float64).to(device).contiguous(memory_format=memory_format)
     w = torch.randn(w_size, generator=g, dtype=torch.float64).to(device).contiguous(memory_format=memory_format)
@@ -209,12 +211,15 @@ def test_volumes_that_are_planar_take_the_2d_routes(name, x_size, w_size, stride
     y2 = ops.conv2d(x2, w2, None, *planar)
     dx2 = ops.conv2d_input_grad(grad2, w2, list(x2.shape), *planar)
     dw2 = ops.conv2d_weight_grad(x2, grad2, list(w2.shape), *planar)
-    assert torch.equal(as_planes(y, form), y2) and torch.equal(as_planes(dx, form), dx2)
-    assert torch.equal(dw, dw2.view(w_size))
     routes = torch_convbp.explain(x, w, *args, grad_output=grad)
-    planar_routes = torch_convbp.explain(x2, w2, *planar, grad_output=grad2)
-    assert [r.route for r in routes] == [r.route for r in planar_routes]
-    assert all(r.reason.startswith("a 3-D convolution") for r in routes)
+    if form == "columns" or memory_format == torch.channels_last_3d:
+        assert torch.equal(as_planes(y, form), y2) and torch.equal(as_planes(dx, form), dx2)
+        assert torch.equal(dw, dw2.view(w_size))
+        planar_routes = torch_convbp.explain(x2, w2, *planar, grad_output=grad2)
+        assert [r.route for r in routes] == [r.route for r in planar_routes]
+        assert all(r.reason.startswith("a 3-D convolution") for r in routes)
+    else:
+        assert not any(r.reason.startswith("a 3-D convolution") for r in routes)
     # F.conv3d's values; its format on the CPU (oneDNN's, float32: channels_last_3d for a
     # channels_last_3d operand)
     x_ref, w_ref = x.detach().requires_grad_(), w.detach().requires_grad_()
