@@ -450,8 +450,7 @@ Tensor convolution_weight_grad(const char* op, int64_t dims, const Tensor& input
     const Tensor grad_weight = convolution_weight_grad(
         op, 2, activation_as_planes(input, *form), activation_as_planes(grad_output, *form),
         weight_size_as_planes(weight_size, *form), a.stride, a.padding, a.dilation, groups);
-    return to_memory_format(weight_as_volume(grad_weight, *form, weight_size),
-                            weight_grad_format(input));
+    return to_memory_format(weight_as_volume(grad_weight, weight_size), weight_grad_format(input));
   }
 
   const RouteChoice route = choose_route(Operator::weight_grad, s, {input, grad_output});

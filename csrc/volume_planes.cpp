@@ -74,7 +74,7 @@ at::Tensor weight_as_planes(const at::Tensor& w, PlanarForm form) {
   return w.select(unit_weight_dim(form), 0);
 }
 
-at::Tensor weight_as_volume(const at::Tensor& w, PlanarForm form, at::IntArrayRef volume_size) {
+at::Tensor weight_as_volume(const at::Tensor& w, at::IntArrayRef volume_size) {
   return w.view(volume_size);  // a unit dimension put back: a view in any memory format
 }
 

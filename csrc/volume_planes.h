@@ -47,7 +47,7 @@ at::Tensor activation_as_volume(const at::Tensor& t, PlanarForm form, at::IntArr
 // without its unit depth (depth slices) or its unit width (pixel columns); and back.
 std::vector<int64_t> weight_size_as_planes(at::IntArrayRef volume_size, PlanarForm form);
 at::Tensor weight_as_planes(const at::Tensor& w, PlanarForm form);
-at::Tensor weight_as_volume(const at::Tensor& w, PlanarForm form, at::IntArrayRef volume_size);
+at::Tensor weight_as_volume(const at::Tensor& w, at::IntArrayRef volume_size);
 
 // explain()'s words for the form.
 const char* planar_form_why(PlanarForm form);
