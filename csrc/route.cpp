@@ -120,29 +120,42 @@ bool has_narrow_groups(const ConvShape& s) {
          s.out_channels / s.groups <= kMaxDirectGroupChannels;
 }
 
-// Whether float32 operands fed NCHW take the grouped kernels (narrow groups, has_narrow_groups)
-// on the CPU, through layout copies, instead of the NCHW column route, whose im2col writes the
-// column matrix of 9 values per input value (3x3) for GEMMs a few rows thin. Per operator,
-// ResNeXt's 3x3 layers of 32 groups at batch 8, copies included (NOTES section 123):
+// Whether operands fed NCHW take the grouped kernels (narrow groups, has_narrow_groups) on the
+// CPU, through layout copies, instead of the NCHW column route (whose im2col writes 9 values per
+// input value at 3x3, for GEMMs a few rows thin) or the implicit one. Per operator, ResNeXt's 3x3
+// layers of 32 groups at batch 8, copies included (NOTES section 123), in float32:
 // - the forward and the stride-1 input gradient, where the convolution computed has at most
-//   kMaxNchwGroupedChannels output channels per group: 0.21-0.84x the column route's time at 4, 8
-//   and 16 channels per group, 56x56 planes and strided layers too; at 32 channels 1.2-1.5x;
-// - the weight gradient, where the input's planes have at most kMaxNchwGroupedWeightGradPlane
-//   pixels: 0.54-0.91x at 28x28 and smaller, 4 to 32 channels per group; on 56x56 planes, where
-//   the copies of x and dY are largest, 1.0-1.6x.
-// Not in bfloat16, whose grouped kernels trail the column route's bfloat16 GEMMs at 8 or more
-// channels per group (1.1-1.8x).
+//   kMaxNchwGroupedChannels output channels per group: 0.21-0.84x the time at 4, 8 and 16 channels
+//   per group, 56x56 planes and strided layers too; at 32 channels 1.2-1.5x;
+// - the weight gradient, where the input's planes have at most kMaxNchwGroupedPlane pixels:
+//   0.54-0.91x at 28x28 and smaller, 4 to 32 channels per group; on 56x56 planes, where the copies
+//   of x and dY are largest, 1.0-1.6x.
+// In bfloat16 the column route's GEMMs run on the micro-kernel in bfloat16, and the grouped
+// kernels trail them at 8 or more channels per group (1.1-1.9x), but not
+// - the weight gradient of at most kMaxNchwBfloat16GroupedWeightGradChannels output channels per
+//   group: 0.36-0.71x, 56x56 planes too (a strided one 1.03x; 16 per group: 1.28x);
+// - the forward and input gradient of at most kMaxNchwBfloat16GroupedChannels (the groups summed
+//   across, two to a vector of lanes) on planes of at most kMaxNchwGroupedPlane pixels:
+//   0.59-0.67x at 28x28, 1.05-1.12x at 56x56.
 constexpr int64_t kMaxNchwGroupedChannels = 16;
-constexpr int64_t kMaxNchwGroupedWeightGradPlane = 1024;
+constexpr int64_t kMaxNchwGroupedPlane = 1024;
+constexpr int64_t kMaxNchwBfloat16GroupedChannels = 4;
+constexpr int64_t kMaxNchwBfloat16GroupedWeightGradChannels = 8;
 
 bool grouped_pays_layout(Operator op, const ConvShape& computed, const at::Tensor& first) {
-  if (!first.device().is_cpu() || first.scalar_type() != at::kFloat || first.numel() == 0) {
+  const auto dtype = first.scalar_type();
+  if (!first.device().is_cpu() || (dtype != at::kFloat && dtype != at::kBFloat16) ||
+      first.numel() == 0) {
     return false;
   }
-  if (op == Operator::weight_grad) {
-    return computed.height * computed.width <= kMaxNchwGroupedWeightGradPlane;
+  const int64_t group_outputs = computed.out_channels / computed.groups;
+  const bool small_planes = computed.height * computed.width <= kMaxNchwGroupedPlane;
+  if (dtype == at::kBFloat16) {
+    return op == Operator::weight_grad
+               ? group_outputs <= kMaxNchwBfloat16GroupedWeightGradChannels
+               : group_outputs <= kMaxNchwBfloat16GroupedChannels && small_planes;
   }
-  return computed.out_channels / computed.groups <= kMaxNchwGroupedChannels;
+  return op == Operator::weight_grad ? small_planes : group_outputs <= kMaxNchwGroupedChannels;
 }
 
 bool has_wide_groups(const ConvShape& s) {
@@ -441,10 +454,10 @@ RouteChoice choose_route(Operator op, const ConvShape& s, at::TensorList activat
                 : "several groups of at most 32 output channels: direct kernels, no GEMM",
             channels_last ? why_operand_layout
             : op == Operator::weight_grad
-                ? "float32 on the CPU, input planes of at most 1024 pixels: NHWC, through layout "
-                  "copies"
-                : "float32 on the CPU, groups of at most 16 output channels: NHWC, through layout "
-                  "copies"};
+                ? "on the CPU, float32 on input planes of at most 1024 pixels, bfloat16 of at most "
+                  "8 output channels per group: NHWC, through layout copies"
+                : "on the CPU, float32 of at most 16 output channels per group, bfloat16 of at "
+                  "most 4 on planes of at most 1024 pixels: NHWC, through layout copies"};
   }
 
   if (op == Operator::weight_grad && takes_implicit_weight_grad(s, first, channels_last)) {
