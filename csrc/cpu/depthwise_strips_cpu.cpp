@@ -57,12 +57,11 @@ TORCH_CONVBP_AVX512 inline void store_floats(c10::BFloat16* p, Floats v) {
 
 struct Strips {
   // Result row `row` (an output row of the forward, an input row of the input gradient) of
-  // `source` (the image the pass reads, NHWC), its pixels [columns.begin, *end) for every vector
-  // of channels, into `result` (the row, NHWC); *end: columns.begin plus whole strips.
+  // `source` (the image the pass reads, NHWC), its pixels `strips` (whole strips: strip_pixels)
+  // for every vector of channels, into `result` (the row, NHWC).
   template <class Ops, typename T>
   static TORCH_CONVBP_INLINE void run(StripPass pass, const T* source, const float* w_by_tap,
-                                      int64_t row, Span columns, T* result, const ConvShape& s,
-                                      int64_t* end) {
+                                      int64_t row, Span strips, T* result, const ConvShape& s) {
     using V = typename Vector<float, Ops::kBytes>::type;
     static_assert(Ops::kBytes == 64, "the strips' loads and stores are AVX-512's");
     constexpr int64_t lanes = Vector<float, Ops::kBytes>::lanes;
@@ -82,13 +81,12 @@ struct Strips {
     // A strip from pixel x reads source pixels x + first + q, q < P + 2; its pixel p's tap kj
     // the one at q = p + kj (forward) or p + 2 - kj (input gradient).
     const int64_t first = forward ? -s.pad_w : s.pad_w - 2;
-    *end = strip_pixels(s, columns).end;
     // Strip by strip, then its vectors of channels: each pixel's channels are read and written in
     // one pass, in order. Vector by vector, each strip then (its nine weights loaded once per
     // vector) walked the row once per vector, 64 bytes of every pixel at a time: 128@56's
     // forward took 1.25x the time on two threads, its input gradient 1.18x (benchmarks/NOTES.md,
     // section 119).
-    for (int64_t x = columns.begin; x < *end; x += P) {
+    for (int64_t x = strips.begin; x < strips.end; x += P) {
       for (int64_t ch = 0; ch + lanes <= c; ch += lanes) {
         V w[9];
         for (int t = 0; t < 9; ++t) w[t] = load_floats(w_by_tap + t * c + ch);
@@ -123,15 +121,14 @@ struct Strips {
 template <typename T>
 int64_t strips_of(StripPass pass, const T* source, const float* w_by_tap, int64_t row, Span columns,
                   T* result, const ConvShape& s) {
-  int64_t end = columns.begin;
+  const Span strips = strip_pixels(s, columns);  // none where the strips do not run here
+  if (strips.end == strips.begin) return columns.begin;
 #ifdef TORCH_CONVBP_AVX512_BANDS
-  if (const Span strips = strip_pixels(s, columns); strips.end > strips.begin) {
-    run_compiled_for<Strips>(Avx512Ops{}, pass, source, w_by_tap, row, columns, result, s, &end);
-  }
+  run_compiled_for<Strips>(Avx512Ops{}, pass, source, w_by_tap, row, strips, result, s);
 #else
-  (void)pass, (void)source, (void)w_by_tap, (void)row, (void)result, (void)s;
+  (void)pass, (void)source, (void)w_by_tap, (void)row, (void)result;
 #endif
-  return end;
+  return strips.end;
 }
 
 }  // namespace
