@@ -100,12 +100,14 @@ void forward_pointwise_by_images(const Tensor& x, const Tensor& w, const ConvSha
 // MKL ran that product of a transposed weight at 1.3-1.5x ATen's time, and the micro-kernel
 // driver, which computes it as dX^T [P, Cin] = dY^T @ W (Cin the wide side), at 0.76-0.85x MKL's;
 // on 14x14 planes 0.9-1.08x, and on larger ones 1.0-1.2x (benchmarks/NOTES.md, section 122). The
-// forward's product, W [Cout, Cin] @ X [Cin, P], it did not run faster (1.0-1.25x).
+// forward's product, W [Cout, Cin] @ X [Cin, P], it did not run faster (1.0-1.25x). On an AVX2
+// Zen 3 both products of planes of 196 pixels ran at 1.1-1.66x MKL's time on the micro-kernel,
+// narrow as their results are (section 124): larger planes keep MKL there too.
 constexpr int64_t kMaxMicrokernelPointwisePlane = 64;
 Float32Gemms pointwise_input_grad_gemms(const ConvShape& s) {
   return s.input_rows() * s.width <= kMaxMicrokernelPointwisePlane
              ? Float32Gemms::microkernel_on_avx512
-             : Float32Gemms::cpu_rule;
+             : Float32Gemms::cpu_rule_not_by_width;
 }
 
 // The sum over the first dimension of t [n, ...], in a fixed order: the last half added into the
@@ -389,7 +391,7 @@ Tensor convolution_forward(const char* op, int64_t dims, const Tensor& input, co
       break;
     case Route::pointwise_by_images:
       forward_pointwise_by_images(x, gemm_weight(weight, s, route.layout), s, output,
-                                  Float32Gemms::cpu_rule);
+                                  Float32Gemms::cpu_rule_not_by_width);
       break;
     case Route::columns:
       forward_by_chunks(x, gemm_weight(weight, s, route.layout), s, route.layout, output);

@@ -88,7 +88,8 @@ GemmEngine gemm_engine(at::ScalarType gemm_dtype, const at::Device& device, Floa
 
 // In bfloat16 ATen's alternative is oneDNN's matmul, whose bits follow the thread count: however
 // thin, those stay ours. Where the CPU prefers the micro-kernel for narrow results only, a float32
-// result at most kMaxNarrowResultColumns wide runs on it (the route stays the one for MKL).
+// result at most kMaxNarrowResultColumns wide runs on it (the route stays the one for MKL), unless
+// its call site asks for Float32Gemms::cpu_rule_not_by_width.
 GemmEngine gemm_engine(at::ScalarType gemm_dtype, const at::Device& device, int64_t rows,
                        int64_t cols, Float32Gemms float32) {
   if (gemm_dtype == at::kFloat && std::min(rows, cols) < kMinMicrokernelSide) {
@@ -97,6 +98,7 @@ GemmEngine gemm_engine(at::ScalarType gemm_dtype, const at::Device& device, int6
   const GemmEngine engine = gemm_engine(gemm_dtype, device, float32);
   const bool narrow_on_microkernel =
       engine == GemmEngine::aten && device.is_cpu() && gemm_dtype == at::kFloat &&
+      float32 != Float32Gemms::cpu_rule_not_by_width &&
       gemm_setting() == GemmSetting::automatic && cols <= kMaxNarrowResultColumns &&
       cpu_prefers_narrow_gemms_on_microkernel();
   return narrow_on_microkernel ? GemmEngine::microkernel : engine;

@@ -25,11 +25,17 @@ at::ScalarType gemm_dtype(at::ScalarType dtype, const at::Device& device,
 // on oneDNN's micro-kernel (microkernel_gemm.h).
 enum class GemmEngine { aten, microkernel };
 
-// A call site's word on its float32 CPU GEMMs: the CPU's rule (gemm_engine below), or the
-// micro-kernel wherever the CPU runs AVX-512 kernels: the channels_last 1x1 forward and input
-// gradient, [pixels, C] @ [C, Cout], which ran faster on it than on MKL on an AVX-512 Xeon too,
-// where the rule says MKL (benchmarks/NOTES.md, section 73).
-enum class Float32Gemms { cpu_rule, microkernel_on_avx512 };
+// A call site's word on its float32 CPU GEMMs:
+// - cpu_rule: the CPU's rule (gemm_engine below);
+// - microkernel_on_avx512: the micro-kernel wherever the CPU runs AVX-512 kernels: the
+//   channels_last 1x1 forward and input gradient, [pixels, C] @ [C, Cout], which ran faster on it
+//   than on MKL on an AVX-512 Xeon too, where the rule says MKL (benchmarks/NOTES.md, section 73);
+// - cpu_rule_not_by_width: the CPU's rule without its narrow results on the micro-kernel (AMD CPUs
+//   without AVX-512): products that ran slower there however narrow, on an AVX2 Zen 3 (section
+//   124): the NCHW 1x1 products of a plane's pixels, W [Cout, C] @ X [C, H*W] on 7x7 and 14x14
+//   planes, 1.1-1.66x MKL's time, and the channels_last 1x1 weight gradient taller than wide,
+//   dY^T [Cout, P] @ X [P, C], 1.1-2.0x.
+enum class Float32Gemms { cpu_rule, microkernel_on_avx512, cpu_rule_not_by_width };
 
 // The engine of GEMMs in dtype `gemm_dtype` (as gemm_dtype() gives it) on `device`.
 GemmEngine gemm_engine(at::ScalarType gemm_dtype, const at::Device& device,

@@ -284,16 +284,19 @@ def test_the_gemms_run_on_the_engine_chosen(monkeypatch):
 
 
 @needs_microkernel
+@pytest.mark.parametrize("cout", [24, 48])
 @pytest.mark.parametrize("op", ["forward", "input_grad", "weight_grad"])
-def test_the_channels_last_1x1_gemms_run_on_the_micro_kernel_where_avx512_runs(monkeypatch, op):
+def test_the_channels_last_1x1_gemms_run_on_the_micro_kernel_where_avx512_runs(monkeypatch, op, cout):
     """The channels_last 1x1 forward and input gradient, [pixels, C] @ [C, Cout], run on the
     micro-kernel wherever the CPU runs AVX-512 kernels (faster there than MKL on a Xeon too:
     benchmarks/NOTES.md, section 73); the weight gradient follows the CPU's rule, which on AMD
-    CPUs without AVX-512 puts these results (32 and 48 wide) on it too (section 117)."""
+    CPUs without AVX-512 puts these results (24 to 48 wide) on it too (section 117), but for
+    a weight gradient of more output than input channels, dY^T [Cout, P] @ X [P, C], which ran
+    slower there on a Zen 3 (section 124)."""
     monkeypatch.setenv("TORCH_CONVBP_GEMM", "auto")
     x = torch.randn(2, 32, 12, 12).contiguous(memory_format=torch.channels_last)
-    w = torch.randn(48, 32, 1, 1)
-    dy = torch.randn(2, 48, 12, 12).contiguous(memory_format=torch.channels_last)
+    w = torch.randn(cout, 32, 1, 1)
+    dy = torch.randn(2, cout, 12, 12).contiguous(memory_format=torch.channels_last)
     calls = {
         "forward": lambda: ops.conv2d(x, w, None, [1, 1], [0, 0], [1, 1], 1),
         "input_grad": lambda: ops.conv2d_input_grad(dy, w, list(x.shape), [1, 1], [0, 0], [1, 1], 1),
@@ -303,6 +306,34 @@ def test_the_channels_last_1x1_gemms_run_on_the_micro_kernel_where_avx512_runs(m
         calls[op]()
     names = {event.name for event in profile.events()}
     by_call = op != "weight_grad" and runs_avx512_kernels()
-    on_microkernel = microkernel_outruns_mkl() or by_call or microkernel_runs_narrow_gemms()
+    by_width = microkernel_runs_narrow_gemms() and not (op == "weight_grad" and cout > 32)
+    on_microkernel = microkernel_outruns_mkl() or by_call or by_width
     assert ("torch_convbp::microkernel_gemm" in names) == on_microkernel
     assert ("aten::addmm_" in names) != on_microkernel
+
+
+@needs_microkernel
+@pytest.mark.parametrize("plane", [7, 14])
+@pytest.mark.parametrize("op", ["forward", "input_grad"])
+def test_the_nchw_1x1_products_of_a_plane_run_on_the_micro_kernel_where_measured_faster(monkeypatch, op, plane):
+    """Fed NCHW, a 1x1 layer's forward and input gradient are products per image whose results
+    are the plane's pixels wide, W [Cout, C] @ X [C, H*W]: narrow, but on an AVX2 Zen 3 slower on
+    the micro-kernel than on MKL (benchmarks/NOTES.md, section 124), so the narrow-results rule
+    of AMD CPUs without AVX-512 leaves them on MKL. The input gradient of planes of at most 64
+    pixels runs on the micro-kernel wherever AVX-512 kernels run, or the narrow rule holds
+    (section 122); every product wherever the micro-kernel outruns MKL."""
+    monkeypatch.setenv("TORCH_CONVBP_GEMM", "auto")
+    x, w = torch.randn(2, 64, plane, plane), torch.randn(32, 64, 1, 1)
+    dy = torch.randn(2, 32, plane, plane)
+    assert torch_convbp.explain(x, w)[op].route == "pointwise_by_images"
+    call = {"forward": lambda: ops.conv2d(x, w, None, [1, 1], [0, 0], [1, 1], 1),
+            "input_grad": lambda: ops.conv2d_input_grad(dy, w, list(x.shape), [1, 1], [0, 0], [1, 1], 1)}[op]
+    with torch.profiler.profile() as profile:
+        result = call()
+    names = {event.name for event in profile.events()}
+    small_plane_grad = op == "input_grad" and plane * plane <= 64
+    on_microkernel = microkernel_outruns_mkl() or (small_plane_grad and (runs_avx512_kernels() or microkernel_runs_narrow_gemms()))
+    assert ("torch_convbp::microkernel_gemm" in names) == on_microkernel
+    expected = (F.conv2d(x.double(), w.double()) if op == "forward"
+                else torch.nn.grad.conv2d_input(x.shape, w.double(), dy.double()))
+    torch.testing.assert_close(result.double(), expected, rtol=1e-5, atol=1e-4)
