@@ -98,9 +98,8 @@ GemmEngine gemm_engine(at::ScalarType gemm_dtype, const at::Device& device, int6
   const GemmEngine engine = gemm_engine(gemm_dtype, device, float32);
   const bool narrow_on_microkernel =
       engine == GemmEngine::aten && device.is_cpu() && gemm_dtype == at::kFloat &&
-      float32 != Float32Gemms::cpu_rule_not_by_width &&
-      gemm_setting() == GemmSetting::automatic && cols <= kMaxNarrowResultColumns &&
-      cpu_prefers_narrow_gemms_on_microkernel();
+      float32 != Float32Gemms::cpu_rule_not_by_width && gemm_setting() == GemmSetting::automatic &&
+      cols <= kMaxNarrowResultColumns && cpu_prefers_narrow_gemms_on_microkernel();
   return narrow_on_microkernel ? GemmEngine::microkernel : engine;
 }
 

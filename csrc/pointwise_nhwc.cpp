@@ -61,8 +61,8 @@ Tensor pointwise_nhwc_weight_grad(const Tensor& input, const Tensor& grad_output
   const Tensor dw = grad_weight.view({1, s.out_channels, s.in_channels});
   // [1, Cout, C] = [1, Cout, P] @ [1, P, C]. Taller than wide, this product took 1.1-2.0x MKL's
   // time on the micro-kernel on an AVX2 Zen 3, narrow as it is (benchmarks/NOTES.md, section 124).
-  const Float32Gemms engine = s.out_channels > s.in_channels ? Float32Gemms::cpu_rule_not_by_width
-                                                             : Float32Gemms::cpu_rule;
+  const Float32Gemms engine =
+      s.out_channels > s.in_channels ? Float32Gemms::cpu_rule_not_by_width : Float32Gemms::cpu_rule;
   gemm_out_contracting(dw, pixel_matrix(grad_output).transpose(1, 2), pixel_matrix(input), engine);
   return grad_weight;
 }
