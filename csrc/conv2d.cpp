@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "checks.h"
+#include "depth_taps.h"
 #include "device_kernels.h"
 #include "gemm.h"
 #include "gemm_choice.h"
@@ -347,6 +348,14 @@ std::vector<int64_t> output_size(const ConvShape& s) {
   return {s.batch, s.out_channels, s.out_depth, s.out_height, s.out_width};
 }
 
+// output[:, co] += bias[co], where there is a bias.
+void add_bias(const Tensor& output, const std::optional<Tensor>& bias, const ConvShape& s) {
+  if (!bias) return;
+  std::vector<int64_t> per_channel(output.dim(), 1);
+  per_channel[1] = s.out_channels;
+  output.add_(bias->view(per_channel));
+}
+
 // The operators of either dimension: `op` names them in messages, `dims` (2 or 3) is theirs.
 Tensor convolution_forward(const char* op, int64_t dims, const Tensor& input, const Tensor& weight,
                            const std::optional<Tensor>& bias, IntArrayRef stride,
@@ -368,6 +377,15 @@ Tensor convolution_forward(const char* op, int64_t dims, const Tensor& input, co
                                          a.dilation, groups);
     return to_memory_format(activation_as_volume(y, *form, output_size(s)),
                             result_format(input, weight));
+  }
+  if (depth_taps_route(Operator::forward, s, {input})) {  // 2-D ones on slices, summed
+    const PlanarArguments a = planar_arguments(PlanarForm::depth_slices, s);
+    Tensor output = forward_by_depth_taps(input, weight, s, [&](const Tensor& x, const Tensor& w) {
+      return convolution_forward(op, 2, x, w, std::nullopt, a.stride, a.padding, a.dilation,
+                                 groups);
+    });
+    add_bias(output, bias, s);
+    return to_memory_format(output, result_format(input, weight));
   }
 
   const RouteChoice route = choose_route(Operator::forward, s, {input});
@@ -398,11 +416,7 @@ Tensor convolution_forward(const char* op, int64_t dims, const Tensor& input, co
       break;
     case Route::transposed_columns: not_this_operators_route(op, route);
   }
-  if (bias) {
-    std::vector<int64_t> per_channel(output.dim(), 1);
-    per_channel[1] = s.out_channels;
-    output.add_(bias->view(per_channel));
-  }
+  add_bias(output, bias, s);
   return as_result(output, format, memory);
 }
 
@@ -454,6 +468,16 @@ Tensor convolution_weight_grad(const char* op, int64_t dims, const Tensor& input
         weight_size_as_planes(weight_size, *form), a.stride, a.padding, a.dilation, groups);
     return to_memory_format(weight_as_volume(grad_weight, weight_size), weight_grad_format(input));
   }
+  if (depth_taps_route(Operator::weight_grad, s, {input, grad_output})) {  // 2-D ones, summed
+    const PlanarArguments a = planar_arguments(PlanarForm::depth_slices, s);
+    const Tensor grad_weight =
+        weight_grad_by_depth_taps(input, grad_output, weight_size, s,
+                                  [&](const Tensor& x, const Tensor& dy, IntArrayRef tap_size) {
+                                    return convolution_weight_grad(op, 2, x, dy, tap_size, a.stride,
+                                                                   a.padding, a.dilation, groups);
+                                  });
+    return to_memory_format(grad_weight, weight_grad_format(input));
+  }
 
   const RouteChoice route = choose_route(Operator::weight_grad, s, {input, grad_output});
   // The routes of NHWC operands write channels_last weights, the others contiguous ones: a copy
@@ -478,6 +502,15 @@ Tensor convolution_input_grad(const char* op, int64_t dims, const Tensor& grad_o
         size_as_planes(input_size, *form), a.stride, a.padding, a.dilation, groups);
     return to_memory_format(activation_as_volume(grad_input, *form, input_size),
                             result_format(grad_output, weight));
+  }
+  if (depth_taps_route(Operator::input_grad, s, {grad_output})) {  // 2-D ones on slices, summed
+    const PlanarArguments a = planar_arguments(PlanarForm::depth_slices, s);
+    const Tensor grad_input = input_grad_by_depth_taps(
+        grad_output, weight, s, [&](const Tensor& dy, const Tensor& w, IntArrayRef slices_size) {
+          return convolution_input_grad(op, 2, dy, w, slices_size, a.stride, a.padding, a.dilation,
+                                        groups);
+        });
+    return to_memory_format(grad_input, result_format(grad_output, weight));
   }
 
   const RouteChoice route = choose_route(Operator::input_grad, s, {grad_output});

@@ -239,6 +239,96 @@ def test_volumes_that_are_planar_take_the_2d_routes(name, x_size, w_size, stride
         assert torch.autograd.gradgradcheck(fn, (x_ref, w_ref))
 
 
+# (name, input size, weight size, stride, padding, dilation, groups): 3-D convolutions deeper than
+# one slice, of depth stride 1, which channels_last_3d float32 operands compute as sums over the
+# depth taps of 2-D convolutions of each volume's slices (csrc/depth_taps.h), where those take
+# the 2-D implicit route
+DEEP_VOLUMES = [
+    ("r3d 3x3x3", (2, 16, 4, 14, 15), (16, 16, 3, 3, 3), (1, 1, 1), (1, 1, 1), (1, 1, 1), 1),
+    ("asymmetric, strided in the plane", (1, 16, 5, 16, 14), (24, 16, 2, 3, 3), (1, 2, 1), (0, 1, 1), (1, 1, 1), 1),
+    ("dilated in depth, padded past its reach", (2, 16, 3, 14, 14), (16, 16, 3, 3, 3), (1, 1, 1), (3, 1, 1), (2, 1, 1), 1),
+    ("taps that reach no slice", (1, 16, 1, 14, 14), (16, 16, 3, 3, 3), (1, 1, 1), (2, 1, 1), (2, 1, 1), 1),
+    ("groups of 16", (2, 32, 3, 14, 14), (32, 16, 3, 3, 3), (1, 1, 1), (1, 1, 1), (1, 1, 1), 2),
+]
+
+
+def tap_runs(depth, out_depth, kernel_d, pad_d, dilation_d):
+    """For each depth tap t: the output slices [begin, end) it reaches and the offset to the
+    input slice each takes (id = od + offset), the test's own arithmetic."""
+    for t in range(kernel_d):
+        offset = t * dilation_d - pad_d
+        yield t, max(0, -offset), min(out_depth, depth - offset), offset
+
+
+def slices(t, n, begin, end):
+    return t[n].transpose(0, 1)[begin:end]  # [end - begin, C, H, W], channels_last
+
+
+@pytest.mark.parametrize("name, x_size, w_size, stride, padding, dilation, groups", DEEP_VOLUMES, ids=[r[0] for r in DEEP_VOLUMES])
+def test_deep_channels_last_volumes_sum_2d_convolutions_over_their_depth_taps(name, x_size, w_size, stride, padding, dilation, groups):
+    """Where the slices' 2-D route is the implicit one, each operator gives the bits of the sum
+    over the depth taps, in order, of the 2-D operators on the test's own views of the slices
+    (and, for the weight gradient, over the volumes in order), and explain() says so; elsewhere
+    the 3-D route. Either way F.conv3d's values in channels_last_3d, and opcheck. float64 and
+    NCDHW operands never take it (gradcheck of the operators: the 3-D tests)."""
+    g = torch.Generator().manual_seed(0)
+    cl3d = torch.channels_last_3d
+    x = torch.randn(x_size, generator=g).contiguous(memory_format=cl3d)
+    w = torch.randn(w_size, generator=g).contiguous(memory_format=cl3d)
+    args = (list(stride), list(padding), list(dilation), groups)
+    y = ops.conv3d(x, w, None, *args)
+    grad = torch.randn(y.shape, generator=g).contiguous(memory_format=cl3d)
+    dx = ops.conv3d_input_grad(grad, w, list(x_size), *args)
+    dw = ops.conv3d_weight_grad(x, grad, list(w_size), *args)
+    for result in (y, dx, dw):
+        assert result.is_contiguous(memory_format=cl3d)
+    x64, w64, grad64 = x.double().requires_grad_(), w.double().requires_grad_(), grad.double()
+    y_ref = F.conv3d(x64, w64, None, *args)
+    dx_ref, dw_ref = torch.autograd.grad(y_ref, (x64, w64), grad64)
+    for ours, ref in ((y, y_ref), (dx, dx_ref), (dw, dw_ref)):
+        torch.testing.assert_close(ours.double(), ref, rtol=1e-4, atol=1e-3)
+
+    n_volumes, depth, out_depth = x_size[0], x_size[2], y.shape[2]
+    runs = [r for r in tap_runs(depth, out_depth, w_size[2], padding[0], dilation[0]) if r[2] > r[1]]
+    planar = (list(stride[1:]), list(padding[1:]), list(dilation[1:]), groups)
+    count = min(depth, out_depth)
+    planar_routes = torch_convbp.explain(slices(x, 0, 0, count), w[:, :, 0], *planar, grad_output=slices(grad, 0, 0, count))
+    routes = torch_convbp.explain(x, w, *args, grad_output=grad)
+    for route, planar_route in zip(routes, planar_routes):
+        by_taps = planar_route.route == "implicit_nhwc"
+        assert route.reason.startswith("a 3-D convolution of channels_last_3d volumes") == by_taps, route
+        if not by_taps:
+            continue
+        assert route.route == "implicit_nhwc"
+        if route.operator == "forward":
+            expected = torch.zeros_like(y)
+            for n in range(n_volumes):
+                for t, begin, end, offset in runs:
+                    slices(expected, n, begin, end).add_(ops.conv2d(slices(x, n, begin + offset, end + offset), w[:, :, t], None, *planar))
+            assert torch.equal(y, expected)
+        elif route.operator == "input_grad":
+            expected = torch.zeros_like(x)
+            for n in range(n_volumes):
+                for t, begin, end, offset in runs:
+                    size = [end - begin, *x_size[1:2], *x_size[3:]]
+                    slices(expected, n, begin + offset, end + offset).add_(ops.conv2d_input_grad(slices(grad, n, begin, end), w[:, :, t], size, *planar))
+            assert torch.equal(dx, expected)
+        else:
+            expected = torch.zeros(w_size)
+            for t, begin, end, offset in runs:
+                terms = [ops.conv2d_weight_grad(slices(x, n, begin + offset, end + offset), slices(grad, n, begin, end), list(w[:, :, t].shape), *planar)
+                         for n in range(n_volumes)]
+                for term in terms[1:]:
+                    terms[0].add_(term)
+                expected[:, :, t] = terms[0]
+            assert torch.equal(dw, expected)
+    for other_x, other_w in ((x.double(), w.double()), (x.contiguous(), w.contiguous())):  # float64, NCDHW
+        assert not any(r.reason.startswith("a 3-D convolution of channels_last_3d") for r in torch_convbp.explain(other_x, other_w, *args))
+    opcheck(ops.conv3d.default, (x, w, None, *args))
+    opcheck(ops.conv3d_input_grad.default, (grad, w, list(x_size), *args))
+    opcheck(ops.conv3d_weight_grad.default, (x, grad, list(w_size), *args))
+
+
 @pytest.mark.parametrize("input_layout, weight_layout", [(NCHW, CL), (CL, NCHW)], ids=["channels_last weight", "channels_last input"])
 def test_a_mixed_call_returns_f_conv2ds_format(input_layout, weight_layout, device):
     """One channels_last operand is enough for a channels_last output, as with F.conv2d; the route

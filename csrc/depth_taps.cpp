@@ -1,0 +1,129 @@
+// 3-D convolutions as sums over their depth taps of 2-D convolutions on views (depth_taps.h).
+#include "depth_taps.h"
+
+#include <ATen/ops/empty.h>
+#include <ATen/ops/stack.h>
+#include <ATen/ops/zeros.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "checks.h"
+
+namespace torch_convbp {
+namespace {
+
+using at::Tensor;
+
+// The output slices [begin, end) that depth tap t reaches (depth stride 1), each taking input
+// slice od + offset.
+struct TapSlices {
+  int64_t begin, end, offset;
+  int64_t count() const { return end - begin; }
+};
+TapSlices tap_slices(const ConvShape& s, int64_t t) {
+  const int64_t offset = t * s.dilation_d - s.pad_d;
+  return {std::max<int64_t>(0, -offset), std::min(s.out_depth, s.depth - offset), offset};
+}
+
+// Slices [begin, begin + count) of volume n of t [N, C, D, H, W] as images [count, C, H, W]:
+// channels_last views of channels_last_3d memory.
+Tensor slices(const Tensor& t, int64_t n, int64_t begin, int64_t count) {
+  return t.select(0, n).transpose(0, 1).narrow(0, begin, count);
+}
+
+// (at::zeros ignores the options' memory format.)
+Tensor zeros_channels_last_3d(at::IntArrayRef size, const Tensor& like) {
+  return at::empty(size, like.options().memory_format(at::MemoryFormat::ChannelsLast3d)).zero_();
+}
+
+}  // namespace
+
+std::optional<RouteChoice> depth_taps_route(Operator op, const ConvShape& s,
+                                            at::TensorList activations) {
+  if (s.spatial_dims != 3 || s.kernel_d == 1 || s.stride_d != 1 || s.batch == 0) {
+    return std::nullopt;
+  }
+  for (const Tensor& t : activations) {
+    if (!t.device().is_cpu() || t.scalar_type() != at::kFloat ||
+        !t.is_contiguous(at::MemoryFormat::ChannelsLast3d)) {
+      return std::nullopt;
+    }
+  }
+  // One volume's slices as the 2-D convolution's batch: as many as the shorter side has.
+  const int64_t count = std::min(s.depth, s.out_depth);
+  const ConvShape plane = check_convolution(
+      "torch_convbp", 2, {count, s.in_channels, s.height, s.width},
+      {s.out_channels, s.in_channels / s.groups, s.kernel_h, s.kernel_w}, {s.stride_h, s.stride_w},
+      {s.pad_h, s.pad_w}, {s.dilation_h, s.dilation_w}, s.groups);
+  std::vector<Tensor> views;
+  for (const Tensor& t : activations) views.push_back(slices(t, 0, 0, count));
+  const RouteChoice choice = choose_route(op, plane, views);
+  if (choice.route != Route::implicit_nhwc) return std::nullopt;
+  return choice;
+}
+
+const char* depth_taps_why() {
+  return "a 3-D convolution of channels_last_3d volumes, depth stride 1: a sum over its depth "
+         "taps of 2-D convolutions of each volume's slices, on the 2-D route ";
+}
+
+Tensor forward_by_depth_taps(const Tensor& input, const Tensor& weight, const ConvShape& s,
+                             const SliceForward& conv2d) {
+  Tensor output = zeros_channels_last_3d(
+      {s.batch, s.out_channels, s.out_depth, s.out_height, s.out_width}, input);
+  for (int64_t n = 0; n < s.batch; ++n) {
+    for (int64_t t = 0; t < s.kernel_d; ++t) {
+      const TapSlices r = tap_slices(s, t);
+      if (r.count() <= 0) continue;
+      // Y[n, :, od] += conv2d(X[n, :, od + offset], W[:, :, t]) for the run of od
+      slices(output, n, r.begin, r.count())
+          .add_(conv2d(slices(input, n, r.begin + r.offset, r.count()), weight.select(2, t)));
+    }
+  }
+  return output;
+}
+
+Tensor input_grad_by_depth_taps(const Tensor& grad_output, const Tensor& weight, const ConvShape& s,
+                                const SliceInputGrad& conv2d_input_grad) {
+  Tensor grad_input =
+      zeros_channels_last_3d({s.batch, s.in_channels, s.depth, s.height, s.width}, grad_output);
+  for (int64_t n = 0; n < s.batch; ++n) {
+    for (int64_t t = 0; t < s.kernel_d; ++t) {
+      const TapSlices r = tap_slices(s, t);
+      if (r.count() <= 0) continue;
+      // dX[n, :, od + offset] += conv2d_input_grad(dY[n, :, od], W[:, :, t]) for the run of od
+      const Tensor products =
+          conv2d_input_grad(slices(grad_output, n, r.begin, r.count()), weight.select(2, t),
+                            {r.count(), s.in_channels, s.height, s.width});
+      slices(grad_input, n, r.begin + r.offset, r.count()).add_(products);
+    }
+  }
+  return grad_input;
+}
+
+Tensor weight_grad_by_depth_taps(const Tensor& input, const Tensor& grad_output,
+                                 at::IntArrayRef weight_size, const ConvShape& s,
+                                 const SliceWeightGrad& conv2d_weight_grad) {
+  const std::vector<int64_t> tap_size = {s.out_channels, s.in_channels / s.groups, s.kernel_h,
+                                         s.kernel_w};
+  std::vector<Tensor> taps;
+  for (int64_t t = 0; t < s.kernel_d; ++t) {
+    const TapSlices r = tap_slices(s, t);
+    if (r.count() <= 0) {  // a tap that reaches no slice
+      taps.push_back(at::zeros(tap_size, input.options()));
+      continue;
+    }
+    // dW[:, :, t] = sum over n in order of conv2d_weight_grad(X[n, :, od + offset], dY[n, :, od])
+    Tensor sum;
+    for (int64_t n = 0; n < s.batch; ++n) {
+      const Tensor term = conv2d_weight_grad(slices(input, n, r.begin + r.offset, r.count()),
+                                             slices(grad_output, n, r.begin, r.count()), tap_size);
+      sum = n == 0 ? term : sum.add_(term);
+    }
+    taps.push_back(sum);
+  }
+  return at::stack(taps, 2).view(weight_size);  // [Cout, C/G, kd, kh, kw]
+}
+
+}  // namespace torch_convbp

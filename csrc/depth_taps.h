@@ -1,0 +1,59 @@
+// 3-D convolutions as sums over their depth taps of 2-D convolutions on views (depth_taps.cpp), so
+// that volumes take the 2-D implicit route (GEMMs on shifted views of the input) instead of the
+// 3-D column route, whose vol2col writes kd*kh*kw values per input value.
+//
+// For a depth stride of 1, output slice od of volume n takes, at depth tap t, input slice
+// id = od - pd + t*dd (none where that is outside the volume):
+//
+//   Y[n, :, od] = sum over t in order of  conv2d(X[n, :, id], W[:, :, t])        (kh x kw kernel)
+//   dX[n, :, id] = sum over t in order of conv2d_input_grad(dY[n, :, od], W[:, :, t])
+//   dW[:, :, t] = sum over n in order of  conv2d_weight_grad(X[n, :, id], dY[n, :, od])
+//
+// For one volume and one tap, the slices that take part are a run of consecutive ones on either
+// side, so each term is one 2-D call on a batch of slices: in channels_last_3d memory the slices
+// of a volume [D, H, W, C] are NHWC images, a view. The sums are added in the order above, each
+// term computed by the 2-D route, whose bits do not depend on the thread count, so neither do
+// these. Only where the slices' 2-D route is the implicit one: on the column route the slices
+// would write the same column values as vol2col, and the sums cost a pass of the result each.
+// Measured: benchmarks/NOTES.md, section 124.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <functional>
+#include <optional>
+
+#include "route.h"
+#include "shape.h"
+
+namespace torch_convbp {
+
+// The slices' 2-D route, where operator `op` of 3-D convolution `s` with these activation
+// operands (the forward's input, the input gradient's output gradient, the weight gradient's
+// both) runs as depth taps: float32 CPU operands in channels_last_3d, a kernel deeper than one
+// slice, depth stride 1, a batch, and slices whose 2-D route is the implicit one.
+std::optional<RouteChoice> depth_taps_route(Operator op, const ConvShape& s,
+                                            at::TensorList activations);
+
+// explain()'s words for the form.
+const char* depth_taps_why();
+
+// The 2-D operators on batches of slices, [count, C, H, W] channels_last, with the weight of one
+// tap [Cout, C/G, kh, kw] (stride, padding and dilation those of the plane).
+using SliceForward = std::function<at::Tensor(const at::Tensor& x, const at::Tensor& w)>;
+using SliceInputGrad = std::function<at::Tensor(const at::Tensor& dy, const at::Tensor& w,
+                                                at::IntArrayRef input_size)>;
+using SliceWeightGrad = std::function<at::Tensor(const at::Tensor& x, const at::Tensor& dy,
+                                                 at::IntArrayRef weight_size)>;
+
+// The three operators by depth taps, for `s` of which depth_taps_route gave a route. The
+// activation results are channels_last_3d; the weight gradient contiguous.
+at::Tensor forward_by_depth_taps(const at::Tensor& input, const at::Tensor& weight,
+                                 const ConvShape& s, const SliceForward& conv2d);
+at::Tensor input_grad_by_depth_taps(const at::Tensor& grad_output, const at::Tensor& weight,
+                                    const ConvShape& s, const SliceInputGrad& conv2d_input_grad);
+at::Tensor weight_grad_by_depth_taps(const at::Tensor& input, const at::Tensor& grad_output,
+                                     at::IntArrayRef weight_size, const ConvShape& s,
+                                     const SliceWeightGrad& conv2d_weight_grad);
+
+}  // namespace torch_convbp
