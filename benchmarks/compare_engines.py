@@ -58,8 +58,6 @@ def main(argv=None):
     print(f"{'layer':<32}" + "".join(f" {f + ' ' + e:>20}" for f in FORMATS for e in values))
     ratios = {(f, e): [] for f in FORMATS for e in values}
     for layer in L.load_layers(args.suite, args.layers):
-        if L.dims(layer) != 2:
-            continue
         x, w = L.make_operands(layer, L.batch_of(layer, args.batch), device, dtype)
         operands = {"nchw": (x, w), "channels_last": S.channels_last_copies(x, w)}
         ours, builtin = L.functions(layer)
