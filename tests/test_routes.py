@@ -311,12 +311,14 @@ def test_deep_channels_last_volumes_sum_2d_convolutions_over_their_depth_taps(na
             for n in range(n_volumes):
                 for t, begin, end, offset in runs:
                     size = [end - begin, *x_size[1:2], *x_size[3:]]
-                    slices(expected, n, begin + offset, end + offset).add_(ops.conv2d_input_grad(slices(grad, n, begin, end), w[:, :, t], size, *planar))
+                    term = ops.conv2d_input_grad(slices(grad, n, begin, end), w[:, :, t], size, *planar)
+                    slices(expected, n, begin + offset, end + offset).add_(term)
             assert torch.equal(dx, expected)
         else:
             expected = torch.zeros(w_size)
             for t, begin, end, offset in runs:
-                terms = [ops.conv2d_weight_grad(slices(x, n, begin + offset, end + offset), slices(grad, n, begin, end), list(w[:, :, t].shape), *planar)
+                tap_size = list(w[:, :, t].shape)
+                terms = [ops.conv2d_weight_grad(slices(x, n, begin + offset, end + offset), slices(grad, n, begin, end), tap_size, *planar)
                          for n in range(n_volumes)]
                 for term in terms[1:]:
                     terms[0].add_(term)
