@@ -9,13 +9,15 @@
 // accumulator around every product: 0.33-0.41x their time at stride 1 (benchmarks/NOTES.md,
 // section 87). A stride along the rows becomes unit-stride reads: the forward reads the phases
 // of the input's rows (their columns of one residue of the stride, copied once per plane), the
-// input gradient computes its pixels phase by phase (section 88).
+// input gradient computes its pixels phase by phase (section 88); at stride 2 those copies and
+// the spread of the phases onto the plane move two vectors at a time (section 125).
 #include "depthwise_planes_cpu.h"
 
 #include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "../summation.h"
@@ -253,6 +255,103 @@ void in_parallel(int64_t planes, int64_t work_per_plane, Plane plane) {
   });
 }
 
+// Rows' columns at stride 2, split into their two phases and put together again, two vectors at a
+// time with one permutation for each result vector: the forward's copy of the input's phases
+// and the input gradient's spread of its phases onto the plane took a scalar load or store per
+// pixel, most of those kernels' time at stride 2 (benchmarks/NOTES.md, section 125). Copies: no
+// value changes. Compiled for the target of Ops (run_compiled_for).
+template <class Ops>
+struct ColumnPairs {
+  using V = typename Vector<float, Ops::kBytes>::type;
+  static constexpr int lanes = int(Vector<float, Ops::kBytes>::lanes);
+
+  // even[c] = row[2c] and odd[c] = row[2c + 1], over the row's `width` columns.
+  static TORCH_CONVBP_INLINE void split(const float* row, int64_t width, float* even, float* odd) {
+    int64_t c = 0;
+    for (; 2 * (c + lanes) <= width; c += lanes) {
+      V a, b;
+      std::memcpy(&a, row + 2 * c, sizeof(V));
+      std::memcpy(&b, row + 2 * c + lanes, sizeof(V));
+      const V evens = every_other(a, b, Lanes{}, 0), odds = every_other(a, b, Lanes{}, 1);
+      std::memcpy(even + c, &evens, sizeof(V));
+      std::memcpy(odd + c, &odds, sizeof(V));
+    }
+    for (; 2 * c < width; ++c) {
+      even[c] = row[2 * c];
+      if (2 * c + 1 < width) odd[c] = row[2 * c + 1];
+    }
+  }
+
+  // row[2c] = even[c] and row[2c + 1] = odd[c], over the row's `width` columns.
+  static TORCH_CONVBP_INLINE void merge(const float* even, const float* odd, int64_t width,
+                                        float* row) {
+    int64_t c = 0;
+    for (; 2 * (c + lanes) <= width; c += lanes) {
+      V a, b;
+      std::memcpy(&a, even + c, sizeof(V));
+      std::memcpy(&b, odd + c, sizeof(V));
+      const V low = alternately(a, b, Lanes{}, 0), high = alternately(a, b, Lanes{}, lanes / 2);
+      std::memcpy(row + 2 * c, &low, sizeof(V));
+      std::memcpy(row + 2 * c + lanes, &high, sizeof(V));
+    }
+    for (; 2 * c < width; ++c) {
+      row[2 * c] = even[c];
+      if (2 * c + 1 < width) row[2 * c + 1] = odd[c];
+    }
+  }
+
+ private:
+  using Lanes = std::make_integer_sequence<int, lanes>;
+  // Lanes first, first + 2, first + 4, ... of a followed by b (first 0 or 1).
+  template <int... L>
+  static TORCH_CONVBP_INLINE V every_other(V a, V b, std::integer_sequence<int, L...>, int first) {
+    return first == 0 ? pick<(2 * L)...>(a, b) : pick<(2 * L + 1)...>(a, b);
+  }
+  // a[from], b[from], a[from + 1], b[from + 1], ... (from 0 or lanes / 2).
+  template <int... L>
+  static TORCH_CONVBP_INLINE V alternately(V a, V b, std::integer_sequence<int, L...>, int from) {
+    return from == 0 ? pick<(L / 2 + L % 2 * lanes)...>(a, b)
+                     : pick<(lanes / 2 + L / 2 + L % 2 * lanes)...>(a, b);
+  }
+  // The lanes Pick... of a followed by b (GCC before 12 has only __builtin_shuffle).
+  template <int... Pick>
+  static TORCH_CONVBP_INLINE V pick(V a, V b) {
+#if defined(__clang__) || __GNUC__ >= 12
+    return __builtin_shufflevector(a, b, Pick...);
+#else
+    using Lanes32 = typename Vector<int32_t, Ops::kBytes>::type;
+    return __builtin_shuffle(a, b, Lanes32{Pick...});
+#endif
+  }
+};
+
+// The rows of a plane [rows, width] split into its even and odd columns, each phase's rows
+// adjacent, for run_compiled_for.
+struct SplitColumns {
+  template <class Ops>
+  static TORCH_CONVBP_INLINE void run(const float* plane, int64_t rows, int64_t width, float* even,
+                                      float* odd) {
+    const int64_t even_width = (width + 1) / 2, odd_width = width / 2;
+    for (int64_t r = 0; r < rows; ++r) {
+      ColumnPairs<Ops>::split(plane + r * width, width, even + r * even_width, odd + r * odd_width);
+    }
+  }
+};
+
+// The even and odd columns of `rows` rows of `width` columns put together into those rows of a
+// plane, `row_step` apart, for run_compiled_for.
+struct MergeColumns {
+  template <class Ops>
+  static TORCH_CONVBP_INLINE void run(const float* even, const float* odd, int64_t rows,
+                                      int64_t width, float* plane, int64_t row_step) {
+    const int64_t even_width = (width + 1) / 2, odd_width = width / 2;
+    for (int64_t r = 0; r < rows; ++r) {
+      ColumnPairs<Ops>::merge(even + r * even_width, odd + r * odd_width, width,
+                              plane + r * row_step);
+    }
+  }
+};
+
 // Of `width` columns, how many are p, p + stride, p + 2 stride, ...: the width of a phase.
 int64_t phase_width(int64_t width, int64_t stride, int64_t p) {
   return width > p ? (width - p + stride - 1) / stride : 0;
@@ -287,11 +386,20 @@ struct ForwardPlanes {
     terms.split();
   }
 
-  // The sources of the input plane x [H, W]: its phases, copied into scratch.
-  void sources(const float* x, const ConvShape& s, std::vector<float>& scratch,
-               const float** out) const {
+  // The sources of the input plane x [H, W]: its phases, copied into scratch (both phases of
+  // stride 2 by SplitColumns, compiled for the target of ops).
+  template <class Ops>
+  void sources(const float* x, const ConvShape& s, std::vector<float>& scratch, const float** out,
+               Ops ops) const {
     const int64_t phase_size = s.height * phase_width(s.width, s.stride_w, 0);  // the widest
     scratch.resize(phases * phase_size);
+    for (int i = 0; i < phases; ++i) out[i] = scratch.data() + i * phase_size;
+    if (s.stride_w == 2 && phases == 2) {
+      const int even = residues[0] == 0 ? 0 : 1;
+      return run_compiled_for<SplitColumns>(ops, x, s.height, s.width,
+                                            scratch.data() + even * phase_size,
+                                            scratch.data() + (1 - even) * phase_size);
+    }
     for (int i = 0; i < phases; ++i) {
       float* phase = scratch.data() + i * phase_size;
       const int64_t width = phase_width(s.width, s.stride_w, residues[i]);
@@ -299,7 +407,6 @@ struct ForwardPlanes {
         const float* x_row = x + row * s.width + residues[i];
         for (int64_t c = 0; c < width; ++c) phase[row * width + c] = x_row[c * s.stride_w];
       }
-      out[i] = phase;
     }
   }
 };
@@ -369,10 +476,30 @@ void vector_planes_forward(const float* input, const float* weight, float* outpu
   in_parallel(s.batch * s.out_channels, out_plane * taps,
               [&](int64_t plane, auto& scratch, auto ops) {
                 const float* sources[kMaxTerms];
-                planes.sources(input_plane(plane), s, scratch, sources);
+                planes.sources(input_plane(plane), s, scratch, sources, ops);
                 run_compiled_for<TermPlaneOfVectors>(ops, planes.terms, sources, weights(plane),
                                                      output + plane * out_plane);
               });
+}
+
+// The stride_w phases of `rows` rows of an input-gradient plane, `phase_size` apart in `phases`,
+// onto those rows of the plane, the first at `first_row` and stride_h rows apart.
+template <class Ops>
+void spread_phases(const float* phases, int64_t phase_size, int64_t rows, const ConvShape& s,
+                   float* first_row, Ops ops) {
+  const int64_t row_step = s.stride_h * s.width;
+  if (s.stride_w == 2) {
+    return run_compiled_for<MergeColumns>(ops, phases, phases + phase_size, rows, s.width,
+                                          first_row, row_step);
+  }
+  for (int64_t rw = 0; rw < s.stride_w; ++rw) {
+    const float* phase = phases + rw * phase_size;
+    const int64_t width = phase_width(s.width, s.stride_w, rw);
+    for (int64_t i = 0; i < rows; ++i) {
+      float* row = first_row + i * row_step + rw;
+      for (int64_t j = 0; j < width; ++j) row[j * s.stride_w] = phase[i * width + j];
+    }
+  }
 }
 
 // grad_input[n, c] from grad_output[n, c]: at stride 1 a correlation of dY's rows, its taps
@@ -396,22 +523,21 @@ void vector_planes_input_grad(const float* grad_output, const float* weight, flo
   for (int64_t rh = 0; rh < s.stride_h; ++rh) {
     for (int64_t rw = 0; rw < s.stride_w; ++rw) phases.push_back(input_grad_phase(s, rh, rw));
   }
+  const int64_t largest_phase = phases[0].target_height * phases[0].target_width;
   in_parallel(s.batch * s.in_channels, out_plane * taps,
               [&](int64_t plane, auto& scratch, auto ops) {
                 const float* dy = grad_output + plane * out_plane;
+                const float* w = weight + plane % s.in_channels * taps;
                 float* grad = grad_input + plane * plane_size;
-                for (size_t ph = 0; ph < phases.size(); ++ph) {
-                  const TermPlane& p = phases[ph];
-                  scratch.resize(p.target_height * p.target_width);
-                  run_compiled_for<TermPlaneOfVectors>(
-                      ops, p, &dy, weight + plane % s.in_channels * taps, scratch.data());
-                  const int64_t rh = ph / s.stride_w, rw = ph % s.stride_w;
-                  for (int64_t i = 0; i < p.target_height; ++i) {
-                    float* grad_row = grad + (i * s.stride_h + rh) * s.width + rw;
-                    for (int64_t j = 0; j < p.target_width; ++j) {
-                      grad_row[j * s.stride_w] = scratch[i * p.target_width + j];
-                    }
+                scratch.resize(s.stride_w * largest_phase);
+                for (int64_t rh = 0; rh < s.stride_h; ++rh) {
+                  // the phases of the rows rh, rh + stride_h, ...: summed, then spread onto them
+                  for (int64_t rw = 0; rw < s.stride_w; ++rw) {
+                    run_compiled_for<TermPlaneOfVectors>(ops, phases[rh * s.stride_w + rw], &dy, w,
+                                                         scratch.data() + rw * largest_phase);
                   }
+                  spread_phases(scratch.data(), largest_phase,
+                                phases[rh * s.stride_w].target_height, s, grad + rh * s.width, ops);
                 }
               });
 }
