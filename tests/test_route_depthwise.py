@@ -66,6 +66,7 @@ DEPTHWISE = [
     # input gradient's two vectors at a time, the rest of a row one by one
     ("3x3 stride 2, rows of whole pairs of vectors", (1, 3, 31, 64), 1, (3, 3), (2, 2), (1, 1), (1, 1)),
     ("1x1 stride 2, the odd rows and columns reached by no tap", (1, 3, 40, 41), 1, (1, 1), (2, 2), (0, 0), (1, 1)),
+    ("3x3 strided down the columns only", (2, 3, 40, 30), 1, (3, 3), (2, 1), (1, 1), (1, 1)),
     # 3x3 at stride 1, one output channel per input channel, channels in whole vectors: on AVX-512
     # the NHWC forward and input gradient sum a row's inner pixels in strips of 8, the nine weights
     # in registers (csrc/cpu/depthwise_strips_cpu.cpp), the row's other pixels as before; these
