@@ -255,6 +255,11 @@ void in_parallel(int64_t planes, int64_t work_per_plane, Plane plane) {
   });
 }
 
+// Of `width` columns, how many are p, p + stride, p + 2 stride, ...: the width of a phase.
+int64_t phase_width(int64_t width, int64_t stride, int64_t p) {
+  return width > p ? (width - p + stride - 1) / stride : 0;
+}
+
 // Rows' columns at stride 2, split into their two phases and put together again, two vectors at a
 // time with one permutation for each result vector: the forward's copy of the input's phases
 // and the input gradient's spread of its phases onto the plane took a scalar load or store per
@@ -331,7 +336,7 @@ struct SplitColumns {
   template <class Ops>
   static TORCH_CONVBP_INLINE void run(const float* plane, int64_t rows, int64_t width, float* even,
                                       float* odd) {
-    const int64_t even_width = (width + 1) / 2, odd_width = width / 2;
+    const int64_t even_width = phase_width(width, 2, 0), odd_width = phase_width(width, 2, 1);
     for (int64_t r = 0; r < rows; ++r) {
       ColumnPairs<Ops>::split(plane + r * width, width, even + r * even_width, odd + r * odd_width);
     }
@@ -344,18 +349,13 @@ struct MergeColumns {
   template <class Ops>
   static TORCH_CONVBP_INLINE void run(const float* even, const float* odd, int64_t rows,
                                       int64_t width, float* plane, int64_t row_step) {
-    const int64_t even_width = (width + 1) / 2, odd_width = width / 2;
+    const int64_t even_width = phase_width(width, 2, 0), odd_width = phase_width(width, 2, 1);
     for (int64_t r = 0; r < rows; ++r) {
       ColumnPairs<Ops>::merge(even + r * even_width, odd + r * odd_width, width,
                               plane + r * row_step);
     }
   }
 };
-
-// Of `width` columns, how many are p, p + stride, p + 2 stride, ...: the width of a phase.
-int64_t phase_width(int64_t width, int64_t stride, int64_t p) {
-  return width > p ? (width - p + stride - 1) / stride : 0;
-}
 
 // The forward: tap (ki, kj) of output pixel (oh, ow) reads input pixel (oh * stride_h - pad_h +
 // ki * dilation_h, ow * stride_w + q), q = kj * dilation_w - pad_w: with stride_w > 1, column
