@@ -179,13 +179,15 @@ auto new_node() {
   }
 }
 
-// The operators are reverse mode only: an operand with a forward-mode tangent (a dual tensor) is
-// refused by name, never its tangent dropped.
+// The operators' own nodes are reverse mode only: an operand with a forward-mode tangent (a dual
+// tensor) is refused by name, never its tangent dropped. torch_convbp's Python functions take
+// tangents and torch.func's transforms on Python autograd Functions instead (torch_convbp/_func.py).
 void refuse_tangents(const char* op, std::initializer_list<const Tensor*> operands) {
   for (const Tensor* t : operands) {
     TORCH_CHECK(!t->defined() || !t->_fw_grad(/*level=*/0).defined(), op,
-                ": forward-mode AD is not implemented (an operand is a dual tensor, with a "
-                "tangent); differentiate in reverse mode (backward, torch.autograd.grad)");
+                ": forward-mode AD is not implemented on the operator (an operand is a dual "
+                "tensor, with a tangent); call torch_convbp's functions (torch_convbp.conv2d, "
+                "...), which take tangents, or differentiate in reverse mode");
   }
 }
 
@@ -203,7 +205,7 @@ bool nothing_to_record(const char* op, std::initializer_list<const Tensor*> oper
 // operator's tensor inputs, in order; an undefined one, no bias, gets an invalid edge) and which
 // saves the first two and the convolution's arguments. Under torch.func's transforms (vmap, grad,
 // ...), which see through Python autograd functions only, a recorded call is refused, as for any
-// C++ node.
+// C++ node (torch_convbp's Python functions call torch_convbp/_func.py's Functions there).
 template <class NodeType, class Compute>
 Tensor autograd_kernel(const char* op, std::initializer_list<const Tensor*> operands,
                        IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,

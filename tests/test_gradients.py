@@ -95,15 +95,17 @@ def test_without_a_graph_the_operators_record_no_node_and_compute_the_same(no_gr
         assert torch.equal(with_node.detach(), without)
 
 
-def test_forward_mode_tangents_are_refused_by_name():
-    """The operators' autograd is reverse mode only: a dual tensor is refused, not dropped."""
+def test_the_operators_own_nodes_refuse_forward_mode_tangents_by_name():
+    """The operators' C++ autograd is reverse mode only: a dual tensor passed to torch.ops is
+    refused, not dropped (torch_convbp.conv2d and the rest take the Python Functions under a dual
+    level instead: tests/test_func_transforms.py)."""
     import torch.autograd.forward_ad as fwAD
 
     x, w = torch.randn(1, 2, 5, 5), torch.randn(3, 2, 3, 3)
     with fwAD.dual_level():
         dual = fwAD.make_dual(x, torch.randn_like(x))
-        with pytest.raises(RuntimeError, match="forward-mode AD is not implemented"):
-            torch_convbp.conv2d(dual, w)
+        with pytest.raises(RuntimeError, match="forward-mode AD is not implemented on the operator.*torch_convbp.conv2d"):
+            torch.ops.torch_convbp.conv2d(dual, w, None, [1, 1], [0, 0], [1, 1], 1)
 
 
 # ---- The nodes behave as every autograd node does ------------------------------------------------
@@ -224,9 +226,11 @@ def test_an_undefined_incoming_gradient_gives_none_as_for_f_conv2d():
         assert x.grad is None and w.grad is None and torch.equal(kept.grad, torch.ones(3)), conv
 
 
-def test_torch_func_transforms_that_differentiate_are_refused():
-    """torch.func's grad and vjp see through Python autograd functions only: a C++ node is refused
-    with torch's message, never differentiated wrongly."""
+def test_torch_func_transforms_that_differentiate_refuse_the_operators_own_nodes():
+    """torch.func's grad and vjp see through Python autograd Functions only: the operators' C++
+    node, called through torch.ops, is refused with torch's message, never differentiated wrongly
+    (torch_convbp.conv2d and the rest take the Python Functions there:
+    tests/test_func_transforms.py)."""
     x, w = torch.randn(1, 2, 5, 5), torch.randn(3, 2, 3, 3)
     with pytest.raises(RuntimeError, match="functorch transforms"):
-        torch.func.grad(lambda x: torch_convbp.conv2d(x, w).sum())(x)
+        torch.func.grad(lambda x: torch.ops.torch_convbp.conv2d(x, w, None, [1, 1], [0, 0], [1, 1], 1).sum())(x)

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import has_torch_function_variadic
 
-from . import _C
+from . import _C, _func
 from ._args import (
     autocast,
     check_tensors,
@@ -100,9 +100,13 @@ _DIRECT_CALLS = {2: (_C.conv2d, _C.conv2d_input_grad), 3: (_C.conv3d, _C.conv3d_
 def _operators(dims, input, weight, bias):
     """(convolution, its input gradient) for 1-D and 2-D calls (as 2-D ones) or 3-D calls: in
     eager code the direct calls, else torch.ops: torch.compile traces only those, and only they
-    offer the call to __torch_function__ (tensor subclasses, torch function modes)."""
+    offer the call to __torch_function__ (tensor subclasses, torch function modes). Under a
+    torch.func transform or a forward-AD dual level, the operators as Python autograd Functions,
+    which those can differentiate and map (_func.py)."""
     if torch.compiler.is_compiling() or has_torch_function_variadic(input, weight, bias):
         return _OPERATORS[3 if dims == 3 else 2]
+    if _func.transforms_active():
+        return _func.convolution, _func.input_grad
     return _DIRECT_CALLS[3 if dims == 3 else 2]
 
 
