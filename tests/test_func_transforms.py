@@ -26,14 +26,14 @@ CASES = [
 ]
 
 
-def _operands(case, dtype=torch.float64, seed=0):
+def _operands(case, dtype=torch.float64, seed=0, device="cpu"):
     function, input_shape, weight_shape, kwargs = case
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(*input_shape, generator=g, dtype=dtype)
     w = torch.randn(*weight_shape, generator=g, dtype=dtype)
     channels = weight_shape[1] * kwargs.get("groups", 1) if function.startswith("conv_transpose") else weight_shape[0]
     b = torch.randn(channels, generator=g, dtype=dtype)
-    return x, w, b
+    return x.to(device), w.to(device), b.to(device)
 
 
 def _both(case):
@@ -53,9 +53,9 @@ def _assert_close(got, expected):
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c[0])
-def test_grad_and_vjp_match_torch_nn_functional(case):
+def test_grad_and_vjp_match_torch_nn_functional(case, device):
     ours, reference = _both(case)
-    operands = _operands(case)
+    operands = _operands(case, device=device)
     _assert_close(grad(_loss(ours), argnums=(0, 1, 2))(*operands), grad(_loss(reference), argnums=(0, 1, 2))(*operands))
     out, pullback = vjp(ours, *operands)
     expected_out, expected_pullback = vjp(reference, *operands)
@@ -100,12 +100,12 @@ IN_DIMS = [(0, None, None), (None, 0, None), (None, None, 0), (1, 0, None), (0, 
 
 @pytest.mark.parametrize("in_dims", IN_DIMS, ids=str)
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c[0])
-def test_vmap_folds_the_mapping_into_the_operators(case, in_dims):
+def test_vmap_folds_the_mapping_into_the_operators(case, in_dims, device):
     """Mapped operands give F's results, computed by the operators on a larger batch or more groups
     (no per-mapping loop: torch's fallback would warn)."""
     ours, reference = _both(case)
     mapped = [torch.stack([o * (1 + k) for k in range(3)], dim=d) if d is not None else o
-              for o, d in zip(_operands(case), in_dims)]
+              for o, d in zip(_operands(case, device=device), in_dims)]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         got = vmap(ours, in_dims=in_dims)(*mapped)
@@ -113,14 +113,14 @@ def test_vmap_folds_the_mapping_into_the_operators(case, in_dims):
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c[0])
-def test_per_sample_gradients_match_torch_nn_functional(case):
+def test_per_sample_gradients_match_torch_nn_functional(case, device):
     """vmap(grad(...)) over the batch: each example's weight and bias gradient, the weight gradient
     computed as one of B groups."""
     function, input_shape, _, _ = case
     if len(input_shape) == len(_operands(case)[1].shape) - 1:
         pytest.skip("an unbatched case")
     ours, reference = _both(case)
-    x, w, b = _operands(case)
+    x, w, b = _operands(case, device=device)
 
     def per_sample(conv):
         def loss(w, b, example):

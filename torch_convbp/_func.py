@@ -17,6 +17,9 @@ vmap folds the mapped dimension into the operators' own dimensions rather than l
 batch where only the images (x, g) are mapped, else into the groups, B x G groups of one weight
 each (a per-sample gradient is a weight gradient of B groups).
 """
+import dataclasses
+from typing import Optional, Sequence
+
 import torch
 import torch.autograd.forward_ad as forward_ad
 
@@ -53,16 +56,38 @@ def _into_groups(images):
     return images.movedim(0, 1).flatten(1, 2)
 
 
+@dataclasses.dataclass(frozen=True)
+class Geometry:
+    """An operator's arguments other than its tensors, as one object: torch.func flattens every
+    argument of a Function at every transform level, and one leaf costs less host time than a
+    dozen ints. `size` is the input gradient's input size, or the weight gradient's weight size."""
+    stride: Sequence[int]
+    padding: Sequence[int]
+    dilation: Sequence[int]
+    groups: int
+    size: Optional[Sequence[int]] = None
+
+    def arguments(self):
+        return self.stride, self.padding, self.dilation, self.groups
+
+    def sized(self, size):
+        return dataclasses.replace(self, size=list(size))
+
+    def mapped(self, batch, size=None):
+        """The geometry of B mappings folded into B x G groups (and a result of `size`)."""
+        return dataclasses.replace(self, groups=self.groups * batch, size=size)
+
+
 class Convolution(torch.autograd.Function):
     """conv(input, weight) + bias, the operator conv2d or conv3d."""
 
     @staticmethod
-    def forward(input, weight, bias, stride, padding, dilation, groups):
-        return _CONVOLUTION[input.dim()](input, weight, bias, stride, padding, dilation, groups)
+    def forward(input, weight, bias, geometry):
+        return _CONVOLUTION[input.dim()](input, weight, bias, *geometry.arguments())
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        input, weight, bias, *ctx.geometry = inputs
+        input, weight, _, ctx.geometry = inputs
         ctx.output_shape = output.shape
         ctx.save_for_backward(input, weight)
         ctx.save_for_forward(input, weight)
@@ -71,17 +96,18 @@ class Convolution(torch.autograd.Function):
     def backward(ctx, grad):
         input, weight = ctx.saved_tensors
         want_input, want_weight, want_bias = ctx.needs_input_grad[:3]
-        d_input = InputGrad.apply(grad, weight, list(input.shape), *ctx.geometry) if want_input else None
-        d_weight = WeightGrad.apply(input, grad, list(weight.shape), *ctx.geometry) if want_weight else None
+        geometry = ctx.geometry
+        d_input = InputGrad.apply(grad, weight, geometry.sized(input.shape)) if want_input else None
+        d_weight = WeightGrad.apply(input, grad, geometry.sized(weight.shape)) if want_weight else None
         d_bias = grad.sum([0, *range(2, grad.dim())]) if want_bias else None
-        return d_input, d_weight, d_bias, None, None, None, None
+        return d_input, d_weight, d_bias, None
 
     @staticmethod
-    def jvp(ctx, t_input, t_weight, t_bias, *_):
+    def jvp(ctx, t_input, t_weight, t_bias, _):
         input, weight = ctx.saved_tensors
         tangent = _sum_of(
-            None if t_input is None else Convolution.apply(t_input, weight, None, *ctx.geometry),
-            None if t_weight is None else Convolution.apply(input, t_weight, None, *ctx.geometry),
+            None if t_input is None else Convolution.apply(t_input, weight, None, ctx.geometry),
+            None if t_weight is None else Convolution.apply(input, t_weight, None, ctx.geometry),
         )
         if t_bias is None:
             return tangent
@@ -89,21 +115,21 @@ class Convolution(torch.autograd.Function):
         return t_bias.expand(ctx.output_shape).contiguous() if tangent is None else tangent + t_bias
 
     @staticmethod
-    def vmap(info, in_dims, input, weight, bias, stride, padding, dilation, groups):
+    def vmap(info, in_dims, input, weight, bias, geometry):
         input_dim, weight_dim, bias_dim = in_dims[:3]
-        batch, geometry = info.batch_size, (stride, padding, dilation)
+        batch = info.batch_size
         shared_bias = None if bias_dim is not None else bias
         if weight_dim is None and input_dim is None:  # only the bias is mapped
-            output = Convolution.apply(input, weight, None, *geometry, groups).unsqueeze(0)
+            output = Convolution.apply(input, weight, None, geometry).unsqueeze(0)
         elif weight_dim is None:  # images of every mapping in one batch
             images = input.movedim(input_dim, 0)
-            output = Convolution.apply(images.flatten(0, 1), weight, shared_bias, *geometry, groups)
+            output = Convolution.apply(images.flatten(0, 1), weight, shared_bias, geometry)
             output = output.unflatten(0, (batch, -1))
         else:  # one weight per mapping: B x G groups
             images = _into_groups(_batch_first(input, input_dim, batch))
             weights = weight.movedim(weight_dim, 0).flatten(0, 1)
             biases = None if shared_bias is None else shared_bias.repeat(batch)
-            output = Convolution.apply(images, weights, biases, *geometry, groups * batch)
+            output = Convolution.apply(images, weights, biases, geometry.mapped(batch))
             output = output.unflatten(1, (batch, -1)).movedim(1, 0)
         if bias_dim is not None:
             spatial = output.dim() - 3
@@ -112,16 +138,16 @@ class Convolution(torch.autograd.Function):
 
 
 class InputGrad(torch.autograd.Function):
-    """input_grad(grad_output, weight): dL/dinput of a convolution, the operator conv2d_input_grad
-    or conv3d_input_grad (a transposed convolution)."""
+    """input_grad(grad_output, weight): dL/dinput of a convolution of input size geometry.size,
+    the operator conv2d_input_grad or conv3d_input_grad (a transposed convolution)."""
 
     @staticmethod
-    def forward(grad_output, weight, input_size, stride, padding, dilation, groups):
-        return _INPUT_GRAD[grad_output.dim()](grad_output, weight, input_size, stride, padding, dilation, groups)
+    def forward(grad_output, weight, geometry):
+        return _INPUT_GRAD[grad_output.dim()](grad_output, weight, geometry.size, *geometry.arguments())
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        grad_output, weight, ctx.input_size, *ctx.geometry = inputs
+        grad_output, weight, ctx.geometry = inputs
         ctx.save_for_backward(grad_output, weight)
         ctx.save_for_forward(grad_output, weight)
 
@@ -129,45 +155,44 @@ class InputGrad(torch.autograd.Function):
     def backward(ctx, v):
         grad_output, weight = ctx.saved_tensors
         want_grad_output, want_weight = ctx.needs_input_grad[:2]
-        d_grad_output = Convolution.apply(v, weight, None, *ctx.geometry) if want_grad_output else None
-        d_weight = WeightGrad.apply(v, grad_output, list(weight.shape), *ctx.geometry) if want_weight else None
-        return d_grad_output, d_weight, None, None, None, None, None
+        geometry = ctx.geometry
+        d_grad_output = Convolution.apply(v, weight, None, geometry) if want_grad_output else None
+        d_weight = WeightGrad.apply(v, grad_output, geometry.sized(weight.shape)) if want_weight else None
+        return d_grad_output, d_weight, None
 
     @staticmethod
-    def jvp(ctx, t_grad_output, t_weight, *_):
+    def jvp(ctx, t_grad_output, t_weight, _):
         grad_output, weight = ctx.saved_tensors
         return _sum_of(
-            None if t_grad_output is None else InputGrad.apply(t_grad_output, weight, ctx.input_size, *ctx.geometry),
-            None if t_weight is None else InputGrad.apply(grad_output, t_weight, ctx.input_size, *ctx.geometry),
+            None if t_grad_output is None else InputGrad.apply(t_grad_output, weight, ctx.geometry),
+            None if t_weight is None else InputGrad.apply(grad_output, t_weight, ctx.geometry),
         )
 
     @staticmethod
-    def vmap(info, in_dims, grad_output, weight, input_size, stride, padding, dilation, groups):
+    def vmap(info, in_dims, grad_output, weight, geometry):
         grad_dim, weight_dim = in_dims[:2]
-        batch, geometry = info.batch_size, (stride, padding, dilation)
+        batch, size = info.batch_size, geometry.size
         if weight_dim is None:  # images of every mapping in one batch
-            grads = grad_output.movedim(grad_dim, 0)
-            size = [batch * input_size[0], *input_size[1:]]
-            output = InputGrad.apply(grads.flatten(0, 1), weight, size, *geometry, groups)
+            grads = grad_output.movedim(grad_dim, 0).flatten(0, 1)
+            output = InputGrad.apply(grads, weight, geometry.sized([batch * size[0], *size[1:]]))
             return output.unflatten(0, (batch, -1)), 0
         grads = _into_groups(_batch_first(grad_output, grad_dim, batch))
         weights = weight.movedim(weight_dim, 0).flatten(0, 1)
-        size = [input_size[0], batch * input_size[1], *input_size[2:]]
-        output = InputGrad.apply(grads, weights, size, *geometry, groups * batch)
+        output = InputGrad.apply(grads, weights, geometry.mapped(batch, [size[0], batch * size[1], *size[2:]]))
         return output.unflatten(1, (batch, -1)), 1
 
 
 class WeightGrad(torch.autograd.Function):
-    """weight_grad(input, grad_output): dL/dweight of a convolution, the operator
-    conv2d_weight_grad or conv3d_weight_grad."""
+    """weight_grad(input, grad_output): dL/dweight of a convolution of weight size geometry.size,
+    the operator conv2d_weight_grad or conv3d_weight_grad."""
 
     @staticmethod
-    def forward(input, grad_output, weight_size, stride, padding, dilation, groups):
-        return _WEIGHT_GRAD[input.dim()](input, grad_output, weight_size, stride, padding, dilation, groups)
+    def forward(input, grad_output, geometry):
+        return _WEIGHT_GRAD[input.dim()](input, grad_output, geometry.size, *geometry.arguments())
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        input, grad_output, ctx.weight_size, *ctx.geometry = inputs
+        input, grad_output, ctx.geometry = inputs
         ctx.save_for_backward(input, grad_output)
         ctx.save_for_forward(input, grad_output)
 
@@ -175,32 +200,32 @@ class WeightGrad(torch.autograd.Function):
     def backward(ctx, v):
         input, grad_output = ctx.saved_tensors
         want_input, want_grad_output = ctx.needs_input_grad[:2]
-        d_input = InputGrad.apply(grad_output, v, list(input.shape), *ctx.geometry) if want_input else None
-        d_grad_output = Convolution.apply(input, v, None, *ctx.geometry) if want_grad_output else None
-        return d_input, d_grad_output, None, None, None, None, None
+        geometry = ctx.geometry
+        d_input = InputGrad.apply(grad_output, v, geometry.sized(input.shape)) if want_input else None
+        d_grad_output = Convolution.apply(input, v, None, geometry) if want_grad_output else None
+        return d_input, d_grad_output, None
 
     @staticmethod
-    def jvp(ctx, t_input, t_grad_output, *_):
+    def jvp(ctx, t_input, t_grad_output, _):
         input, grad_output = ctx.saved_tensors
         return _sum_of(
-            None if t_input is None else WeightGrad.apply(t_input, grad_output, ctx.weight_size, *ctx.geometry),
-            None if t_grad_output is None else WeightGrad.apply(input, t_grad_output, ctx.weight_size, *ctx.geometry),
+            None if t_input is None else WeightGrad.apply(t_input, grad_output, ctx.geometry),
+            None if t_grad_output is None else WeightGrad.apply(input, t_grad_output, ctx.geometry),
         )
 
     @staticmethod
-    def vmap(info, in_dims, input, grad_output, weight_size, stride, padding, dilation, groups):
+    def vmap(info, in_dims, input, grad_output, geometry):
         # The weight gradient sums over the batch, so the mappings cannot share it: B x G groups.
-        batch = info.batch_size
+        batch, size = info.batch_size, geometry.size
         images = _into_groups(_batch_first(input, in_dims[0], batch))
         grads = _into_groups(_batch_first(grad_output, in_dims[1], batch))
-        size = [batch * weight_size[0], *weight_size[1:]]
-        output = WeightGrad.apply(images, grads, size, stride, padding, dilation, groups * batch)
+        output = WeightGrad.apply(images, grads, geometry.mapped(batch, [batch * size[0], *size[1:]]))
         return output.unflatten(0, (batch, -1)), 0
 
 
 def convolution(input, weight, bias, stride, padding, dilation, groups):
-    return Convolution.apply(input, weight, bias, stride, padding, dilation, groups)
+    return Convolution.apply(input, weight, bias, Geometry(stride, padding, dilation, groups))
 
 
 def input_grad(grad_output, weight, input_size, stride, padding, dilation, groups):
-    return InputGrad.apply(grad_output, weight, input_size, stride, padding, dilation, groups)
+    return InputGrad.apply(grad_output, weight, Geometry(stride, padding, dilation, groups, list(input_size)))
