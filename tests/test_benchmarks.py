@@ -200,6 +200,15 @@ def test_cpu_scaling_times_every_thread_count_and_keeps_what_it_measured(tmp_pat
     assert "| 2 |" in capsys.readouterr().out
 
 
+def test_per_sample_gradient_benchmark_agrees_with_the_stock_model_and_keeps_its_times(tmp_path, capsys):
+    out = tmp_path / "func.json"
+    worst, rows = load_script("bench_func").main(["--batch", "3", "--size", "8", "--rounds", "1", "--json", str(out)])
+    assert worst < 1e-4
+    assert [r["case"] for r in json.loads(out.read_text())["rows"]] == [name for name, _ in rows]
+    assert all(t["stock"] > 0 and t["torch_convbp"] > 0 for _, t in rows)
+    assert "| small CNN, batch 3, 8x8 |" in capsys.readouterr().out
+
+
 def test_cpu_scaling_refuses_a_filter_that_leaves_no_layer():
     with pytest.raises(SystemExit, match="no layer"):
         load_script("cpu_scaling").main(["--layers", "no such layer"])
