@@ -171,3 +171,13 @@ def test_eager_calls_keep_the_operators_own_nodes():
     with fwAD.dual_level():
         assert _func.transforms_active()
         assert "torch_convbp" not in torch_convbp.conv2d(x, w).grad_fn.name()
+
+
+def test_a_transform_compiled_by_torch_compile_is_refused_by_torchs_message():
+    """Dynamo traces the functions' torch.ops calls, whose C++ nodes torch.func cannot see through:
+    refused with torch's message, never a wrong gradient."""
+    x, w = torch.randn(2, 3, 6, 6), torch.randn(4, 3, 3, 3)
+    per_sample = vmap(grad(lambda w, e: torch_convbp.conv2d(e[None], w).sum()), in_dims=(None, 0))
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="functorch transforms"):
+        torch.compile(per_sample, backend="eager")(w, x)
