@@ -37,6 +37,21 @@ Tensor zeros_channels_last_3d(at::IntArrayRef size, const Tensor& like) {
   return at::empty(size, like.options().memory_format(at::MemoryFormat::ChannelsLast3d)).zero_();
 }
 
+// The operand in channels_last_3d memory, where the slices are NHWC images: itself, or (NCDHW)
+// a copy.
+Tensor in_channels_last_3d(const Tensor& t) {
+  return t.contiguous(at::MemoryFormat::ChannelsLast3d);
+}
+
+// A view of t's memory with channels_last_3d strides: the layout its slices will have once
+// in_channels_last_3d copies it, for choosing their route before copying. Nothing reads through
+// it (t's NCDHW memory holds as many elements, so the view stays within it).
+Tensor channels_last_3d_strides(const Tensor& t) {
+  if (t.is_contiguous(at::MemoryFormat::ChannelsLast3d)) return t;
+  const int64_t c = t.size(1), d = t.size(2), h = t.size(3), w = t.size(4);
+  return t.as_strided(t.sizes(), {c * d * h * w, 1, h * w * c, w * c, c});
+}
+
 }  // namespace
 
 std::optional<RouteChoice> depth_taps_route(Operator op, const ConvShape& s,
@@ -46,7 +61,7 @@ std::optional<RouteChoice> depth_taps_route(Operator op, const ConvShape& s,
   }
   for (const Tensor& t : activations) {
     if (!t.device().is_cpu() || t.scalar_type() != at::kFloat ||
-        !t.is_contiguous(at::MemoryFormat::ChannelsLast3d)) {
+        !(t.is_contiguous(at::MemoryFormat::ChannelsLast3d) || t.is_contiguous())) {
       return std::nullopt;
     }
   }
@@ -57,19 +72,21 @@ std::optional<RouteChoice> depth_taps_route(Operator op, const ConvShape& s,
       {s.out_channels, s.in_channels / s.groups, s.kernel_h, s.kernel_w}, {s.stride_h, s.stride_w},
       {s.pad_h, s.pad_w}, {s.dilation_h, s.dilation_w}, s.groups);
   std::vector<Tensor> views;
-  for (const Tensor& t : activations) views.push_back(slices(t, 0, 0, count));
+  for (const Tensor& t : activations) views.push_back(slices(channels_last_3d_strides(t), 0, 0, count));
   const RouteChoice choice = choose_route(op, plane, views);
   if (choice.route != Route::implicit_nhwc) return std::nullopt;
   return choice;
 }
 
 const char* depth_taps_why() {
-  return "a 3-D convolution of channels_last_3d volumes, depth stride 1: a sum over its depth "
-         "taps of 2-D convolutions of each volume's slices, on the 2-D route ";
+  return "a 3-D convolution of channels_last_3d volumes (NCDHW ones copied into that format), "
+         "depth stride 1: a sum over its depth taps of 2-D convolutions of each volume's slices, "
+         "on the 2-D route ";
 }
 
-Tensor forward_by_depth_taps(const Tensor& input, const Tensor& weight, const ConvShape& s,
-                             const SliceForward& conv2d) {
+Tensor forward_by_depth_taps(const Tensor& input_as_given, const Tensor& weight,
+                             const ConvShape& s, const SliceForward& conv2d) {
+  const Tensor input = in_channels_last_3d(input_as_given);
   Tensor output = zeros_channels_last_3d(
       {s.batch, s.out_channels, s.out_depth, s.out_height, s.out_width}, input);
   for (int64_t n = 0; n < s.batch; ++n) {
@@ -84,8 +101,9 @@ Tensor forward_by_depth_taps(const Tensor& input, const Tensor& weight, const Co
   return output;
 }
 
-Tensor input_grad_by_depth_taps(const Tensor& grad_output, const Tensor& weight, const ConvShape& s,
-                                const SliceInputGrad& conv2d_input_grad) {
+Tensor input_grad_by_depth_taps(const Tensor& grad_output_as_given, const Tensor& weight,
+                                const ConvShape& s, const SliceInputGrad& conv2d_input_grad) {
+  const Tensor grad_output = in_channels_last_3d(grad_output_as_given);
   Tensor grad_input =
       zeros_channels_last_3d({s.batch, s.in_channels, s.depth, s.height, s.width}, grad_output);
   for (int64_t n = 0; n < s.batch; ++n) {
@@ -102,9 +120,11 @@ Tensor input_grad_by_depth_taps(const Tensor& grad_output, const Tensor& weight,
   return grad_input;
 }
 
-Tensor weight_grad_by_depth_taps(const Tensor& input, const Tensor& grad_output,
+Tensor weight_grad_by_depth_taps(const Tensor& input_as_given, const Tensor& grad_output_as_given,
                                  at::IntArrayRef weight_size, const ConvShape& s,
                                  const SliceWeightGrad& conv2d_weight_grad) {
+  const Tensor input = in_channels_last_3d(input_as_given);
+  const Tensor grad_output = in_channels_last_3d(grad_output_as_given);
   const std::vector<int64_t> tap_size = {s.out_channels, s.in_channels / s.groups, s.kernel_h,
                                          s.kernel_w};
   std::vector<Tensor> taps;

@@ -15,7 +15,8 @@
 // term computed by the 2-D route, whose bits do not depend on the thread count, so neither do
 // these. Only where the slices' 2-D route is the implicit one: on the column route the slices
 // would write the same column values as vol2col, and the sums cost a pass of the result each.
-// Measured: benchmarks/NOTES.md, section 124.
+// NCDHW operands are copied into channels_last_3d first (the 27 taps of a 3x3x3 kernel per
+// value copied outweigh the copies). Measured: benchmarks/NOTES.md, sections 124 and 127.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -30,8 +31,9 @@ namespace torch_convbp {
 
 // The slices' 2-D route, where operator `op` of 3-D convolution `s` with these activation
 // operands (the forward's input, the input gradient's output gradient, the weight gradient's
-// both) runs as depth taps: float32 CPU operands in channels_last_3d, a kernel deeper than one
-// slice, depth stride 1, a batch, and slices whose 2-D route is the implicit one.
+// both) runs as depth taps: float32 CPU operands in channels_last_3d or NCDHW (copied into
+// channels_last_3d), a kernel deeper than one slice, depth stride 1, a batch, and slices whose 2-D
+// route, in channels_last_3d, is the implicit one.
 std::optional<RouteChoice> depth_taps_route(Operator op, const ConvShape& s,
                                             at::TensorList activations);
 
@@ -46,8 +48,9 @@ using SliceInputGrad = std::function<at::Tensor(const at::Tensor& dy, const at::
 using SliceWeightGrad = std::function<at::Tensor(const at::Tensor& x, const at::Tensor& dy,
                                                  at::IntArrayRef weight_size)>;
 
-// The three operators by depth taps, for `s` of which depth_taps_route gave a route. The
-// activation results are channels_last_3d; the weight gradient contiguous.
+// The three operators by depth taps, for `s` of which depth_taps_route gave a route (NCDHW
+// operands copied into channels_last_3d). The activation results are channels_last_3d; the
+// weight gradient contiguous.
 at::Tensor forward_by_depth_taps(const at::Tensor& input, const at::Tensor& weight,
                                  const ConvShape& s, const SliceForward& conv2d);
 at::Tensor input_grad_by_depth_taps(const at::Tensor& grad_output, const at::Tensor& weight,

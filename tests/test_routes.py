@@ -269,8 +269,9 @@ def test_deep_channels_last_volumes_sum_2d_convolutions_over_their_depth_taps(na
     """Where the slices' 2-D route is the implicit one, each operator gives the bits of the sum
     over the depth taps, in order, of the 2-D operators on the test's own views of the slices
     (and, for the weight gradient, over the volumes in order), and explain() says so; elsewhere
-    the 3-D route. Either way F.conv3d's values in channels_last_3d, and opcheck. float64 and
-    NCDHW operands never take it (gradcheck of the operators: the 3-D tests)."""
+    the 3-D route. Either way F.conv3d's values in channels_last_3d, and opcheck. NCDHW operands
+    give the same bits in NCDHW (copied into channels_last_3d); float64 never takes it (gradcheck
+    of the operators: the 3-D tests)."""
     g = torch.Generator().manual_seed(0)
     cl3d = torch.channels_last_3d
     x = torch.randn(x_size, generator=g).contiguous(memory_format=cl3d)
@@ -324,8 +325,22 @@ def test_deep_channels_last_volumes_sum_2d_convolutions_over_their_depth_taps(na
                     terms[0].add_(term)
                 expected[:, :, t] = terms[0]
             assert torch.equal(dw, expected)
-    for other_x, other_w in ((x.double(), w.double()), (x.contiguous(), w.contiguous())):  # float64, NCDHW
-        assert not any(r.reason.startswith("a 3-D convolution of channels_last_3d") for r in torch_convbp.explain(other_x, other_w, *args))
+    assert not any(r.reason.startswith("a 3-D convolution of channels_last_3d")  # float64 never
+                   for r in torch_convbp.explain(x.double(), w.double(), *args))
+    # NCDHW operands take the depth taps where channels_last_3d ones do, through copies into that
+    # format: the same bits, in their own format.
+    x_, w_, grad_ = x.contiguous(), w.contiguous(), grad.contiguous()
+    results = {"forward": (ops.conv3d(x_, w_, None, *args), y),
+               "input_grad": (ops.conv3d_input_grad(grad_, w_, list(x_size), *args), dx),
+               "weight_grad": (ops.conv3d_weight_grad(x_, grad_, list(w_size), *args), dw)}
+    for route, ncdhw_route in zip(routes, torch_convbp.explain(x_, w_, *args, grad_output=grad_)):
+        ncdhw, channels_last = results[route.operator]
+        assert ncdhw.is_contiguous()
+        if route.reason.startswith("a 3-D convolution of channels_last_3d volumes"):
+            assert ncdhw_route.reason == route.reason and torch.equal(ncdhw, channels_last)
+        else:
+            assert not ncdhw_route.reason.startswith("a 3-D convolution of channels_last_3d volumes")
+            torch.testing.assert_close(ncdhw, channels_last, rtol=1e-4, atol=1e-3)
     opcheck(ops.conv3d.default, (x, w, None, *args))
     opcheck(ops.conv3d_input_grad.default, (grad, w, list(x_size), *args))
     opcheck(ops.conv3d_weight_grad.default, (x, grad, list(w_size), *args))
