@@ -56,6 +56,16 @@ def _into_groups(images):
     return images.movedim(0, 1).flatten(1, 2)
 
 
+def _bilinear_tangent(function, ctx, t_first, t_second):
+    """The tangent of function(first, second), linear in each: function(t_first, second) +
+    function(first, t_second), the terms of operands without a tangent left out."""
+    first, second = ctx.saved_tensors
+    return _sum_of(
+        None if t_first is None else function.apply(t_first, second, ctx.geometry),
+        None if t_second is None else function.apply(first, t_second, ctx.geometry),
+    )
+
+
 @dataclasses.dataclass(frozen=True)
 class Geometry:
     """An operator's arguments other than its tensors, as one object: torch.func flattens every
@@ -137,19 +147,24 @@ class Convolution(torch.autograd.Function):
         return output, 0
 
 
-class InputGrad(torch.autograd.Function):
+class _GradientOperator(torch.autograd.Function):
+    """A gradient operator, function(first, second, geometry): both tensors kept for the backward
+    and for the tangent (_bilinear_tangent)."""
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        first, second, ctx.geometry = inputs
+        ctx.save_for_backward(first, second)
+        ctx.save_for_forward(first, second)
+
+
+class InputGrad(_GradientOperator):
     """input_grad(grad_output, weight): dL/dinput of a convolution of input size geometry.size,
     the operator conv2d_input_grad or conv3d_input_grad (a transposed convolution)."""
 
     @staticmethod
     def forward(grad_output, weight, geometry):
         return _INPUT_GRAD[grad_output.dim()](grad_output, weight, geometry.size, *geometry.arguments())
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        grad_output, weight, ctx.geometry = inputs
-        ctx.save_for_backward(grad_output, weight)
-        ctx.save_for_forward(grad_output, weight)
 
     @staticmethod
     def backward(ctx, v):
@@ -162,11 +177,7 @@ class InputGrad(torch.autograd.Function):
 
     @staticmethod
     def jvp(ctx, t_grad_output, t_weight, _):
-        grad_output, weight = ctx.saved_tensors
-        return _sum_of(
-            None if t_grad_output is None else InputGrad.apply(t_grad_output, weight, ctx.geometry),
-            None if t_weight is None else InputGrad.apply(grad_output, t_weight, ctx.geometry),
-        )
+        return _bilinear_tangent(InputGrad, ctx, t_grad_output, t_weight)
 
     @staticmethod
     def vmap(info, in_dims, grad_output, weight, geometry):
@@ -182,19 +193,13 @@ class InputGrad(torch.autograd.Function):
         return output.unflatten(1, (batch, -1)), 1
 
 
-class WeightGrad(torch.autograd.Function):
+class WeightGrad(_GradientOperator):
     """weight_grad(input, grad_output): dL/dweight of a convolution of weight size geometry.size,
     the operator conv2d_weight_grad or conv3d_weight_grad."""
 
     @staticmethod
     def forward(input, grad_output, geometry):
         return _WEIGHT_GRAD[input.dim()](input, grad_output, geometry.size, *geometry.arguments())
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        input, grad_output, ctx.geometry = inputs
-        ctx.save_for_backward(input, grad_output)
-        ctx.save_for_forward(input, grad_output)
 
     @staticmethod
     def backward(ctx, v):
@@ -207,11 +212,7 @@ class WeightGrad(torch.autograd.Function):
 
     @staticmethod
     def jvp(ctx, t_input, t_grad_output, _):
-        input, grad_output = ctx.saved_tensors
-        return _sum_of(
-            None if t_input is None else WeightGrad.apply(t_input, grad_output, ctx.geometry),
-            None if t_grad_output is None else WeightGrad.apply(input, t_grad_output, ctx.geometry),
-        )
+        return _bilinear_tangent(WeightGrad, ctx, t_input, t_grad_output)
 
     @staticmethod
     def vmap(info, in_dims, input, grad_output, geometry):
