@@ -1,5 +1,6 @@
 """torch_convbp.Conv2d as a drop-in nn.Conv2d, and convert() on a whole model."""
 import copy
+import io
 
 import pytest
 import torch
@@ -94,10 +95,65 @@ def test_converted_model_trains_like_the_original(device):
         torch.testing.assert_close(a, b)
 
 
-def test_convert_leaves_other_modules_and_subclasses_alone():
-    class MyConv(nn.Conv2d):
-        pass
+def test_convert_leaves_other_modules_and_subclasses_that_compute_more_alone():
+    class DoubledConv(nn.Conv2d):
+        def forward(self, x):
+            return 2 * super().forward(x)
 
-    model = nn.Sequential(MyConv(3, 3, 1), nn.Linear(3, 3))
+    class PaddedConv(nn.Conv2d):
+        def _conv_forward(self, x, weight, bias):
+            return super()._conv_forward(nn.functional.pad(x, (1, 1, 1, 1)), weight, bias)
+
+    model = nn.Sequential(DoubledConv(3, 3, 1), PaddedConv(3, 3, 1), nn.Linear(3, 3))
     torch_convbp.convert(model)
-    assert type(model[0]) is MyConv and type(model[1]) is nn.Linear
+    assert [type(m) for m in model] == [DoubledConv, PaddedConv, nn.Linear]
+
+
+class PlainConv3d(nn.Conv3d):
+    """A subclass that keeps nn's computation and adds a method (as torchvision's Conv3DSimple)."""
+
+    @staticmethod
+    def depth_stride():
+        return 1
+
+
+class PlainConvTranspose2d(nn.ConvTranspose2d):
+    pass
+
+
+def test_convert_takes_subclasses_that_keep_nn_computation_and_revert_gives_them_back():
+    """A subclass overriding neither forward nor _conv_forward becomes a class of its name that is
+    both it and torch_convbp's twin: the same values, its own methods, pickled and deep-copied as
+    itself; revert() restores the subclass."""
+    torch.manual_seed(0)
+    model = nn.Sequential(PlainConv3d(2, 4, 3, padding=1), nn.Flatten(1, 2), PlainConvTranspose2d(12, 2, 2, stride=2))
+    x = torch.randn(1, 2, 3, 5, 5, dtype=torch.float64)
+    model.double()
+    expected = model(x)
+    params = list(model.parameters())
+    torch_convbp.convert(model)
+    conv, transposed = model[0], model[2]
+    assert isinstance(conv, PlainConv3d) and isinstance(conv, torch_convbp.Conv3d) and type(conv).__name__ == "PlainConv3d"
+    assert isinstance(transposed, PlainConvTranspose2d) and isinstance(transposed, torch_convbp.ConvTranspose2d)
+    assert conv.depth_stride() == 1 and all(a is b for a, b in zip(params, model.parameters()))
+    assert type(torch_convbp.convert(copy.deepcopy(model))[0]) is type(conv)  # one class per subclass
+    torch.testing.assert_close(model(x), expected, rtol=1e-12, atol=1e-12)
+    assert "torch_convbp" in conv(x.requires_grad_()).grad_fn.name()
+    buffer = io.BytesIO()
+    torch.save(model, buffer)
+    buffer.seek(0)
+    for copied in (torch.load(buffer, weights_only=False), copy.deepcopy(model)):
+        assert [type(m) for m in copied] == [type(m) for m in model]
+        torch.testing.assert_close(copied(x), expected, rtol=1e-12, atol=1e-12)
+    torch_convbp.revert(model)
+    assert [type(m) for m in model] == [PlainConv3d, nn.Flatten, PlainConvTranspose2d]
+    torch.testing.assert_close(model(x), expected, rtol=0, atol=0)
+
+
+def test_convert_takes_every_convolution_of_torchvisions_video_models():
+    """r3d_18's 3x3x3 layers are torchvision's Conv3DSimple, a subclass of nn.Conv3d."""
+    torchvision = pytest.importorskip("torchvision")
+    for name in ("r3d_18", "r2plus1d_18", "mc3_18"):
+        model = torch_convbp.convert(getattr(torchvision.models.video, name)())
+        convs = [m for m in model.modules() if isinstance(m, nn.Conv3d)]
+        assert convs and all(isinstance(m, torch_convbp.Conv3d) for m in convs), name

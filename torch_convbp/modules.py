@@ -92,10 +92,57 @@ _CONVERTED = {
 }
 _REVERTED = {ours: stock for stock, ours in _CONVERTED.items()}
 
+# Subclasses of the six nn classes that keep nn's computation, and their twins (None where a
+# subclass computes something else): made on first use, once per subclass.
+_SUBCLASS_TWINS = {}
 
-def _swap_classes(model: nn.Module, classes: dict) -> nn.Module:
+
+def _keeps_nn_computation(cls, stock):
+    """Whether `cls`, a subclass of nn class `stock`, computes what `stock` does: it overrides
+    neither forward nor _conv_forward (torchvision's Conv3DSimple, Conv2Plus1D's parts, say)."""
+    return all(getattr(cls, name, None) is getattr(stock, name, None) for name in ("forward", "_conv_forward"))
+
+
+def _rebuild_twin(subclass, state):
+    """Unpickles (and deep-copies) a converted subclass: the subclass's module, then its twin."""
+    module = subclass.__new__(subclass)
+    module.__setstate__(state)
+    module.__class__ = _twin_of(subclass)
+    return module
+
+
+def _reduce_twin(self, protocol):
+    # The twin is made at run time, so pickle cannot find it by name: rebuild it from the
+    # subclass, which it can.
+    return _rebuild_twin, (type(self).stock_class, self.__getstate__())
+
+
+def _twin_of(cls):
+    """torch_convbp's class for a module of class `cls`: ours for nn's six; for a subclass of
+    them that keeps nn's computation, a class of its name whose bases are ours and the subclass
+    (ours first: our forward, the subclass's other methods; isinstance of both holds); else None."""
+    if cls in _CONVERTED:
+        return _CONVERTED[cls]
+    if cls not in _SUBCLASS_TWINS:
+        stock = next((nn_class for nn_class in _CONVERTED if issubclass(cls, nn_class)), None)
+        twin = None
+        if stock is not None and _keeps_nn_computation(cls, stock):
+            twin = type(cls.__name__, (_CONVERTED[stock], cls), {
+                "__module__": __name__, "__qualname__": cls.__qualname__, "__doc__": cls.__doc__,
+                "stock_class": cls, "__reduce_ex__": _reduce_twin,
+            })
+        _SUBCLASS_TWINS[cls] = twin
+    return _SUBCLASS_TWINS[cls]
+
+
+def _stock_of(cls):
+    """The class convert() made `cls` from (revert's map), or None."""
+    return _REVERTED.get(cls) or cls.__dict__.get("stock_class")
+
+
+def _swap_classes(model: nn.Module, new_class_of) -> nn.Module:
     for module in model.modules():
-        new_class = classes.get(type(module))
+        new_class = new_class_of(type(module))
         if new_class is not None:
             module.__class__ = new_class
     return model
@@ -104,12 +151,15 @@ def _swap_classes(model: nn.Module, classes: dict) -> nn.Module:
 def convert(model: nn.Module) -> nn.Module:
     """Makes every nn.Conv1d/2d/3d and nn.ConvTranspose1d/2d/3d in `model` (the model itself
     included) its torch_convbp twin, in place, and returns the model. Only the class
-    changes; parameters, buffers, hooks and training mode stay. Subclasses of the nn classes are
-    left alone (their forward may do more)."""
-    return _swap_classes(model, _CONVERTED)
+    changes; parameters, buffers, hooks and training mode stay. A subclass of those classes that
+    overrides neither forward nor _conv_forward (torchvision's Conv3DSimple, say) becomes a
+    class of its name with torch_convbp's computation and the subclass's other methods (an
+    instance of both); one that overrides either is left alone (its forward may do more)."""
+    return _swap_classes(model, _twin_of)
 
 
 def revert(model: nn.Module) -> nn.Module:
-    """The inverse of convert(): every torch_convbp module in `model` becomes its stock nn class
-    again, in place (for deployment where torch_convbp is not installed, say). Returns the model."""
-    return _swap_classes(model, _REVERTED)
+    """The inverse of convert(): every torch_convbp module in `model` becomes its stock class
+    again (nn's, or the subclass it was made from), in place (for deployment where torch_convbp is
+    not installed, say). Returns the model."""
+    return _swap_classes(model, _stock_of)
