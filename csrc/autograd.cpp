@@ -181,7 +181,8 @@ auto new_node() {
 
 // The operators' own nodes are reverse mode only: an operand with a forward-mode tangent (a dual
 // tensor) is refused by name, never its tangent dropped. torch_convbp's Python functions take
-// tangents and torch.func's transforms on Python autograd Functions instead (torch_convbp/_func.py).
+// tangents and torch.func's transforms on Python autograd Functions instead
+// (torch_convbp/_func.py).
 void refuse_tangents(const char* op, std::initializer_list<const Tensor*> operands) {
   for (const Tensor* t : operands) {
     TORCH_CHECK(!t->defined() || !t->_fw_grad(/*level=*/0).defined(), op,

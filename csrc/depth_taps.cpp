@@ -72,7 +72,9 @@ std::optional<RouteChoice> depth_taps_route(Operator op, const ConvShape& s,
       {s.out_channels, s.in_channels / s.groups, s.kernel_h, s.kernel_w}, {s.stride_h, s.stride_w},
       {s.pad_h, s.pad_w}, {s.dilation_h, s.dilation_w}, s.groups);
   std::vector<Tensor> views;
-  for (const Tensor& t : activations) views.push_back(slices(channels_last_3d_strides(t), 0, 0, count));
+  for (const Tensor& t : activations) {
+    views.push_back(slices(channels_last_3d_strides(t), 0, 0, count));
+  }
   const RouteChoice choice = choose_route(op, plane, views);
   if (choice.route != Route::implicit_nhwc) return std::nullopt;
   return choice;
@@ -84,8 +86,8 @@ const char* depth_taps_why() {
          "on the 2-D route ";
 }
 
-Tensor forward_by_depth_taps(const Tensor& input_as_given, const Tensor& weight,
-                             const ConvShape& s, const SliceForward& conv2d) {
+Tensor forward_by_depth_taps(const Tensor& input_as_given, const Tensor& weight, const ConvShape& s,
+                             const SliceForward& conv2d) {
   const Tensor input = in_channels_last_3d(input_as_given);
   Tensor output = zeros_channels_last_3d(
       {s.batch, s.out_channels, s.out_depth, s.out_height, s.out_width}, input);
