@@ -36,8 +36,8 @@ _functorch_transforms_active = torch._C._are_functorch_transforms_active
 
 def transforms_active():
     """Whether a torch.func transform (grad, vjp, jvp, vmap, ...) or a forward-AD dual level is on:
-    the calls that the operators' C++ nodes cannot serve. Asked on every eager call, so kept to a C call and an attribute read
-    (their cost: benchmarks/NOTES.md, section 126)."""
+    the calls that the operators' C++ nodes cannot serve. Asked on every eager call, so kept to a
+    C call and an attribute read (their cost: benchmarks/NOTES.md, section 126)."""
     return _functorch_transforms_active() or forward_ad._current_level >= 0
 
 
