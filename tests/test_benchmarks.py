@@ -226,3 +226,29 @@ def test_the_layer_profile_lists_each_formats_kernels(capsys):
     out = capsys.readouterr().out
     assert "mobilenet dw 3x3 576 @14, nchw" in out and "mobilenet dw 3x3 576 @14, channels_last" in out
     assert "depthwise_weight_grad" in out
+
+
+def test_results_name_the_cpu_by_family_model_and_caches(tmp_path):
+    from torch_convbp.benchmark.environment import cpu_identity, environment_line
+
+    cpuinfo = tmp_path / "cpuinfo"
+    block = "processor\t: {n}\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: {model}\n" \
+            "model name\t: Intel(R) Xeon(R) Processor @ 2.80GHz\nstepping\t: 6\n\n"
+    # the first processor's block is the one read
+    cpuinfo.write_text(block.format(n=0, model=106) + block.format(n=1, model=85))
+    caches = tmp_path / "cache"
+    for index, (level, kind, size) in enumerate([(1, "Data", "48K"), (1, "Instruction", "32K"), (2, "Unified", "1280K")]):
+        (caches / f"index{index}").mkdir(parents=True)
+        for name, value in (("level", level), ("type", kind), ("size", size)):
+            (caches / f"index{index}" / name).write_text(f"{value}\n")
+    identity = cpu_identity(str(cpuinfo), str(caches))
+    assert identity == {"vendor": "GenuineIntel", "family": 6, "model": 106, "stepping": 6,
+                        "caches": {"L1d": "48K", "L1i": "32K", "L2": "1280K"}}
+    assert cpu_identity(str(tmp_path / "absent"), str(tmp_path / "absent")) == {
+        "vendor": None, "family": None, "model": None, "stepping": None, "caches": {}}
+    env = {"torch_convbp": {"version": "0.1.0", "commit": None}, "cpu": identity, "cpu_flags": ["avx512f"],
+           "aten_cpu_capability": "AVX512", "onednn": "3.12.0", "mkl": "2024.2", "gemm_dtype": "float32",
+           "settings": {}}
+    assert "CPU family 6 model 106, L2 1280K a core; ISA: avx512f" in environment_line(env)
+    # results written before the CPU was recorded still print
+    assert "ISA: avx512f" in environment_line({**env, "cpu": None})

@@ -33,6 +33,42 @@ def cpu_flags():
     return [flag for flag in ISA_FLAGS if flag in flags]
 
 
+def cpu_identity(cpuinfo="/proc/cpuinfo", caches="/sys/devices/system/cpu/cpu0/cache"):
+    """Which CPU this is, beyond its marketing name (a VM's often says only "Intel Xeon Processor"):
+    the vendor, family, model and stepping /proc/cpuinfo gives (Intel's family 6 model 106 is an
+    Ice Lake server, 85 a Skylake or Cascade Lake one, AMD's family 25 a Zen 3 or Zen 4), and the
+    size of each cache level of its first core, as sysfs names them ("48K"). None for what it
+    cannot read."""
+    fields = {"vendor_id": "vendor", "cpu family": "family", "model": "model", "stepping": "stepping"}
+    identity = {name: None for name in fields.values()}
+    try:
+        with open(cpuinfo) as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if not key and identity["vendor"] is not None:
+                    break  # the first processor's block ends
+                if key in fields and identity[fields[key]] is None:
+                    value = value.strip()
+                    identity[fields[key]] = int(value) if value.isdigit() else value
+    except OSError:
+        pass
+    sizes = {}
+    try:
+        for index in sorted(os.listdir(caches)):
+            with open(os.path.join(caches, index, "level")) as f:
+                level = f.read().strip()
+            with open(os.path.join(caches, index, "type")) as f:
+                kind = f.read().strip()
+            with open(os.path.join(caches, index, "size")) as f:
+                size = f.read().strip()
+            name = f"L{level}" + {"Data": "d", "Instruction": "i"}.get(kind, "")
+            sizes[name] = size
+    except OSError:
+        pass
+    return {**identity, "caches": sizes}
+
+
 def library_versions():
     """The versions of oneDNN and MKL in this torch, as torch.__config__.show() names them."""
     config = torch.__config__.show()
@@ -62,6 +98,7 @@ def environment(device, dtype):
     ATen's choices, the settings that change them, and the build of torch_convbp that ran."""
     return {
         "torch_convbp": source_version(),
+        "cpu": cpu_identity(),
         "cpu_flags": cpu_flags(),
         "aten_cpu_capability": torch.backends.cpu.get_cpu_capability(),
         **library_versions(),
@@ -78,6 +115,9 @@ def environment_line(env):
     if source["commit"]:
         build += f" at {source['commit'][:7]}{' (modified)' if source['dirty'] else ''}"
     settings = "".join(f", {k}={v}" for k, v in env["settings"].items())
-    return (f"{build}; ISA: {' '.join(env['cpu_flags']) or 'unknown'} (ATen {env['aten_cpu_capability']}); "
+    cpu = env.get("cpu") or {}
+    identity = (f"CPU family {cpu['family']} model {cpu['model']}, L2 {cpu['caches'].get('L2', '?')} a core; "
+                if cpu.get("family") is not None and cpu.get("model") is not None else "")
+    return (f"{build}; {identity}ISA: {' '.join(env['cpu_flags']) or 'unknown'} (ATen {env['aten_cpu_capability']}); "
             f"oneDNN {env['onednn']}, MKL {env['mkl']}; GEMMs in {env['gemm_dtype']} on "
             f"{env.get('gemm_engine', 'aten')}{settings}")
