@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "checks.h"
+#include "plan.h"
 
 namespace torch_convbp {
 namespace {
@@ -30,6 +31,43 @@ TapSlices tap_slices(const ConvShape& s, int64_t t) {
 // channels_last views of channels_last_3d memory.
 Tensor slices(const Tensor& t, int64_t n, int64_t begin, int64_t count) {
   return t.select(0, n).transpose(0, 1).narrow(0, begin, count);
+}
+
+// Volumes [first, first + volumes) of t [N, C, D, H, W], their slices [begin, begin + count), as
+// [volumes, count, C, H, W]: a view of channels_last_3d memory.
+struct SliceRun {
+  int64_t first, volumes, begin, count;
+  Tensor of(const Tensor& t) const {
+    return t.narrow(0, first, volumes).narrow(2, begin, count).transpose(1, 2);
+  }
+};
+
+// The run's slices as one batch of images [volumes * count, C, H, W], channels_last: a view where
+// they are every slice of each volume (or of one volume), else a copy.
+Tensor slice_batch(const Tensor& t, const SliceRun& run) {
+  const Tensor slices = run.of(t);
+  const at::IntArrayRef image = slices.sizes().slice(2);
+  if (run.count == t.size(2) || run.volumes == 1) {
+    return slices.flatten(0, 1);  // a view: the volumes' slices lie one run apart
+  }
+  Tensor batch = at::empty({run.volumes * run.count, image[0], image[1], image[2]},
+                           t.options().memory_format(at::MemoryFormat::ChannelsLast));
+  batch.view(slices.sizes()).copy_(slices);
+  return batch;
+}
+
+// The volumes a 2-D call takes at once: every volume, or as many as the workspace limit holds
+// their batch's copies and the call's result for (at least one). One call per depth tap over every
+// volume, rather than a call per volume and tap, gives the 2-D route a batch of N * count slices:
+// on few shallow slices (r3d_18's 256@4x14) the implicit route's tiles took a row or two each, and
+// each tile read every tap's weights from L3 (benchmarks/NOTES.md, section 129).
+int64_t volumes_per_call(const ConvShape& s) {
+  const int64_t slices = std::max(s.depth, s.out_depth);
+  const int64_t volume_bytes = slices *
+                               (s.in_channels * s.height * s.width +
+                                s.out_channels * s.out_height * s.out_width) *
+                               int64_t{sizeof(float)};
+  return std::clamp<int64_t>(workspace_limit() / std::max<int64_t>(volume_bytes, 1), 1, s.batch);
 }
 
 // (at::zeros ignores the options' memory format.)
@@ -91,13 +129,16 @@ Tensor forward_by_depth_taps(const Tensor& input_as_given, const Tensor& weight,
   const Tensor input = in_channels_last_3d(input_as_given);
   Tensor output = zeros_channels_last_3d(
       {s.batch, s.out_channels, s.out_depth, s.out_height, s.out_width}, input);
-  for (int64_t n = 0; n < s.batch; ++n) {
+  const int64_t per_call = volumes_per_call(s);
+  for (int64_t first = 0; first < s.batch; first += per_call) {
+    const int64_t volumes = std::min(per_call, s.batch - first);
     for (int64_t t = 0; t < s.kernel_d; ++t) {
       const TapSlices r = tap_slices(s, t);
       if (r.count() <= 0) continue;
-      // Y[n, :, od] += conv2d(X[n, :, od + offset], W[:, :, t]) for the run of od
-      slices(output, n, r.begin, r.count())
-          .add_(conv2d(slices(input, n, r.begin + r.offset, r.count()), weight.select(2, t)));
+      // Y[n, :, od] += conv2d(X[n, :, od + offset], W[:, :, t]) for the run of od, every volume
+      const SliceRun into{first, volumes, r.begin, r.count()}, from{first, volumes, r.begin + r.offset, r.count()};
+      const Tensor products = conv2d(slice_batch(input, from), weight.select(2, t));
+      into.of(output).add_(products.view(into.of(output).sizes()));
     }
   }
   return output;
@@ -108,15 +149,19 @@ Tensor input_grad_by_depth_taps(const Tensor& grad_output_as_given, const Tensor
   const Tensor grad_output = in_channels_last_3d(grad_output_as_given);
   Tensor grad_input =
       zeros_channels_last_3d({s.batch, s.in_channels, s.depth, s.height, s.width}, grad_output);
-  for (int64_t n = 0; n < s.batch; ++n) {
+  const int64_t per_call = volumes_per_call(s);
+  for (int64_t first = 0; first < s.batch; first += per_call) {
+    const int64_t volumes = std::min(per_call, s.batch - first);
     for (int64_t t = 0; t < s.kernel_d; ++t) {
       const TapSlices r = tap_slices(s, t);
       if (r.count() <= 0) continue;
-      // dX[n, :, od + offset] += conv2d_input_grad(dY[n, :, od], W[:, :, t]) for the run of od
+      // dX[n, :, od + offset] += conv2d_input_grad(dY[n, :, od], W[:, :, t]) for the run of od,
+      // every volume
+      const SliceRun from{first, volumes, r.begin, r.count()}, into{first, volumes, r.begin + r.offset, r.count()};
       const Tensor products =
-          conv2d_input_grad(slices(grad_output, n, r.begin, r.count()), weight.select(2, t),
-                            {r.count(), s.in_channels, s.height, s.width});
-      slices(grad_input, n, r.begin + r.offset, r.count()).add_(products);
+          conv2d_input_grad(slice_batch(grad_output, from), weight.select(2, t),
+                            {volumes * r.count(), s.in_channels, s.height, s.width});
+      into.of(grad_input).add_(products.view(into.of(grad_input).sizes()));
     }
   }
   return grad_input;
