@@ -10,10 +10,12 @@
 //   dW[:, :, t] = sum over n in order of  conv2d_weight_grad(X[n, :, id], dY[n, :, od])
 //
 // For one volume and one tap, the slices that take part are a run of consecutive ones on either
-// side, so each term is one 2-D call on a batch of slices: in channels_last_3d memory the slices
-// of a volume [D, H, W, C] are NHWC images, a view. The sums are added in the order above, each
-// term computed by the 2-D route, whose bits do not depend on the thread count, so neither do
-// these. Only where the slices' 2-D route is the implicit one: on the column route the slices
+// side: in channels_last_3d memory the slices of a volume [D, H, W, C] are NHWC images, a view.
+// The forward and the input gradient take each tap's runs of every volume in one 2-D call (one
+// batch of images, copied where the runs are not every slice), the weight gradient a call per
+// volume and tap. The sums are added in the order above, each term computed by the 2-D route,
+// whose bits depend neither on the thread count nor on the batch a slice is computed in, so
+// neither do these. Only where the slices' 2-D route is the implicit one: on the column route the slices
 // would write the same column values as vol2col, and the sums cost a pass of the result each.
 // NCDHW operands are copied into channels_last_3d first (the 27 taps of a 3x3x3 kernel per
 // value copied outweigh the copies). Measured: benchmarks/NOTES.md, sections 124 and 127.
