@@ -63,10 +63,9 @@ Tensor slice_batch(const Tensor& t, const SliceRun& run) {
 // each tile read every tap's weights from L3 (benchmarks/NOTES.md, section 129).
 int64_t volumes_per_call(const ConvShape& s) {
   const int64_t slices = std::max(s.depth, s.out_depth);
-  const int64_t volume_bytes = slices *
-                               (s.in_channels * s.height * s.width +
-                                s.out_channels * s.out_height * s.out_width) *
-                               int64_t{sizeof(float)};
+  const int64_t volume_bytes =
+      slices * (s.in_channels * s.height * s.width + s.out_channels * s.out_height * s.out_width) *
+      int64_t{sizeof(float)};
   return std::clamp<int64_t>(workspace_limit() / std::max<int64_t>(volume_bytes, 1), 1, s.batch);
 }
 
@@ -136,9 +135,11 @@ Tensor forward_by_depth_taps(const Tensor& input_as_given, const Tensor& weight,
       const TapSlices r = tap_slices(s, t);
       if (r.count() <= 0) continue;
       // Y[n, :, od] += conv2d(X[n, :, od + offset], W[:, :, t]) for the run of od, every volume
-      const SliceRun into{first, volumes, r.begin, r.count()}, from{first, volumes, r.begin + r.offset, r.count()};
+      const SliceRun into{first, volumes, r.begin, r.count()},
+          from{first, volumes, r.begin + r.offset, r.count()};
       const Tensor products = conv2d(slice_batch(input, from), weight.select(2, t));
-      into.of(output).add_(products.view(into.of(output).sizes()));
+      Tensor run = into.of(output);
+      run.add_(products.view(run.sizes()));
     }
   }
   return output;
@@ -157,11 +158,13 @@ Tensor input_grad_by_depth_taps(const Tensor& grad_output_as_given, const Tensor
       if (r.count() <= 0) continue;
       // dX[n, :, od + offset] += conv2d_input_grad(dY[n, :, od], W[:, :, t]) for the run of od,
       // every volume
-      const SliceRun from{first, volumes, r.begin, r.count()}, into{first, volumes, r.begin + r.offset, r.count()};
+      const SliceRun from{first, volumes, r.begin, r.count()},
+          into{first, volumes, r.begin + r.offset, r.count()};
       const Tensor products =
           conv2d_input_grad(slice_batch(grad_output, from), weight.select(2, t),
                             {volumes * r.count(), s.in_channels, s.height, s.width});
-      into.of(grad_input).add_(products.view(into.of(grad_input).sizes()));
+      Tensor run = into.of(grad_input);
+      run.add_(products.view(run.sizes()));
     }
   }
   return grad_input;

@@ -15,9 +15,9 @@
 // batch of images, copied where the runs are not every slice), the weight gradient a call per
 // volume and tap. The sums are added in the order above, each term computed by the 2-D route,
 // whose bits depend neither on the thread count nor on the batch a slice is computed in, so
-// neither do these. Only where the slices' 2-D route is the implicit one: on the column route the slices
-// would write the same column values as vol2col, and the sums cost a pass of the result each.
-// NCDHW operands are copied into channels_last_3d first (the 27 taps of a 3x3x3 kernel per
+// neither do these. Only where the slices' 2-D route is the implicit one: on the column route the
+// slices would write the same column values as vol2col, and the sums cost a pass of the result
+// each. NCDHW operands are copied into channels_last_3d first (the 27 taps of a 3x3x3 kernel per
 // value copied outweigh the copies). Measured: benchmarks/NOTES.md, sections 124 and 127.
 #pragma once
 
