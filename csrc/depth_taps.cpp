@@ -27,12 +27,6 @@ TapSlices tap_slices(const ConvShape& s, int64_t t) {
   return {std::max<int64_t>(0, -offset), std::min(s.out_depth, s.depth - offset), offset};
 }
 
-// Slices [begin, begin + count) of volume n of t [N, C, D, H, W] as images [count, C, H, W]:
-// channels_last views of channels_last_3d memory.
-Tensor slices(const Tensor& t, int64_t n, int64_t begin, int64_t count) {
-  return t.select(0, n).transpose(0, 1).narrow(0, begin, count);
-}
-
 // Volumes [first, first + volumes) of t [N, C, D, H, W], their slices [begin, begin + count), as
 // [volumes, count, C, H, W]: a view of channels_last_3d memory.
 struct SliceRun {
@@ -43,7 +37,7 @@ struct SliceRun {
 };
 
 // The run's slices as one batch of images [volumes * count, C, H, W], channels_last: a view where
-// they are every slice of each volume (or of one volume), else a copy.
+// they are every slice of each volume, or of one volume, else a copy.
 Tensor slice_batch(const Tensor& t, const SliceRun& run) {
   const Tensor slices = run.of(t);
   const at::IntArrayRef image = slices.sizes().slice(2);
@@ -110,7 +104,7 @@ std::optional<RouteChoice> depth_taps_route(Operator op, const ConvShape& s,
       {s.pad_h, s.pad_w}, {s.dilation_h, s.dilation_w}, s.groups);
   std::vector<Tensor> views;
   for (const Tensor& t : activations) {
-    views.push_back(slices(channels_last_3d_strides(t), 0, 0, count));
+    views.push_back(slice_batch(channels_last_3d_strides(t), {0, 1, 0, count}));
   }
   const RouteChoice choice = choose_route(op, plane, views);
   if (choice.route != Route::implicit_nhwc) return std::nullopt;
@@ -187,8 +181,9 @@ Tensor weight_grad_by_depth_taps(const Tensor& input_as_given, const Tensor& gra
     // dW[:, :, t] = sum over n in order of conv2d_weight_grad(X[n, :, od + offset], dY[n, :, od])
     Tensor sum;
     for (int64_t n = 0; n < s.batch; ++n) {
-      const Tensor term = conv2d_weight_grad(slices(input, n, r.begin + r.offset, r.count()),
-                                             slices(grad_output, n, r.begin, r.count()), tap_size);
+      const Tensor term =
+          conv2d_weight_grad(slice_batch(input, {n, 1, r.begin + r.offset, r.count()}),
+                             slice_batch(grad_output, {n, 1, r.begin, r.count()}), tap_size);
       sum = n == 0 ? term : sum.add_(term);
     }
     taps.push_back(sum);

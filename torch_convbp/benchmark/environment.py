@@ -11,14 +11,26 @@ import torch_convbp
 from torch_convbp import _build_flags
 
 
+def first_processor(cpuinfo="/proc/cpuinfo"):
+    """The fields /proc/cpuinfo gives its first processor ("model name", "cpu family", ...), or {}
+    where it cannot be read."""
+    fields = {}
+    try:
+        with open(cpuinfo) as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if not key.strip() and fields:
+                    break  # the first processor's block ends
+                fields.setdefault(key.strip(), value.strip())
+    except OSError:
+        pass
+    return fields
+
+
 def machine_description(device):
     if device == "cuda":
         return torch.cuda.get_device_name()
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        model = platform.processor() or platform.machine()
+    model = first_processor().get("model name") or platform.processor() or platform.machine()
     return f"{model}, {torch.get_num_threads()} threads"
 
 
@@ -39,31 +51,22 @@ def cpu_identity(cpuinfo="/proc/cpuinfo", caches="/sys/devices/system/cpu/cpu0/c
     Ice Lake server, 85 a Skylake or Cascade Lake one, AMD's family 25 a Zen 3 or Zen 4), and the
     size of each cache level of its first core, as sysfs names them ("48K"). None for what it
     cannot read."""
+    processor = first_processor(cpuinfo)
     fields = {"vendor_id": "vendor", "cpu family": "family", "model": "model", "stepping": "stepping"}
-    identity = {name: None for name in fields.values()}
-    try:
-        with open(cpuinfo) as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                key = key.strip()
-                if not key and identity["vendor"] is not None:
-                    break  # the first processor's block ends
-                if key in fields and identity[fields[key]] is None:
-                    value = value.strip()
-                    identity[fields[key]] = int(value) if value.isdigit() else value
-    except OSError:
-        pass
+    identity = {}
+    for key, name in fields.items():
+        value = processor.get(key)
+        identity[name] = int(value) if value is not None and value.isdigit() else value
+
+    def read(index, name):
+        with open(os.path.join(caches, index, name)) as f:
+            return f.read().strip()
+
     sizes = {}
     try:
         for index in sorted(os.listdir(caches)):
-            with open(os.path.join(caches, index, "level")) as f:
-                level = f.read().strip()
-            with open(os.path.join(caches, index, "type")) as f:
-                kind = f.read().strip()
-            with open(os.path.join(caches, index, "size")) as f:
-                size = f.read().strip()
-            name = f"L{level}" + {"Data": "d", "Instruction": "i"}.get(kind, "")
-            sizes[name] = size
+            kind = {"Data": "d", "Instruction": "i"}.get(read(index, "type"), "")
+            sizes[f"L{read(index, 'level')}{kind}"] = read(index, "size")
     except OSError:
         pass
     return {**identity, "caches": sizes}
