@@ -15,10 +15,13 @@
 // batch of images, copied where the runs are not every slice), the weight gradient a call per
 // volume and tap. The sums are added in the order above, each term computed by the 2-D route,
 // whose bits depend neither on the thread count nor on the batch a slice is computed in, so
-// neither do these. Only where the slices' 2-D route is the implicit one: on the column route the
-// slices would write the same column values as vol2col, and the sums cost a pass of the result
-// each. NCDHW operands are copied into channels_last_3d first (the 27 taps of a 3x3x3 kernel per
-// value copied outweigh the copies). Measured: benchmarks/NOTES.md, sections 124 and 127.
+// neither do these. Only where the slices' 2-D route has no column matrix: the implicit one, or
+// the depthwise kernels on NHWC slices (the 3-D convolution has no depthwise kernel of its own);
+// on the column route the slices would write the same column values as vol2col, and the sums
+// cost a pass of the result each. NCDHW operands are copied into channels_last_3d first, where
+// the plane's kernel reads at least as many values as the plane holds (the 27 taps of a 3x3x3
+// kernel per value copied outweigh the copies; a plane strided 4x4 keeps the 3-D route).
+// Measured: benchmarks/NOTES.md, sections 124, 127 and 130.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -34,8 +37,9 @@ namespace torch_convbp {
 // The slices' 2-D route, where operator `op` of 3-D convolution `s` with these activation
 // operands (the forward's input, the input gradient's output gradient, the weight gradient's
 // both) runs as depth taps: float32 CPU operands in channels_last_3d or NCDHW (copied into
-// channels_last_3d), a kernel deeper than one slice, depth stride 1, a batch, and slices whose 2-D
-// route, in channels_last_3d, is the implicit one.
+// channels_last_3d, where kh*kw*OH*OW >= H*W), a kernel deeper than one slice, depth stride 1, a
+// batch, and slices whose 2-D route, in channels_last_3d, is the implicit one or the NHWC
+// depthwise kernels.
 std::optional<RouteChoice> depth_taps_route(Operator op, const ConvShape& s,
                                             at::TensorList activations);
 
