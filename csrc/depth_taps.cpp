@@ -86,9 +86,9 @@ Tensor channels_last_3d_strides(const Tensor& t) {
 // Whether the slices' 2-D route computes them with no column matrix, so that summing its results
 // over the depth taps costs a pass of the result per tap and nothing else: the implicit route
 // (GEMMs on views), or the depthwise kernels on NHWC slices, which the 3-D convolution has no
-// kernel of its own for (a depthwise volume took the 3-D column route: 2.0x oneDNN's time fed
-// channels_last_3d, benchmarks/NOTES.md, section 130).
-bool slices_take_direct_route(const RouteChoice& choice) {
+// kernel of its own for (a depthwise volume took the 3-D column route, through layout copies:
+// benchmarks/NOTES.md, section 130).
+bool slice_route_has_no_columns(const RouteChoice& choice) {
   return choice.route == Route::implicit_nhwc ||
          (choice.route == Route::depthwise && choice.layout == Layout::nhwc);
 }
@@ -96,8 +96,8 @@ bool slices_take_direct_route(const RouteChoice& choice) {
 // Whether NCDHW operands are worth their copies into channels_last_3d: where the plane's kernel
 // reads at least as many input values for the output pixels as the plane holds (kh*kw*OH*OW >=
 // H*W), so that the 3-D column route would write more column values than the copies do. A plane
-// strided past that (MViT's pooling, 3x3/(4,4): 9 * 14*14 against 56*56) keeps the 3-D route:
-// there the copies took 1.28x its time (benchmarks/NOTES.md, section 130).
+// strided past that (MViT's pooling, 3x3/(4,4): 9 * 14*14 against 56*56) keeps the 3-D route,
+// which the copies would slow down (benchmarks/NOTES.md, section 130).
 bool worth_copies(const ConvShape& s) {
   return s.kernel_h * s.kernel_w * s.out_height * s.out_width >= s.height * s.width;
 }
@@ -127,7 +127,7 @@ std::optional<RouteChoice> depth_taps_route(Operator op, const ConvShape& s,
     views.push_back(slice_batch(channels_last_3d_strides(t), {0, 1, 0, count}));
   }
   const RouteChoice choice = choose_route(op, plane, views);
-  if (!slices_take_direct_route(choice)) return std::nullopt;
+  if (!slice_route_has_no_columns(choice)) return std::nullopt;
   return choice;
 }
 
