@@ -87,9 +87,11 @@ def test_a_target_sharing_the_sources_memory_is_refused():
 
 
 # Calls whose route computes in NCHW although the operands are channels_last, so that the operands
-# and the results take the transposing copy: (input size, weight size, groups, stride).
+# and the results take the transposing copy: (input size, weight size, groups, stride). The
+# depthwise volume is strided in depth: of depth stride 1 it would sum the 2-D depthwise kernels
+# over its depth taps, in channels_last_3d (csrc/depth_taps.h).
 THROUGH_COPIES = {
-    "depthwise-volume": ((2, 32, 4, 9, 8), (32, 1, 3, 3, 3), 32, 1),
+    "depthwise-volume": ((2, 32, 4, 9, 8), (32, 1, 3, 3, 3), 32, (2, 1, 1)),
     "narrow-groups-volume": ((2, 48, 3, 8, 7), (48, 4, 3, 3, 3), 12, (1, 2, 2)),
     "narrow-groups-strided-image": ((3, 64, 11, 13), (320, 8, 3, 3), 8, 2),
 }
