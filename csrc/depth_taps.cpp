@@ -50,15 +50,21 @@ Tensor slice_batch(const Tensor& t, const SliceRun& run) {
   return batch;
 }
 
-// The volumes a 2-D call takes at once: every volume, or as many as the workspace limit holds
-// their batch's copies and the call's result for (at least one). One call per depth tap over every
-// volume, rather than a call per volume and tap, gives the 2-D route a batch of N * count slices:
-// on few shallow slices (r3d_18's 256@4x14) the implicit route's tiles took a row or two each, and
-// each tile read every tap's weights from L3 (benchmarks/NOTES.md, section 129).
-int64_t volumes_per_call(const ConvShape& s) {
-  const int64_t slices = std::max(s.depth, s.out_depth);
+// The volumes a 2-D call takes at once. The depthwise kernels' calls, bound by memory rather than
+// arithmetic, take one volume: its runs are views (several volumes' runs of fewer than all their
+// slices are copied into one batch), and its operands, products and result stay in the caches
+// across the taps, where every volume's at once went to memory (ir-CSN's 256@8x28 at 8 clips:
+// 1.4x the step's time; benchmarks/NOTES.md, section 131). The implicit route's GEMMs take every
+// volume, or as many as the workspace limit holds their batch's copies and the call's result for
+// (at least one): one call per depth tap over every volume, rather than a call per volume and tap,
+// gives the 2-D route a batch of N * count slices; on few shallow slices (r3d_18's 256@4x14) the
+// implicit route's tiles took a row or two each, and each tile read every tap's weights from L3
+// (section 129).
+int64_t volumes_per_call(const ConvShape& s, const RouteChoice& slices) {
+  if (slices.route == Route::depthwise) return 1;
+  const int64_t depth = std::max(s.depth, s.out_depth);
   const int64_t volume_bytes =
-      slices * (s.in_channels * s.height * s.width + s.out_channels * s.out_height * s.out_width) *
+      depth * (s.in_channels * s.height * s.width + s.out_channels * s.out_height * s.out_width) *
       int64_t{sizeof(float)};
   return std::clamp<int64_t>(workspace_limit() / std::max<int64_t>(volume_bytes, 1), 1, s.batch);
 }
@@ -138,11 +144,11 @@ const char* depth_taps_why() {
 }
 
 Tensor forward_by_depth_taps(const Tensor& input_as_given, const Tensor& weight, const ConvShape& s,
-                             const SliceForward& conv2d) {
+                             const RouteChoice& slices, const SliceForward& conv2d) {
   const Tensor input = in_channels_last_3d(input_as_given);
   Tensor output = zeros_channels_last_3d(
       {s.batch, s.out_channels, s.out_depth, s.out_height, s.out_width}, input);
-  const int64_t per_call = volumes_per_call(s);
+  const int64_t per_call = volumes_per_call(s, slices);
   for (int64_t first = 0; first < s.batch; first += per_call) {
     const int64_t volumes = std::min(per_call, s.batch - first);
     for (int64_t t = 0; t < s.kernel_d; ++t) {
@@ -160,11 +166,12 @@ Tensor forward_by_depth_taps(const Tensor& input_as_given, const Tensor& weight,
 }
 
 Tensor input_grad_by_depth_taps(const Tensor& grad_output_as_given, const Tensor& weight,
-                                const ConvShape& s, const SliceInputGrad& conv2d_input_grad) {
+                                const ConvShape& s, const RouteChoice& slices,
+                                const SliceInputGrad& conv2d_input_grad) {
   const Tensor grad_output = in_channels_last_3d(grad_output_as_given);
   Tensor grad_input =
       zeros_channels_last_3d({s.batch, s.in_channels, s.depth, s.height, s.width}, grad_output);
-  const int64_t per_call = volumes_per_call(s);
+  const int64_t per_call = volumes_per_call(s, slices);
   for (int64_t first = 0; first < s.batch; first += per_call) {
     const int64_t volumes = std::min(per_call, s.batch - first);
     for (int64_t t = 0; t < s.kernel_d; ++t) {

@@ -54,13 +54,15 @@ using SliceInputGrad = std::function<at::Tensor(const at::Tensor& dy, const at::
 using SliceWeightGrad = std::function<at::Tensor(const at::Tensor& x, const at::Tensor& dy,
                                                  at::IntArrayRef weight_size)>;
 
-// The three operators by depth taps, for `s` of which depth_taps_route gave a route (NCDHW
-// operands copied into channels_last_3d). The activation results are channels_last_3d; the
+// The three operators by depth taps, for `s` of which depth_taps_route gave route `slices`
+// (NCDHW operands copied into channels_last_3d). The activation results are channels_last_3d; the
 // weight gradient contiguous.
 at::Tensor forward_by_depth_taps(const at::Tensor& input, const at::Tensor& weight,
-                                 const ConvShape& s, const SliceForward& conv2d);
+                                 const ConvShape& s, const RouteChoice& slices,
+                                 const SliceForward& conv2d);
 at::Tensor input_grad_by_depth_taps(const at::Tensor& grad_output, const at::Tensor& weight,
-                                    const ConvShape& s, const SliceInputGrad& conv2d_input_grad);
+                                    const ConvShape& s, const RouteChoice& slices,
+                                    const SliceInputGrad& conv2d_input_grad);
 at::Tensor weight_grad_by_depth_taps(const at::Tensor& input, const at::Tensor& grad_output,
                                      at::IntArrayRef weight_size, const ConvShape& s,
                                      const SliceWeightGrad& conv2d_weight_grad);
