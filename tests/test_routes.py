@@ -285,9 +285,10 @@ def test_deep_channels_last_volumes_sum_2d_convolutions_over_their_depth_taps(na
     channels_last_3d, and opcheck. NCDHW operands give the same bits in NCDHW (copied into
     channels_last_3d) where the plane's kernel reads at least as many values as the plane holds,
     else take the 3-D route; float64 never takes it (gradcheck of the operators: the 3-D tests).
-    The forward and the input gradient call the 2-D operator once per tap on the slices of every
+    The forward and the input gradient call the implicit route once per tap on the slices of every
     volume (copied into one batch where a tap reaches only some of each volume's), or, where the
-    workspace limit holds one volume's only, per volume: the same bits either way."""
+    workspace limit holds one volume's only, per volume, and the depthwise kernels per volume: the
+    same bits either way."""
     if one_volume_a_call:
         torch_convbp.set_workspace_limit(1)
     g = torch.Generator().manual_seed(0)
