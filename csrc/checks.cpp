@@ -236,18 +236,21 @@ namespace {
 enum class WeightLayouts { contiguous, contiguous_or_channels_last };
 
 // What the direct kernels' checks share: input [N, C, H, W], weight [Cout, C/G, kh, kw] contiguous
-// and output [N, Cout, OH, OW], of one dtype and device, with sizes F.conv2d accepts. `groups`:
-// G, or none for one group per input channel (depthwise).
+// and output [N, Cout, OH, OW] (volumes, dims 3: [N, C, D, H, W], [Cout, C/G, kd, kh, kw] and
+// [N, Cout, OD, OH, OW]), of one dtype and device, with sizes F.conv2d (F.conv3d) accepts.
+// `groups`: G, or none for one group per input channel (depthwise).
 ConvShape check_direct_kernel_call(const char* op, const Tensor& input, const Tensor& weight,
                                    const Tensor& output, IntArrayRef stride, IntArrayRef padding,
                                    IntArrayRef dilation, std::optional<int64_t> groups,
-                                   WeightLayouts weight_layouts = WeightLayouts::contiguous) {
+                                   WeightLayouts weight_layouts = WeightLayouts::contiguous,
+                                   int64_t dims = 2) {
   check_operands(op, {{"input", &input}, {"weight", &weight}, {"output", &output}});
-  TORCH_CHECK(input.dim() == 4, op, ": expected a 4-D input [N, C, H, W], got size ",
-              sizes_str(input.sizes()));
-  const ConvShape s = check_conv2d(op, input.sizes(), weight.sizes(), stride, padding, dilation,
-                                   groups.value_or(input.size(1)));
-  const std::vector<int64_t> expected{s.batch, s.out_channels, s.out_height, s.out_width};
+  TORCH_CHECK(input.dim() == dims + 2, op, ": expected a ", dims + 2, "-D input [N, C, ",
+              dims == 3 ? "D, " : "", "H, W], got size ", sizes_str(input.sizes()));
+  const ConvShape s = check_convolution(op, dims, input.sizes(), weight.sizes(), stride, padding,
+                                        dilation, groups.value_or(input.size(1)));
+  std::vector<int64_t> expected{s.batch, s.out_channels, s.out_height, s.out_width};
+  if (dims == 3) expected.insert(expected.begin() + 2, s.out_depth);
   TORCH_CHECK(output.sizes() == IntArrayRef(expected), op, ": expected output of size ",
               IntArrayRef(expected), ", got ", output.sizes());
   if (weight_layouts == WeightLayouts::contiguous_or_channels_last) {
@@ -280,6 +283,21 @@ LayoutCall check_depthwise(const char* op, const Tensor& input, const Tensor& we
   const ConvShape s = check_direct_kernel_call(op, input, weight, output, stride, padding, dilation,
                                                /*groups=*/std::nullopt);
   return {s, both_channels_last(op, input, output)};
+}
+
+ConvShape check_depthwise_volumes(const char* op, const Tensor& input, const Tensor& weight,
+                                  const Tensor& output, IntArrayRef stride, IntArrayRef padding,
+                                  IntArrayRef dilation) {
+  const ConvShape s = check_direct_kernel_call(op, input, weight, output, stride, padding, dilation,
+                                               /*groups=*/std::nullopt, WeightLayouts::contiguous,
+                                               /*dims=*/3);
+  TORCH_CHECK(input.scalar_type() == at::kFloat || input.scalar_type() == at::kDouble, op,
+              ": computes float32 and float64 only, got ", dtype_name(input.scalar_type()));
+  const auto ndhwc = at::MemoryFormat::ChannelsLast3d;
+  TORCH_CHECK(input.is_contiguous(ndhwc) && output.is_contiguous(ndhwc), op,
+              ": expected input and output both channels_last_3d (dense), got strides ",
+              input.strides(), " and ", output.strides());
+  return s;
 }
 
 ConvShape check_grouped(const char* op, const Tensor& input, const Tensor& weight,

@@ -91,9 +91,9 @@ Tensor channels_last_3d_strides(const Tensor& t) {
 
 // Whether the slices' 2-D route computes them with no column matrix, so that summing its results
 // over the depth taps costs a pass of the result per tap and nothing else: the implicit route
-// (GEMMs on views), or the depthwise kernels on NHWC slices, which the 3-D convolution has no
-// kernel of its own for (a depthwise volume took the 3-D column route, through layout copies:
-// benchmarks/NOTES.md, section 130).
+// (GEMMs on views), or the depthwise kernels on NHWC slices, which the 3-D convolution's gradients
+// have no kernel of their own for (a depthwise volume took the 3-D column route, through layout
+// copies: benchmarks/NOTES.md, section 130).
 bool slice_route_has_no_columns(const RouteChoice& choice) {
   return choice.route == Route::implicit_nhwc ||
          (choice.route == Route::depthwise && choice.layout == Layout::nhwc);
@@ -115,6 +115,8 @@ std::optional<RouteChoice> depth_taps_route(Operator op, const ConvShape& s,
   if (s.spatial_dims != 3 || s.kernel_d == 1 || s.stride_d != 1 || s.batch == 0) {
     return std::nullopt;
   }
+  // A volume with a kernel of its own (the depthwise forward's) takes it.
+  if (choose_route(op, s, activations).route == Route::depthwise) return std::nullopt;
   for (const Tensor& t : activations) {
     const bool copied = !t.is_contiguous(at::MemoryFormat::ChannelsLast3d);
     if (!t.device().is_cpu() || t.scalar_type() != at::kFloat ||

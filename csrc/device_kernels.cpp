@@ -25,8 +25,8 @@ using DepthwiseSignature = void(const Tensor&, const Tensor&, IntArrayRef, IntAr
 using GroupedSignature = void(const Tensor&, const Tensor&, IntArrayRef, IntArrayRef, IntArrayRef,
                               int64_t, const Tensor&);
 
-// The im2col / col2im kernels' geometry arguments: 2 values each for a 2-D convolution, 3 (depth
-// first) for a 3-D one.
+// The geometry arguments of the kernels that take volumes too (im2col, col2im, the depthwise
+// forward): 2 values each for a 2-D convolution, 3 (depth first) for a 3-D one.
 struct ColumnArguments {
   std::vector<int64_t> kernel_size, stride, padding, dilation;
   explicit ColumnArguments(const ConvShape& s)
@@ -69,6 +69,14 @@ void call_depthwise(DepthwiseKernel kernel, const Tensor& a, const Tensor& b, co
       kernel_handle<DepthwiseSignature>("torch_convbp::depthwise_input_grad");
   static const auto weight_grad =
       kernel_handle<DepthwiseSignature>("torch_convbp::depthwise_weight_grad");
+  static const auto volumes_forward =
+      kernel_handle<DepthwiseSignature>("torch_convbp::depthwise_conv3d");
+  if (!s.is_planar()) {
+    TORCH_INTERNAL_ASSERT(kernel == DepthwiseKernel::forward,
+                          "the depthwise kernels of volumes are the forward's only");
+    const ColumnArguments v(s);
+    return volumes_forward.call(a, b, v.stride, v.padding, v.dilation, result);
+  }
   const auto& handle = kernel == DepthwiseKernel::forward      ? forward
                        : kernel == DepthwiseKernel::input_grad ? input_grad
                                                                : weight_grad;

@@ -212,6 +212,7 @@ VOLUME_LAYERS = {
     "wide-groups-bands": ((2, 16, 4, 11, 9), 16, (3, 3, 3), (1, 2, 2), 1, 1, 1, 60_000),
     "pointwise-shortcut": ((4, 16, 4, 8, 8), 32, (1, 1, 1), (1, 2, 2), 0, 1, 1, None),
     "depthwise": ((2, 16, 4, 7, 7), 16, (3, 3, 3), 1, 1, 1, 16, None),
+    "depthwise-multiplier-2-strided-in-depth": ((3, 8, 5, 9, 8), 16, (3, 3, 3), (2, 1, 2), (1, 1, 0), (2, 1, 1), 8, None),
 }
 
 

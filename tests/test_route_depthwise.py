@@ -5,7 +5,8 @@ the same results, on both devices. On the CPU output planes under 256 pixels com
 NCHW operands too, a block of channels of one image at a time transposed in cache. The weight gradient in the CPU's order of rows (its
 default) is an NHWC kernel (csrc/cpu/depthwise_rows_cpu.cpp), which takes NCHW operands a band of
 rows at a time, transposed in cache; TORCH_CONVBP_CPU_DEPTHWISE_ORDER=lanes gives the CPU the
-CUDA kernels' order, and their bits."""
+CUDA kernels' order, and their bits. A depthwise volume's forward on the CPU (float32, float64) is the
+kernel of volumes: the NHWC forward with a depth, NCDHW operands through copies."""
 import os
 import subprocess
 import sys
@@ -13,8 +14,10 @@ import sys
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.library import opcheck
 
 import torch_convbp
+from family_cases import tapwise_convolution
 from route_cases import CL, assert_formats, assert_matches_the_references
 
 ops = torch.ops.torch_convbp
@@ -183,6 +186,108 @@ def test_the_depthwise_kernels_refuse_mixed_layouts(device):
         ops.depthwise_conv2d(x.contiguous(memory_format=CL), weight, [1, 1], [1, 1], [1, 1], out)
     with pytest.raises(RuntimeError, match="expected a contiguous weight"):
         ops.depthwise_conv2d(x, weight.transpose(2, 3), [1, 1], [1, 1], [1, 1], out)
+
+
+# (name, input [N, C, D, H, W], multiplier, kernel, stride, padding, dilation): depthwise volumes,
+# whose forward on the CPU (float32, float64) is the direct kernel of volumes: each output value one
+# sum over its (kd, kh, kw) taps in order, the 2-D kernel's terms with a depth
+DEPTHWISE_VOLUMES = [
+    ("ir-CSN's 3x3x3", (2, 16, 4, 10, 11), 1, (3, 3, 3), (1, 1, 1), (1, 1, 1), (1, 1, 1)),
+    ("multiplier 2, strided in depth, dilated", (1, 8, 7, 12, 10), 2, (3, 3, 3), (2, 2, 1), (1, 1, 0), (2, 1, 1)),
+    ("asymmetric, padded past the reach in depth", (3, 5, 3, 9, 9), 1, (2, 3, 4), (1, 1, 2), (3, 0, 1), (1, 1, 1)),
+    ("MViT's pooling, strided 4x4 in the plane", (2, 8, 4, 16, 15), 1, (3, 3, 3), (1, 4, 4), (1, 1, 1), (1, 1, 1)),
+    ("four pixels side by side, a partial block of channels", (1, 37, 3, 5, 23), 1, (3, 3, 3), (1, 1, 1), (1, 1, 1), (1, 1, 1)),
+]
+CL3D = torch.channels_last_3d
+
+
+def depthwise_volume_operands(shape, multiplier, kernel, dtype):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(shape, generator=g, dtype=torch.float64).to(dtype)
+    weight = torch.randn(shape[1] * multiplier, 1, *kernel, generator=g, dtype=torch.float64).to(dtype)
+    return x, weight
+
+
+@pytest.mark.parametrize("memory_format", [CL3D, torch.contiguous_format], ids=["channels_last_3d", "ncdhw"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
+@pytest.mark.parametrize("name, shape, multiplier, kernel, stride, padding, dilation", DEPTHWISE_VOLUMES,
+                         ids=[v[0] for v in DEPTHWISE_VOLUMES])
+def test_a_depthwise_volumes_forward_takes_the_kernel_of_volumes(name, shape, multiplier, kernel, stride, padding,
+                                                                 dilation, dtype, memory_format):
+    """explain() names it (NCDHW operands copied into channels_last_3d and the output back); the
+    output is the kernel's, bit for bit, in the operands' format; F.conv3d's values and the
+    tap-by-tap definition's (float64); opcheck of the operator and of the kernel."""
+    x, weight = depthwise_volume_operands(shape, multiplier, kernel, dtype)
+    x = x.contiguous(memory_format=memory_format)
+    args = (list(stride), list(padding), list(dilation), shape[1])
+    route = torch_convbp.explain(x, weight, *args)["forward"]
+    assert (route.route, route.layout) == ("depthwise", "nhwc")
+    assert route.reason.startswith("one input channel per group, a volume")
+    y = ops.conv3d(x, weight, None, *args)
+    assert y.is_contiguous(memory_format=memory_format)
+    direct = torch.empty_like(y, memory_format=CL3D)
+    ops.depthwise_conv3d(x.contiguous(memory_format=CL3D), weight, *args[:3], direct)
+    assert torch.equal(y, direct)
+    tolerance = dict(rtol=1e-10, atol=1e-10) if dtype == torch.float64 else dict(rtol=1e-5, atol=1e-4)
+    x64, w64 = x.double(), weight.double()
+    torch.testing.assert_close(y.double(), F.conv3d(x64, w64, None, *args), **tolerance)
+    torch.testing.assert_close(y.double(), tapwise_convolution(x64, w64, None, *args), **tolerance)
+    opcheck(ops.conv3d.default, (x, weight, None, *args))
+    opcheck(ops.depthwise_conv3d.default, (x.contiguous(memory_format=CL3D), weight, *args[:3], direct))
+
+
+@pytest.mark.parametrize("multiplier", [1, 2])
+def test_the_kernel_of_volumes_is_the_2d_kernel_with_a_depth(multiplier):
+    """A kernel one slice deep: the volume kernel's output slices are the 2-D kernel's outputs of
+    the input slices, bit for bit (the same terms in the same order, float32); a depth tap that
+    reads only padding adds nothing."""
+    x, weight = depthwise_volume_operands((2, 24, 3, 9, 26), multiplier, (1, 3, 3), torch.float32)
+    x = x.contiguous(memory_format=CL3D)
+    out = torch.empty(2, 24 * multiplier, 3, 9, 26).contiguous(memory_format=CL3D)
+    ops.depthwise_conv3d(x, weight, [1, 1, 1], [0, 1, 1], [1, 1, 1], out)
+    for n in range(2):
+        for d in range(3):
+            image = x[n : n + 1, :, d].contiguous(memory_format=CL)
+            expected = torch.empty(1, 24 * multiplier, 9, 26).contiguous(memory_format=CL)
+            ops.depthwise_conv2d(image, weight[:, :, 0].contiguous(), [1, 1], [1, 1], [1, 1], expected)
+            assert torch.equal(out[n : n + 1, :, d], expected)
+    # padded by one slice each side with a 3-deep kernel whose outer taps are zero: the same sums
+    deep = torch.zeros(weight.shape[0], 1, 3, 3, 3)
+    deep[:, :, 1] = weight[:, :, 0]
+    padded_out = torch.empty_like(out)
+    ops.depthwise_conv3d(x, deep, [1, 1, 1], [1, 1, 1], [1, 1, 1], padded_out)
+    torch.testing.assert_close(padded_out, out, rtol=0, atol=0)
+
+
+def test_a_depthwise_volume_of_no_volumes_and_its_gradients():
+    x, weight = depthwise_volume_operands((0, 4, 3, 5, 5), 1, (3, 3, 3), torch.float64)
+    x.requires_grad_(), weight.requires_grad_()
+    y = torch_convbp.conv3d(x, weight, None, 1, 1, 1, 4)
+    assert y.shape == (0, 4, 3, 5, 5)
+    dx, dw = torch.autograd.grad(y, (x, weight), torch.ones_like(y))
+    assert dx.shape == x.shape and torch.equal(dw, torch.zeros_like(weight))
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (lambda x, w, out: (x.contiguous(), w, out), "expected input and output both channels_last_3d"),
+        (lambda x, w, out: (x, w.transpose(3, 4), out), "expected a contiguous weight"),
+        (lambda x, w, out: (x.bfloat16(), w.bfloat16(), out.bfloat16()), "computes float32 and float64 only, got torch.bfloat16"),
+        (lambda x, w, out: (x, w, out[:, :, :2]), r"expected output of size \[2, 4, 3, 5, 5\]"),
+        (lambda x, w, out: (x[:, :, 0], w, out), r"expected a 5-D input \[N, C, D, H, W\]"),
+        (lambda x, w, out: (x, w.double(), out), "must have the same dtype"),
+    ],
+    ids=["ncdhw input", "transposed weight", "bfloat16", "output size", "4-D input", "mixed dtypes"],
+)
+def test_the_kernel_of_volumes_and_its_fake_refuse_bad_arguments(change, match):
+    for device in ("cpu", "meta"):
+        x = torch.randn(2, 4, 3, 5, 5, device=device).contiguous(memory_format=CL3D)
+        w = torch.randn(4, 1, 3, 3, 3, device=device)
+        out = torch.empty(2, 4, 3, 5, 5, device=device).contiguous(memory_format=CL3D)
+        x, w, out = change(x, w, out)
+        with pytest.raises(RuntimeError, match=match):
+            ops.depthwise_conv3d(x, w, [1, 1, 1], [1, 1, 1], [1, 1, 1], out)
 
 
 # The CPU's weight gradient in the order of rows (csrc/cpu/depthwise_rows_cpu.cpp): with one

@@ -251,14 +251,20 @@ for _name in ("im2col", "col2im", "im2col_nhwc", "col2im_nhwc"):
     _register_column_fakes(_name, nhwc=_name.endswith("_nhwc"))
 
 
-def _check_direct_kernel_call(op, input, weight, output, stride, padding, dilation, groups, channels_last_weight=False):
+def _check_direct_kernel_call(
+    op, input, weight, output, stride, padding, dilation, groups, channels_last_weight=False, dims=2
+):
     """Mirrors check_direct_kernel_call (csrc/checks.cpp); groups None: one per input channel;
-    channels_last_weight: a dense channels_last weight is taken too (WeightLayouts)."""
+    channels_last_weight: a dense channels_last weight is taken too (WeightLayouts); dims 3: volumes."""
     check_operands(op, input=input, weight=weight, output=output)
-    torch._check(input.dim() == 4, lambda: f"{op}: expected a 4-D input [N, C, H, W], got size {list(input.shape)}")
+    torch._check(
+        input.dim() == dims + 2,
+        lambda: f"{op}: expected a {dims + 2}-D input [N, C, {'D, ' if dims == 3 else ''}H, W], "
+        f"got size {list(input.shape)}",
+    )
     groups = input.shape[1] if groups is None else groups
-    oh, ow = conv2d_output_size(op, input.shape, weight.shape, stride, padding, dilation, groups)
-    expected = [input.shape[0], weight.shape[0], oh, ow]
+    spatial = conv_output_size(op, dims, input.shape, weight.shape, stride, padding, dilation, groups)
+    expected = [input.shape[0], weight.shape[0], *spatial]
     torch._check(
         list(output.shape) == expected, lambda: f"{op}: expected output of size {expected}, got {list(output.shape)}"
     )
@@ -300,6 +306,23 @@ def _depthwise_input_grad_fake(grad_output, weight, stride, padding, dilation, g
 @register_fake("torch_convbp::depthwise_weight_grad")
 def _depthwise_weight_grad_fake(input, grad_output, stride, padding, dilation, grad_weight):
     _check_depthwise("torch_convbp.depthwise_weight_grad", input, grad_weight, grad_output, stride, padding, dilation)
+
+
+@register_fake("torch_convbp::depthwise_conv3d")
+def _depthwise_conv3d_fake(input, weight, stride, padding, dilation, output):
+    """Mirrors check_depthwise_volumes (csrc/checks.cpp)."""
+    op = "torch_convbp.depthwise_conv3d"
+    _check_direct_kernel_call(op, input, weight, output, stride, padding, dilation, None, dims=3)
+    torch._check(
+        input.dtype in (torch.float32, torch.float64),
+        lambda: f"{op}: computes float32 and float64 only, got {input.dtype}",
+    )
+    ndhwc = torch.channels_last_3d
+    torch._check(
+        input.is_contiguous(memory_format=ndhwc) and output.is_contiguous(memory_format=ndhwc),
+        lambda: f"{op}: expected input and output both channels_last_3d (dense), got strides "
+        f"{list(input.stride())} and {list(output.stride())}",
+    )
 
 
 def _check_grouped(op, input, weight, output, stride, padding, dilation, groups):

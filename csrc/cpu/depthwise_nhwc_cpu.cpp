@@ -35,10 +35,11 @@
 namespace torch_convbp {
 namespace {
 
-// The weight [Cout, 1, kh, kw] as [kh*kw, Cout] in the sums' type: one tap's weights adjacent.
+// The weight [Cout, 1, (kd,) kh, kw] as [(kd*)kh*kw, Cout] in the sums' type: one tap's weights
+// adjacent.
 template <typename scalar_t, typename acc_t = at::opmath_type<scalar_t>>
 std::vector<acc_t> weight_by_tap(const scalar_t* weight, const ConvShape& s) {
-  const int64_t taps = s.kernel_h * s.kernel_w;
+  const int64_t taps = s.taps();
   std::vector<acc_t> by_tap(taps * s.out_channels);
   for (int64_t o = 0; o < s.out_channels; ++o) {
     for (int64_t t = 0; t < taps; ++t) by_tap[t * s.out_channels + o] = weight[o * taps + t];
@@ -235,14 +236,15 @@ TORCH_CONVBP_INLINE void sum_terms_of_pixels(const Terms& terms, const acc_t* w,
   }
 }
 
-// Output row oh of one image, all columns and channels: each output element is the sum over the
-// taps, in (ki, kj) order, of the tap's weight times the input element the tap reads. `done`: the
-// row's pixels its caller computed already (a bfloat16 row's strips), strip_pixels of its inner
-// columns, or none.
+// Output row oh of depth slice od of one image (od 0 of a 2-D one), all columns and channels:
+// each output element is the sum over the taps, in (kd, ki, kj) order, of the tap's weight times
+// the input element the tap reads. `done`: the row's pixels its caller computed already (a
+// bfloat16 row's strips), strip_pixels of its inner columns, or none.
 template <typename scalar_t, typename acc_t>
 TORCH_CONVBP_WIDE_VECTOR_CLONES void forward_row(const scalar_t* image, const acc_t* w_by_tap,
-                                                 int64_t oh, RowTerms& row_terms, scalar_t* out,
-                                                 const ConvShape& s, Span done = {0, 0}) {
+                                                 int64_t od, int64_t oh, RowTerms& row_terms,
+                                                 scalar_t* out, const ConvShape& s,
+                                                 Span done = {0, 0}) {
   const int64_t c = s.in_channels, cout = s.out_channels, m = cout / c;
   // The columns every tap reads inside the image; the next output column reads stride_w input
   // columns on.
@@ -258,13 +260,19 @@ TORCH_CONVBP_WIDE_VECTOR_CLONES void forward_row(const scalar_t* image, const ac
   }
   if (strips.end > strips.begin) inner.columns.begin = strips.end;
   const auto build = [&](int64_t ow, Terms& terms) {
-    for (int64_t ki = 0; ki < s.kernel_h; ++ki) {
-      const int64_t ih = input_row(s, oh, ki);
-      if (ih < 0) continue;
-      for (int64_t kj = 0; kj < s.kernel_w; ++kj) {
-        const int64_t iw = input_index(ow, s.stride_w, s.pad_w, kj, s.dilation_w);
-        if (iw >= 0 && iw < s.width)
-          terms.add((ki * s.kernel_w + kj) * cout, (ih * s.width + iw) * c);
+    for (int64_t kd = 0; kd < s.kernel_d; ++kd) {
+      const int64_t id = input_index(od, s.stride_d, s.pad_d, kd, s.dilation_d);
+      if (id < 0 || id >= s.depth) continue;
+      for (int64_t ki = 0; ki < s.kernel_h; ++ki) {
+        const int64_t ih = input_row(s, oh, ki);
+        if (ih < 0) continue;
+        for (int64_t kj = 0; kj < s.kernel_w; ++kj) {
+          const int64_t iw = input_index(ow, s.stride_w, s.pad_w, kj, s.dilation_w);
+          if (iw >= 0 && iw < s.width) {
+            terms.add(((kd * s.kernel_h + ki) * s.kernel_w + kj) * cout,
+                      ((id * s.height + ih) * s.width + iw) * c);
+          }
+        }
       }
     }
   };
@@ -520,28 +528,34 @@ void rows_on_widened(StripPass pass, const scalar_t* source, int64_t source_rows
   }
 }
 
+// The forward of NHWC images, or of NDHWC volumes (float32 and float64 only): each task a run
+// of output rows, the rows of every depth slice of every image in memory order.
 template <typename scalar_t>
 void forward_kernel(const scalar_t* input, const scalar_t* weight, scalar_t* output,
                     const ConvShape& s) {
   using acc_t = at::opmath_type<scalar_t>;
   const std::vector<acc_t> w_by_tap = weight_by_tap(weight, s);
-  const int64_t taps = s.kernel_h * s.kernel_w;
-  const int64_t row_size = s.out_width * s.out_channels, rows = s.batch * s.out_height;
-  const int64_t image_size = s.height * s.width * s.in_channels;
+  const int64_t taps = s.taps(), rows_per_image = s.output_rows();
+  const int64_t row_size = s.out_width * s.out_channels, rows = s.batch * rows_per_image;
+  const int64_t image_size = s.input_rows() * s.width * s.in_channels;
   at::parallel_for(0, rows, grain_for(row_size * taps), [&](int64_t begin, int64_t end) {
     RowTerms terms(taps, 1);
     if constexpr (std::is_same_v<scalar_t, acc_t>) {
       for (int64_t row = begin; row < end; ++row) {
-        const int64_t n = row / s.out_height, oh = row % s.out_height;
-        forward_row(input + n * image_size, w_by_tap.data(), oh, terms, output + row * row_size, s);
+        const int64_t n = row / rows_per_image, r = row % rows_per_image;
+        forward_row(input + n * image_size, w_by_tap.data(), r / s.out_height, r % s.out_height,
+                    terms, output + row * row_size, s);
       }
     } else {
+      TORCH_CHECK(s.is_planar(),
+                  "torch_convbp: the depthwise volumes' kernel computes float32 "
+                  "and float64 only");
       rows_on_widened(
           StripPass::forward, input, s.height, s.width * s.in_channels, w_by_tap.data(), output,
           s.out_height, row_size, s, begin, end,
           [&](int64_t oh) { return band_input_rows(s, oh, 1); },
           [&](const acc_t* image, int64_t oh, acc_t* sums, Span done) {
-            forward_row(image, w_by_tap.data(), oh, terms, sums, s, done);
+            forward_row(image, w_by_tap.data(), 0, oh, terms, sums, s, done);
           });
     }
   });
@@ -648,7 +662,7 @@ void forward_of_nchw(const scalar_t* input, const scalar_t* weight, scalar_t* ou
                       RowTerms terms(taps, 1);
                       const int64_t row_size = block.out_width * block.out_channels;
                       for (int64_t oh = 0; oh < block.out_height; ++oh) {
-                        forward_row(x, w.data(), oh, terms, y + oh * row_size, block);
+                        forward_row(x, w.data(), 0, oh, terms, y + oh * row_size, block);
                       }
                     });
 }

@@ -111,11 +111,11 @@ struct Strips {
 
 #endif  // TORCH_CONVBP_AVX512_BANDS
 
-// A 3x3 kernel, stride 1, undilated, one output channel per input channel.
+// A 2-D convolution's 3x3 kernel, stride 1, undilated, one output channel per input channel.
 [[maybe_unused]] bool takes_strips(const ConvShape& s) {
-  return s.kernel_h == 3 && s.kernel_w == 3 && s.stride_h == 1 && s.stride_w == 1 &&
-         s.dilation_h == 1 && s.dilation_w == 1 && s.out_channels == s.in_channels &&
-         s.groups == s.in_channels;
+  return s.is_planar() && s.kernel_h == 3 && s.kernel_w == 3 && s.stride_h == 1 &&
+         s.stride_w == 1 && s.dilation_h == 1 && s.dilation_w == 1 &&
+         s.out_channels == s.in_channels && s.groups == s.in_channels;
 }
 
 template <typename T>

@@ -18,8 +18,8 @@ enum class StripPass { forward, input_grad };
 // read from dY) over `source` (one image, NHWC, float32), its pixels from columns.begin on in
 // whole strips, within `columns` (inner: every kernel column's tap inside the source row), every
 // channel, into `result` (that row, NHWC). `w_by_tap`: the weight as [9, C]. Returns where the
-// strips end: columns.begin unless the CPU runs AVX-512 kernels (vector_ops.h), `s` has a 3x3
-// kernel, stride 1, no dilation and one output channel per input channel, and 16 divides C.
+// strips end: columns.begin unless the CPU runs AVX-512 kernels (vector_ops.h), `s` is 2-D with
+// a 3x3 kernel, stride 1, no dilation and one output channel per input channel, and 16 divides C.
 int64_t depthwise_strips(StripPass pass, const float* source, const float* w_by_tap, int64_t row,
                          Span columns, float* result, const ConvShape& s);
 // The same on bfloat16 rows, read and written as they are: the float32 sums of rows widened
