@@ -63,9 +63,10 @@ LayoutCall check_depthwise(const char* op, const Tensor& input, const Tensor& we
                            const Tensor& output, IntArrayRef stride, IntArrayRef padding,
                            IntArrayRef dilation);
 
-// Checks the arguments of the depthwise forward of volumes: input [N, C, D, H, W], weight
-// [C*m, 1, kd, kh, kw] contiguous and output [N, C*m, OD, OH, OW], float32 or float64, the input
-// and output dense channels_last_3d. Returns the convolution's shape, with groups = C.
+// Checks the arguments of the depthwise operators of volumes: input [N, C, D, H, W], weight
+// [C*m, 1, kd, kh, kw] contiguous and output [N, C*m, OD, OH, OW] (for the input gradient: their
+// gradients), float32 or float64, the input and output dense channels_last_3d. Returns the
+// convolution's shape, with groups = C.
 ConvShape check_depthwise_volumes(const char* op, const Tensor& input, const Tensor& weight,
                                   const Tensor& output, IntArrayRef stride, IntArrayRef padding,
                                   IntArrayRef dilation);

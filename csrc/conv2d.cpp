@@ -378,13 +378,12 @@ Tensor convolution_forward(const char* op, int64_t dims, const Tensor& input, co
     return to_memory_format(activation_as_volume(y, *form, output_size(s)),
                             result_format(input, weight));
   }
-  if (const auto slices = depth_taps_route(Operator::forward, s, {input})) {  // 2-D ones, summed
+  if (depth_taps_route(Operator::forward, s, {input})) {  // 2-D ones on slices, summed
     const PlanarArguments a = planar_arguments(PlanarForm::depth_slices, s);
-    Tensor output =
-        forward_by_depth_taps(input, weight, s, *slices, [&](const Tensor& x, const Tensor& w) {
-          return convolution_forward(op, 2, x, w, std::nullopt, a.stride, a.padding, a.dilation,
-                                     groups);
-        });
+    Tensor output = forward_by_depth_taps(input, weight, s, [&](const Tensor& x, const Tensor& w) {
+      return convolution_forward(op, 2, x, w, std::nullopt, a.stride, a.padding, a.dilation,
+                                 groups);
+    });
     add_bias(output, bias, s);
     return to_memory_format(output, result_format(input, weight));
   }
@@ -504,11 +503,10 @@ Tensor convolution_input_grad(const char* op, int64_t dims, const Tensor& grad_o
     return to_memory_format(activation_as_volume(grad_input, *form, input_size),
                             result_format(grad_output, weight));
   }
-  if (const auto slices = depth_taps_route(Operator::input_grad, s, {grad_output})) {  // summed
+  if (depth_taps_route(Operator::input_grad, s, {grad_output})) {  // 2-D ones on slices, summed
     const PlanarArguments a = planar_arguments(PlanarForm::depth_slices, s);
     const Tensor grad_input = input_grad_by_depth_taps(
-        grad_output, weight, s, *slices,
-        [&](const Tensor& dy, const Tensor& w, IntArrayRef slices_size) {
+        grad_output, weight, s, [&](const Tensor& dy, const Tensor& w, IntArrayRef slices_size) {
           return convolution_input_grad(op, 2, dy, w, slices_size, a.stride, a.padding, a.dilation,
                                         groups);
         });

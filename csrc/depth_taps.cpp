@@ -50,21 +50,15 @@ Tensor slice_batch(const Tensor& t, const SliceRun& run) {
   return batch;
 }
 
-// The volumes a 2-D call takes at once. The depthwise kernels' calls, bound by memory rather than
-// arithmetic, take one volume: its runs are views (several volumes' runs of fewer than all their
-// slices are copied into one batch), and its operands, products and result stay in the caches
-// across the taps, where every volume's at once went to memory (ir-CSN's 256@8x28 at 8 clips:
-// 1.4x the step's time; benchmarks/NOTES.md, section 131). The implicit route's GEMMs take every
-// volume, or as many as the workspace limit holds their batch's copies and the call's result for
-// (at least one): one call per depth tap over every volume, rather than a call per volume and tap,
-// gives the 2-D route a batch of N * count slices; on few shallow slices (r3d_18's 256@4x14) the
-// implicit route's tiles took a row or two each, and each tile read every tap's weights from L3
-// (section 129).
-int64_t volumes_per_call(const ConvShape& s, const RouteChoice& slices) {
-  if (slices.route == Route::depthwise) return 1;
-  const int64_t depth = std::max(s.depth, s.out_depth);
+// The volumes a 2-D call takes at once: every volume, or as many as the workspace limit holds
+// their batch's copies and the call's result for (at least one). One call per depth tap over every
+// volume, rather than a call per volume and tap, gives the 2-D route a batch of N * count slices:
+// on few shallow slices (r3d_18's 256@4x14) the implicit route's tiles took a row or two each, and
+// each tile read every tap's weights from L3 (benchmarks/NOTES.md, section 129).
+int64_t volumes_per_call(const ConvShape& s) {
+  const int64_t slices = std::max(s.depth, s.out_depth);
   const int64_t volume_bytes =
-      depth * (s.in_channels * s.height * s.width + s.out_channels * s.out_height * s.out_width) *
+      slices * (s.in_channels * s.height * s.width + s.out_channels * s.out_height * s.out_width) *
       int64_t{sizeof(float)};
   return std::clamp<int64_t>(workspace_limit() / std::max<int64_t>(volume_bytes, 1), 1, s.batch);
 }
@@ -91,9 +85,9 @@ Tensor channels_last_3d_strides(const Tensor& t) {
 
 // Whether the slices' 2-D route computes them with no column matrix, so that summing its results
 // over the depth taps costs a pass of the result per tap and nothing else: the implicit route
-// (GEMMs on views), or the depthwise kernels on NHWC slices, which the 3-D convolution's gradients
-// have no kernel of their own for (a depthwise volume took the 3-D column route, through layout
-// copies: benchmarks/NOTES.md, section 130).
+// (GEMMs on views), or the depthwise kernels on NHWC slices, which a depthwise volume's weight
+// gradient has no kernel of its own for (it took the 3-D column route, through layout copies:
+// benchmarks/NOTES.md, section 130).
 bool slice_route_has_no_columns(const RouteChoice& choice) {
   return choice.route == Route::implicit_nhwc ||
          (choice.route == Route::depthwise && choice.layout == Layout::nhwc);
@@ -115,7 +109,7 @@ std::optional<RouteChoice> depth_taps_route(Operator op, const ConvShape& s,
   if (s.spatial_dims != 3 || s.kernel_d == 1 || s.stride_d != 1 || s.batch == 0) {
     return std::nullopt;
   }
-  // A volume with a kernel of its own (the depthwise forward's) takes it.
+  // A volume with kernels of its own (the depthwise forward's and input gradient's) takes them.
   if (choose_route(op, s, activations).route == Route::depthwise) return std::nullopt;
   for (const Tensor& t : activations) {
     const bool copied = !t.is_contiguous(at::MemoryFormat::ChannelsLast3d);
@@ -146,11 +140,11 @@ const char* depth_taps_why() {
 }
 
 Tensor forward_by_depth_taps(const Tensor& input_as_given, const Tensor& weight, const ConvShape& s,
-                             const RouteChoice& slices, const SliceForward& conv2d) {
+                             const SliceForward& conv2d) {
   const Tensor input = in_channels_last_3d(input_as_given);
   Tensor output = zeros_channels_last_3d(
       {s.batch, s.out_channels, s.out_depth, s.out_height, s.out_width}, input);
-  const int64_t per_call = volumes_per_call(s, slices);
+  const int64_t per_call = volumes_per_call(s);
   for (int64_t first = 0; first < s.batch; first += per_call) {
     const int64_t volumes = std::min(per_call, s.batch - first);
     for (int64_t t = 0; t < s.kernel_d; ++t) {
@@ -168,12 +162,11 @@ Tensor forward_by_depth_taps(const Tensor& input_as_given, const Tensor& weight,
 }
 
 Tensor input_grad_by_depth_taps(const Tensor& grad_output_as_given, const Tensor& weight,
-                                const ConvShape& s, const RouteChoice& slices,
-                                const SliceInputGrad& conv2d_input_grad) {
+                                const ConvShape& s, const SliceInputGrad& conv2d_input_grad) {
   const Tensor grad_output = in_channels_last_3d(grad_output_as_given);
   Tensor grad_input =
       zeros_channels_last_3d({s.batch, s.in_channels, s.depth, s.height, s.width}, grad_output);
-  const int64_t per_call = volumes_per_call(s, slices);
+  const int64_t per_call = volumes_per_call(s);
   for (int64_t first = 0; first < s.batch; first += per_call) {
     const int64_t volumes = std::min(per_call, s.batch - first);
     for (int64_t t = 0; t < s.kernel_d; ++t) {

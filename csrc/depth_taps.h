@@ -16,7 +16,8 @@
 // volume and tap. The sums are added in the order above, each term computed by the 2-D route,
 // whose bits depend neither on the thread count nor on the batch a slice is computed in, so
 // neither do these. Only where the slices' 2-D route has no column matrix: the implicit one, or
-// the depthwise kernels on NHWC slices (the 3-D convolution has no depthwise kernel of its own);
+// the depthwise kernels on NHWC slices for a depthwise volume's weight gradient (its forward and
+// input gradient have kernels of their own, depthwise_nhwc_cpu.h);
 // on the column route the slices would write the same column values as vol2col, and the sums
 // cost a pass of the result each. NCDHW operands are copied into channels_last_3d first, where
 // the plane's kernel reads at least as many values as the plane holds (the 27 taps of a 3x3x3
@@ -39,7 +40,8 @@ namespace torch_convbp {
 // both) runs as depth taps: float32 CPU operands in channels_last_3d or NCDHW (copied into
 // channels_last_3d, where kh*kw*OH*OW >= H*W), a kernel deeper than one slice, depth stride 1, a
 // batch, and slices whose 2-D route, in channels_last_3d, is the implicit one or the NHWC
-// depthwise kernels.
+// depthwise kernels (these for the weight gradient only: choose_route gives a depthwise volume's
+// other operators their own kernels).
 std::optional<RouteChoice> depth_taps_route(Operator op, const ConvShape& s,
                                             at::TensorList activations);
 
@@ -54,15 +56,13 @@ using SliceInputGrad = std::function<at::Tensor(const at::Tensor& dy, const at::
 using SliceWeightGrad = std::function<at::Tensor(const at::Tensor& x, const at::Tensor& dy,
                                                  at::IntArrayRef weight_size)>;
 
-// The three operators by depth taps, for `s` of which depth_taps_route gave route `slices`
-// (NCDHW operands copied into channels_last_3d). The activation results are channels_last_3d; the
+// The three operators by depth taps, for `s` of which depth_taps_route gave a route (NCDHW
+// operands copied into channels_last_3d). The activation results are channels_last_3d; the
 // weight gradient contiguous.
 at::Tensor forward_by_depth_taps(const at::Tensor& input, const at::Tensor& weight,
-                                 const ConvShape& s, const RouteChoice& slices,
-                                 const SliceForward& conv2d);
+                                 const ConvShape& s, const SliceForward& conv2d);
 at::Tensor input_grad_by_depth_taps(const at::Tensor& grad_output, const at::Tensor& weight,
-                                    const ConvShape& s, const RouteChoice& slices,
-                                    const SliceInputGrad& conv2d_input_grad);
+                                    const ConvShape& s, const SliceInputGrad& conv2d_input_grad);
 at::Tensor weight_grad_by_depth_taps(const at::Tensor& input, const at::Tensor& grad_output,
                                      at::IntArrayRef weight_size, const ConvShape& s,
                                      const SliceWeightGrad& conv2d_weight_grad);

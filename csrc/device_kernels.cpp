@@ -71,11 +71,14 @@ void call_depthwise(DepthwiseKernel kernel, const Tensor& a, const Tensor& b, co
       kernel_handle<DepthwiseSignature>("torch_convbp::depthwise_weight_grad");
   static const auto volumes_forward =
       kernel_handle<DepthwiseSignature>("torch_convbp::depthwise_conv3d");
+  static const auto volumes_input_grad =
+      kernel_handle<DepthwiseSignature>("torch_convbp::depthwise_conv3d_input_grad");
   if (!s.is_planar()) {
-    TORCH_INTERNAL_ASSERT(kernel == DepthwiseKernel::forward,
-                          "the depthwise kernels of volumes are the forward's only");
+    TORCH_INTERNAL_ASSERT(kernel != DepthwiseKernel::weight_grad,
+                          "the depthwise kernels of volumes are the forward and input gradient");
     const ColumnArguments v(s);
-    return volumes_forward.call(a, b, v.stride, v.padding, v.dilation, result);
+    return (kernel == DepthwiseKernel::forward ? volumes_forward : volumes_input_grad)
+        .call(a, b, v.stride, v.padding, v.dilation, result);
   }
   const auto& handle = kernel == DepthwiseKernel::forward      ? forward
                        : kernel == DepthwiseKernel::input_grad ? input_grad

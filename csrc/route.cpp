@@ -406,19 +406,20 @@ RouteChoice choose_route(Operator op, const ConvShape& s, at::TensorList activat
                                        ? "operands channels_last"
                                        : "operands not all channels_last (dense, non-empty)";
 
-  // A depthwise volume's forward on the CPU: its direct kernel sums each output's kd*kh*kw taps
-  // at once. As a sum over its depth taps of the 2-D kernels (depth_taps.h) each tap added a
-  // pass of the output: ir-CSN's 256@8x28 took 1.2-1.6x this kernel's time, 1.0-1.3x oneDNN's;
-  // MViT's pooling, strided, took the 3-D column route at 4x. NCDHW operands are copied into
-  // channels_last_3d and back: MViT's pooling, 0.6x the column route's time (benchmarks/NOTES.md,
-  // section 132).
+  // A depthwise volume's forward and input gradient on the CPU: the NHWC kernels with a depth sum
+  // each result's kd*kh*kw terms at once. As sums over the depth taps of the 2-D kernels
+  // (depth_taps.h) each tap added a pass of the result: ir-CSN's 256@8x28 step took 1.3x the time
+  // these kernels give it, MViT's strided pooling 2.2x (its forward took the 3-D column route
+  // fed NCDHW). NCDHW operands are copied into channels_last_3d and the results back, cheaper
+  // than the column route there too (benchmarks/NOTES.md, section 132). The weight gradient keeps
+  // the depth taps.
   const bool float_or_double =
       first.scalar_type() == at::kFloat || first.scalar_type() == at::kDouble;
-  if (s.is_depthwise() && !s.is_planar() && op == Operator::forward && first.device().is_cpu() &&
-      float_or_double) {
+  if (s.is_depthwise() && !s.is_planar() && op != Operator::weight_grad &&
+      first.device().is_cpu() && float_or_double) {
     return {Route::depthwise, Layout::nhwc,
-            "one input channel per group, a volume (CPU, float32 or float64): the forward's "
-            "direct kernel of volumes, no GEMM",
+            "one input channel per group, a volume (CPU, float32 or float64): the direct kernels "
+            "of volumes, no GEMM",
             channels_last ? "operands channels_last_3d"
                           : "the kernel's NDHWC: NCDHW operands copied into channels_last_3d"};
   }

@@ -32,7 +32,7 @@ struct ConvShape {
   int64_t input_rows() const { return depth * height; }
   int64_t output_rows() const { return out_depth * out_height; }
   // A 2-D convolution, of [N, C, H, W] tensors: the direct kernels compute only these, but for the
-  // CPU's depthwise forward of volumes.
+  // CPU's depthwise forward and input gradient of volumes.
   bool is_planar() const { return spatial_dims == 2; }
   bool is_pointwise() const {  // 1x1(x1), stride 1, no padding: the input is its own column matrix
     return kernel_d == 1 && kernel_h == 1 && kernel_w == 1 && stride_d == 1 && stride_h == 1 &&

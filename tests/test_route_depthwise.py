@@ -5,8 +5,8 @@ the same results, on both devices. On the CPU output planes under 256 pixels com
 NCHW operands too, a block of channels of one image at a time transposed in cache. The weight gradient in the CPU's order of rows (its
 default) is an NHWC kernel (csrc/cpu/depthwise_rows_cpu.cpp), which takes NCHW operands a band of
 rows at a time, transposed in cache; TORCH_CONVBP_CPU_DEPTHWISE_ORDER=lanes gives the CPU the
-CUDA kernels' order, and their bits. A depthwise volume's forward on the CPU (float32, float64) is the
-kernel of volumes: the NHWC forward with a depth, NCDHW operands through copies."""
+CUDA kernels' order, and their bits. A depthwise volume's forward and input gradient on the CPU (float32, float64) are the
+kernels of volumes: the NHWC ones with a depth, NCDHW operands through copies."""
 import os
 import subprocess
 import sys
@@ -189,8 +189,9 @@ def test_the_depthwise_kernels_refuse_mixed_layouts(device):
 
 
 # (name, input [N, C, D, H, W], multiplier, kernel, stride, padding, dilation): depthwise volumes,
-# whose forward on the CPU (float32, float64) is the direct kernel of volumes: each output value one
-# sum over its (kd, kh, kw) taps in order, the 2-D kernel's terms with a depth
+# whose forward and input gradient on the CPU (float32, float64) are the direct kernels of volumes:
+# each result value one sum over its terms in (kd, kh, kw) order (the input gradient's (o, kd, kh,
+# kw)), the 2-D kernels' terms with a depth
 DEPTHWISE_VOLUMES = [
     ("ir-CSN's 3x3x3", (2, 16, 4, 10, 11), 1, (3, 3, 3), (1, 1, 1), (1, 1, 1), (1, 1, 1)),
     ("multiplier 2, strided in depth, dilated", (1, 8, 7, 12, 10), 2, (3, 3, 3), (2, 2, 1), (1, 1, 0), (2, 1, 1)),
@@ -212,51 +213,65 @@ def depthwise_volume_operands(shape, multiplier, kernel, dtype):
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
 @pytest.mark.parametrize("name, shape, multiplier, kernel, stride, padding, dilation", DEPTHWISE_VOLUMES,
                          ids=[v[0] for v in DEPTHWISE_VOLUMES])
-def test_a_depthwise_volumes_forward_takes_the_kernel_of_volumes(name, shape, multiplier, kernel, stride, padding,
-                                                                 dilation, dtype, memory_format):
-    """explain() names it (NCDHW operands copied into channels_last_3d and the output back); the
-    output is the kernel's, bit for bit, in the operands' format; F.conv3d's values and the
-    tap-by-tap definition's (float64); opcheck of the operator and of the kernel."""
+def test_a_depthwise_volume_takes_the_kernels_of_volumes(name, shape, multiplier, kernel, stride, padding, dilation,
+                                                         dtype, memory_format):
+    """explain() names them for the forward and the input gradient (NCDHW operands copied into
+    channels_last_3d and the results back; the weight gradient keeps its route); their results are
+    the kernels', bit for bit, in the operands' format; F.conv3d's values and gradients, the
+    tap-by-tap definition's output and its adjoint (float64); opcheck of the operators and of the
+    kernels."""
     x, weight = depthwise_volume_operands(shape, multiplier, kernel, dtype)
     x = x.contiguous(memory_format=memory_format)
     args = (list(stride), list(padding), list(dilation), shape[1])
-    route = torch_convbp.explain(x, weight, *args)["forward"]
-    assert (route.route, route.layout) == ("depthwise", "nhwc")
-    assert route.reason.startswith("one input channel per group, a volume")
     y = ops.conv3d(x, weight, None, *args)
     assert y.is_contiguous(memory_format=memory_format)
-    direct = torch.empty_like(y, memory_format=CL3D)
-    ops.depthwise_conv3d(x.contiguous(memory_format=CL3D), weight, *args[:3], direct)
-    assert torch.equal(y, direct)
+    g = torch.randn(y.shape, generator=torch.Generator().manual_seed(1), dtype=dtype).contiguous(memory_format=memory_format)
+    routes = torch_convbp.explain(x, weight, *args, grad_output=g)
+    for operator in ("forward", "input_grad"):
+        assert (routes[operator].route, routes[operator].layout) == ("depthwise", "nhwc")
+        assert routes[operator].reason.startswith("one input channel per group, a volume")
+    assert not routes["weight_grad"].reason.startswith("one input channel per group, a volume")
+    dx = ops.conv3d_input_grad(g, weight, list(shape), *args)
+    assert dx.is_contiguous(memory_format=memory_format)
+    x_cl, g_cl = x.contiguous(memory_format=CL3D), g.contiguous(memory_format=CL3D)
+    direct_y, direct_dx = torch.empty_like(g_cl), torch.empty_like(x_cl)
+    ops.depthwise_conv3d(x_cl, weight, *args[:3], direct_y)
+    ops.depthwise_conv3d_input_grad(g_cl, weight, *args[:3], direct_dx)
+    assert torch.equal(y, direct_y) and torch.equal(dx, direct_dx)
     tolerance = dict(rtol=1e-10, atol=1e-10) if dtype == torch.float64 else dict(rtol=1e-5, atol=1e-4)
-    x64, w64 = x.double(), weight.double()
-    torch.testing.assert_close(y.double(), F.conv3d(x64, w64, None, *args), **tolerance)
-    torch.testing.assert_close(y.double(), tapwise_convolution(x64, w64, None, *args), **tolerance)
+    x64, w64, g64 = x.double().requires_grad_(), weight.double(), g.double()
+    y_ref = F.conv3d(x64, w64, None, *args)
+    torch.testing.assert_close(y.double(), y_ref, **tolerance)
+    torch.testing.assert_close(dx.double(), torch.autograd.grad(y_ref, x64, g64)[0], **tolerance)
+    y_own = tapwise_convolution(x64.detach(), w64, None, *args)
+    torch.testing.assert_close(y.double(), y_own, **tolerance)
+    if dtype == torch.float64:  # <conv(x), g> = <x, input_grad(g)>
+        torch.testing.assert_close((x64.detach() * dx).sum(), (y_own * g64).sum(), rtol=1e-12, atol=1e-12)
     opcheck(ops.conv3d.default, (x, weight, None, *args))
-    opcheck(ops.depthwise_conv3d.default, (x.contiguous(memory_format=CL3D), weight, *args[:3], direct))
+    opcheck(ops.conv3d_input_grad.default, (g, weight, list(shape), *args))
+    opcheck(ops.depthwise_conv3d.default, (x_cl, weight, *args[:3], direct_y))
+    opcheck(ops.depthwise_conv3d_input_grad.default, (g_cl, weight, *args[:3], direct_dx))
 
 
 @pytest.mark.parametrize("multiplier", [1, 2])
-def test_the_kernel_of_volumes_is_the_2d_kernel_with_a_depth(multiplier):
-    """A kernel one slice deep: the volume kernel's output slices are the 2-D kernel's outputs of
-    the input slices, bit for bit (the same terms in the same order, float32); a depth tap that
-    reads only padding adds nothing."""
+def test_the_kernels_of_volumes_are_the_2d_kernels_with_a_depth(multiplier):
+    """A kernel one slice deep: the volume kernels' result slices are the 2-D kernels' results of
+    the operand slices, bit for bit (the same terms in the same order, float32)."""
     x, weight = depthwise_volume_operands((2, 24, 3, 9, 26), multiplier, (1, 3, 3), torch.float32)
     x = x.contiguous(memory_format=CL3D)
-    out = torch.empty(2, 24 * multiplier, 3, 9, 26).contiguous(memory_format=CL3D)
-    ops.depthwise_conv3d(x, weight, [1, 1, 1], [0, 1, 1], [1, 1, 1], out)
+    g = torch.randn(2, 24 * multiplier, 3, 9, 26).contiguous(memory_format=CL3D)
+    geometry = ([1, 1, 1], [0, 1, 1], [1, 1, 1])
+    y, dx = torch.empty_like(g), torch.empty_like(x)
+    ops.depthwise_conv3d(x, weight, *geometry, y)
+    ops.depthwise_conv3d_input_grad(g, weight, *geometry, dx)
+    planar = ([1, 1], [1, 1], [1, 1])
     for n in range(2):
         for d in range(3):
-            image = x[n : n + 1, :, d].contiguous(memory_format=CL)
-            expected = torch.empty(1, 24 * multiplier, 9, 26).contiguous(memory_format=CL)
-            ops.depthwise_conv2d(image, weight[:, :, 0].contiguous(), [1, 1], [1, 1], [1, 1], expected)
-            assert torch.equal(out[n : n + 1, :, d], expected)
-    # padded by one slice each side with a 3-deep kernel whose outer taps are zero: the same sums
-    deep = torch.zeros(weight.shape[0], 1, 3, 3, 3)
-    deep[:, :, 1] = weight[:, :, 0]
-    padded_out = torch.empty_like(out)
-    ops.depthwise_conv3d(x, deep, [1, 1, 1], [1, 1, 1], [1, 1, 1], padded_out)
-    torch.testing.assert_close(padded_out, out, rtol=0, atol=0)
+            image, grad_image = (t[n : n + 1, :, d].contiguous(memory_format=CL) for t in (x, g))
+            y_image, dx_image = torch.empty_like(grad_image), torch.empty_like(image)
+            ops.depthwise_conv2d(image, weight[:, :, 0].contiguous(), *planar, y_image)
+            ops.depthwise_input_grad(grad_image, weight[:, :, 0].contiguous(), *planar, dx_image)
+            assert torch.equal(y[n : n + 1, :, d], y_image) and torch.equal(dx[n : n + 1, :, d], dx_image)
 
 
 def test_a_depthwise_volume_of_no_volumes_and_its_gradients():
@@ -280,14 +295,20 @@ def test_a_depthwise_volume_of_no_volumes_and_its_gradients():
     ],
     ids=["ncdhw input", "transposed weight", "bfloat16", "output size", "4-D input", "mixed dtypes"],
 )
-def test_the_kernel_of_volumes_and_its_fake_refuse_bad_arguments(change, match):
+@pytest.mark.parametrize("kernel", ["depthwise_conv3d", "depthwise_conv3d_input_grad"])
+def test_the_kernels_of_volumes_and_their_fakes_refuse_bad_arguments(change, match, kernel):
+    """The input gradient's checks are the forward's with grad_input as the input and grad_output
+    as the output."""
     for device in ("cpu", "meta"):
         x = torch.randn(2, 4, 3, 5, 5, device=device).contiguous(memory_format=CL3D)
         w = torch.randn(4, 1, 3, 3, 3, device=device)
         out = torch.empty(2, 4, 3, 5, 5, device=device).contiguous(memory_format=CL3D)
         x, w, out = change(x, w, out)
         with pytest.raises(RuntimeError, match=match):
-            ops.depthwise_conv3d(x, w, [1, 1, 1], [1, 1, 1], [1, 1, 1], out)
+            if kernel == "depthwise_conv3d":
+                ops.depthwise_conv3d(x, w, [1, 1, 1], [1, 1, 1], [1, 1, 1], out)
+            else:
+                ops.depthwise_conv3d_input_grad(out, w, [1, 1, 1], [1, 1, 1], [1, 1, 1], x)
 
 
 # The CPU's weight gradient in the order of rows (csrc/cpu/depthwise_rows_cpu.cpp): with one

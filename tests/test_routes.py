@@ -85,9 +85,9 @@ def expected_routes(expected, device):
     routes = (expected,) * 3 if isinstance(expected, str) else expected
     by_images = "columns/nchw" if device == "cpu" else "pointwise_by_images/nchw"
     col2im = "columns/nchw" if device == "cpu" else "transposed_columns/nchw"
-    volumes = "depthwise/nhwc" if device == "cpu" else "columns/nchw"  # the CPU's kernel of volumes
-    return [r.replace("by-images-off-cpu", by_images).replace("col2im-on-cpu", col2im).replace("depthwise-volumes-on-cpu", volumes)
-            for r in routes]
+    routes = [r.replace("by-images-off-cpu", by_images).replace("col2im-on-cpu", col2im) for r in routes]
+    # "cpu:A else B": route A on the CPU, B on other devices
+    return [(r[4:].split(" else ")[0 if device == "cpu" else 1] if r.startswith("cpu:") else r) for r in routes]
 
 
 def result_is_channels_last(activation, weight):
@@ -126,17 +126,18 @@ VOLUME_ROUTES = [
     ("3x3x3", (2, 16, 3, 4, 5), (16, 16, 3, 3, 3), 1, 1, 1, ("columns/nhwc", "transposed_columns/nhwc", "columns/nhwc")),
     ("3x3x3 strided", (2, 16, 5, 6, 5), (32, 16, 3, 3, 3), 2, 1, 1, "columns/nhwc"),
     ("stem, 3 input channels, strided", (2, 3, 4, 9, 9), (16, 3, 3, 7, 7), 2, 3, 1, ("columns/nhwc", "columns/nchw", "columns/nhwc")),
-    ("depthwise", (2, 8, 3, 4, 5), (8, 1, 3, 3, 3), 1, 1, 8, ("depthwise-volumes-on-cpu", "transposed_columns/nchw", "columns/nchw")),
+    ("depthwise", (2, 8, 3, 4, 5), (8, 1, 3, 3, 3), 1, 1, 8, ("cpu:depthwise/nhwc else columns/nchw",
+                                                                 "cpu:depthwise/nhwc else transposed_columns/nchw", "columns/nchw")),
     ("narrow groups", (2, 8, 3, 4, 5), (8, 4, 3, 3, 3), 1, 1, 2, ("columns/nchw", "transposed_columns/nchw", "columns/nchw")),
 ]
 
 
 @pytest.mark.parametrize("name, x_size, w_size, stride, padding, groups, expected", VOLUME_ROUTES, ids=[r[0] for r in VOLUME_ROUTES])
 def test_volumes_take_the_column_routes(name, x_size, w_size, stride, padding, groups, expected, device):
-    """The direct kernels are 2-D but for the CPU's depthwise forward of volumes: a volume's
-    depthwise gradients and narrow-grouped layers take the column matrix (in NCHW, through
-    copies), where the kernel spans several slices and several pixels of a plane (else the 2-D
-    convolution on views: below); the rest as for images. Values against F.conv3d."""
+    """The direct kernels are 2-D but for the CPU's depthwise forward and input gradient of
+    volumes: a volume's depthwise weight gradient and narrow-grouped layers take the column matrix
+    (in NCHW, through copies), where the kernel spans several slices and several pixels of a plane
+    (else the 2-D convolution on views: below); the rest as for images. Values against F.conv3d."""
     g = torch.Generator().manual_seed(0)
     cl3d = torch.channels_last_3d
     x = torch.randn(x_size, generator=g, dtype=torch.float64).to(device).contiguous(memory_format=cl3d)
@@ -245,7 +246,7 @@ def test_volumes_that_are_planar_take_the_2d_routes(name, x_size, w_size, stride
 # one slice, of depth stride 1, which channels_last_3d float32 operands compute as sums over the
 # depth taps of 2-D convolutions of each volume's slices (csrc/depth_taps.h), where those take
 # a 2-D route with no column matrix: the implicit one, or the depthwise kernels on NHWC slices (the
-# depthwise volumes' gradients; their forward has a kernel of its own)
+# depthwise volumes' weight gradient; their forward and input gradient have kernels of their own)
 DEEP_VOLUMES = [
     ("r3d 3x3x3", (2, 16, 4, 14, 15), (16, 16, 3, 3, 3), (1, 1, 1), (1, 1, 1), (1, 1, 1), 1),
     ("asymmetric, strided in the plane", (1, 16, 5, 16, 14), (24, 16, 2, 3, 3), (1, 2, 1), (0, 1, 1), (1, 1, 1), 1),
@@ -282,7 +283,8 @@ def slices(t, n, begin, end):
 def test_deep_channels_last_volumes_sum_2d_convolutions_over_their_depth_taps(name, x_size, w_size, stride, padding, dilation, groups,
                                                                                 one_volume_a_call):
     """Where the slices' 2-D route is the implicit one or the depthwise kernels on NHWC slices
-    (but for a depthwise volume's forward, which takes the kernel of volumes), each operator gives
+    (but for a depthwise volume's forward and input gradient, which take the kernels of volumes),
+    each operator gives
     the bits of the sum over the depth taps, in order, of the 2-D operators on
     the test's own views of the slices (and, for the weight gradient, over the volumes in order),
     and explain() says so; elsewhere the 3-D route. Either way F.conv3d's values in
@@ -291,8 +293,7 @@ def test_deep_channels_last_volumes_sum_2d_convolutions_over_their_depth_taps(na
     else take the 3-D route; float64 never takes it (gradcheck of the operators: the 3-D tests).
     The forward and the input gradient call the implicit route once per tap on the slices of every
     volume (copied into one batch where a tap reaches only some of each volume's), or, where the
-    workspace limit holds one volume's only, per volume, and the depthwise kernels per volume: the
-    same bits either way."""
+    workspace limit holds one volume's only, per volume: the same bits either way."""
     if one_volume_a_call:
         torch_convbp.set_workspace_limit(1)
     g = torch.Generator().manual_seed(0)
@@ -319,8 +320,9 @@ def test_deep_channels_last_volumes_sum_2d_convolutions_over_their_depth_taps(na
     planar_routes = torch_convbp.explain(slices(x, 0, 0, count), w[:, :, 0], *planar, grad_output=slices(grad, 0, 0, count))
     routes = torch_convbp.explain(x, w, *args, grad_output=grad)
     for route, planar_route in zip(routes, planar_routes):
-        # a depthwise volume's forward has a kernel of its own (tests/test_route_depthwise.py)
-        own_kernel = route.operator == "forward" and planar_route.route == "depthwise"
+        # a depthwise volume's forward and input gradient have kernels of their own
+        # (tests/test_route_depthwise.py)
+        own_kernel = route.operator != "weight_grad" and planar_route.route == "depthwise"
         assert route.reason.startswith("one input channel per group, a volume") == own_kernel, route
         by_taps = sums_over_depth_taps(planar_route) and not own_kernel
         assert route.reason.startswith("a 3-D convolution of channels_last_3d volumes") == by_taps, route

@@ -308,10 +308,8 @@ def _depthwise_weight_grad_fake(input, grad_output, stride, padding, dilation, g
     _check_depthwise("torch_convbp.depthwise_weight_grad", input, grad_weight, grad_output, stride, padding, dilation)
 
 
-@register_fake("torch_convbp::depthwise_conv3d")
-def _depthwise_conv3d_fake(input, weight, stride, padding, dilation, output):
+def _check_depthwise_volumes(op, input, weight, output, stride, padding, dilation):
     """Mirrors check_depthwise_volumes (csrc/checks.cpp)."""
-    op = "torch_convbp.depthwise_conv3d"
     _check_direct_kernel_call(op, input, weight, output, stride, padding, dilation, None, dims=3)
     torch._check(
         input.dtype in (torch.float32, torch.float64),
@@ -322,6 +320,18 @@ def _depthwise_conv3d_fake(input, weight, stride, padding, dilation, output):
         input.is_contiguous(memory_format=ndhwc) and output.is_contiguous(memory_format=ndhwc),
         lambda: f"{op}: expected input and output both channels_last_3d (dense), got strides "
         f"{list(input.stride())} and {list(output.stride())}",
+    )
+
+
+@register_fake("torch_convbp::depthwise_conv3d")
+def _depthwise_conv3d_fake(input, weight, stride, padding, dilation, output):
+    _check_depthwise_volumes("torch_convbp.depthwise_conv3d", input, weight, output, stride, padding, dilation)
+
+
+@register_fake("torch_convbp::depthwise_conv3d_input_grad")
+def _depthwise_conv3d_input_grad_fake(grad_output, weight, stride, padding, dilation, grad_input):
+    _check_depthwise_volumes(
+        "torch_convbp.depthwise_conv3d_input_grad", grad_input, weight, grad_output, stride, padding, dilation
     )
 
 

@@ -16,8 +16,8 @@
 // same order. These kernels read NCHW; a call whose activations are channels_last goes to
 // depthwise_nhwc_cpu.cpp, which keeps the same orders, and so do the forward and input gradient of
 // small planes and the float32, bfloat16 and float16 ones the planes of vectors do not take
-// (nchw_kernels), a block of channels at a time transposed in cache. The forward of volumes
-// (depthwise_conv3d, NDHWC) is depthwise_nhwc_cpu.cpp's with a depth.
+// (nchw_kernels), a block of channels at a time transposed in cache. The forward and input
+// gradient of volumes (depthwise_conv3d*, NDHWC) are depthwise_nhwc_cpu.cpp's with a depth.
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
@@ -282,6 +282,15 @@ void depthwise_conv3d_cpu(const Tensor& input, const Tensor& weight, IntArrayRef
   depthwise_nhwc_forward(input, weight, s, output, Layout::nhwc);
 }
 
+void depthwise_conv3d_input_grad_cpu(const Tensor& grad_output, const Tensor& weight,
+                                     IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
+                                     const Tensor& grad_input) {
+  const ConvShape s =
+      check_depthwise_volumes("torch_convbp.depthwise_conv3d_input_grad", grad_input, weight,
+                              grad_output, stride, padding, dilation);
+  depthwise_nhwc_input_grad(grad_output, weight, s, grad_input, Layout::nhwc);
+}
+
 void depthwise_input_grad_cpu(const Tensor& grad_output, const Tensor& weight, IntArrayRef stride,
                               IntArrayRef padding, IntArrayRef dilation, const Tensor& grad_input) {
   const LayoutCall call = check_depthwise("torch_convbp.depthwise_input_grad", grad_input, weight,
@@ -335,6 +344,7 @@ void depthwise_weight_grad_cpu(const Tensor& input, const Tensor& grad_output, I
 TORCH_LIBRARY_IMPL(torch_convbp, CPU, m) {
   m.impl("depthwise_conv2d", &depthwise_conv2d_cpu);
   m.impl("depthwise_conv3d", &depthwise_conv3d_cpu);
+  m.impl("depthwise_conv3d_input_grad", &depthwise_conv3d_input_grad_cpu);
   m.impl("depthwise_input_grad", &depthwise_input_grad_cpu);
   m.impl("depthwise_weight_grad", &depthwise_weight_grad_cpu);
 }

@@ -316,13 +316,13 @@ Span input_grad_inner_columns(const ConvShape& s) {
                input_index(s.out_width - 1, s.stride_w, s.pad_w, int64_t{0}, s.dilation_w) + 1)};
 }
 
-// Input row ih of one image, all columns and channels: each input-gradient element is the sum,
-// in (o, ki, kj) order, of what the forward took from it times the output gradient there. The
-// m output channels of input channel ch are ch * m + k: a term per (k, ki, kj), whose weights
-// and output gradient start at channel k and step by m.
+// Input row ih of depth slice id of one image (id 0 of a 2-D one), all columns and channels:
+// each input-gradient element is the sum, in (o, kd, ki, kj) order, of what the forward took from
+// it times the output gradient there. The m output channels of input channel ch are ch * m + k: a
+// term per (k, kd, ki, kj), whose weights and output gradient start at channel k and step by m.
 template <typename scalar_t, typename acc_t>
 TORCH_CONVBP_WIDE_VECTOR_CLONES void input_grad_row(const scalar_t* grad_image,
-                                                    const acc_t* w_by_tap, int64_t ih,
+                                                    const acc_t* w_by_tap, int64_t id, int64_t ih,
                                                     RowTerms& row_terms, scalar_t* grad_in,
                                                     const ConvShape& s, Span done = {0, 0}) {
   const int64_t c = s.in_channels, cout = s.out_channels, m = cout / c;
@@ -338,19 +338,27 @@ TORCH_CONVBP_WIDE_VECTOR_CLONES void input_grad_row(const scalar_t* grad_image,
   }
   if (strips.end > strips.begin) inner.begin = strips.end;
   const RepeatingColumns repeating{inner, s.stride_w, cout};
+  const OutputIndexByTap<int64_t> first_slice(id, s.pad_d, s.dilation_d, s.stride_d);
   const OutputIndexByTap<int64_t> first_row(ih, s.pad_h, s.dilation_h, s.stride_h);
   const auto build = [&](int64_t iw, Terms& terms) {
     const OutputIndexByTap<int64_t> first_column(iw, s.pad_w, s.dilation_w, s.stride_w);
     for (int64_t k = 0; k < m; ++k) {
-      OutputIndexByTap<int64_t> row = first_row;
-      for (int64_t ki = 0; ki < s.kernel_h; ++ki, row.next()) {
-        const int64_t oh = row.at(s.out_height);
-        if (oh < 0) continue;
-        OutputIndexByTap<int64_t> column = first_column;
-        for (int64_t kj = 0; kj < s.kernel_w; ++kj, column.next()) {
-          const int64_t ow = column.at(s.out_width);
-          if (ow >= 0)
-            terms.add((ki * s.kernel_w + kj) * cout + k, (oh * s.out_width + ow) * cout + k);
+      OutputIndexByTap<int64_t> slice = first_slice;
+      for (int64_t kd = 0; kd < s.kernel_d; ++kd, slice.next()) {
+        const int64_t od = slice.at(s.out_depth);
+        if (od < 0) continue;
+        OutputIndexByTap<int64_t> row = first_row;
+        for (int64_t ki = 0; ki < s.kernel_h; ++ki, row.next()) {
+          const int64_t oh = row.at(s.out_height);
+          if (oh < 0) continue;
+          OutputIndexByTap<int64_t> column = first_column;
+          for (int64_t kj = 0; kj < s.kernel_w; ++kj, column.next()) {
+            const int64_t ow = column.at(s.out_width);
+            if (ow >= 0) {
+              terms.add(((kd * s.kernel_h + ki) * s.kernel_w + kj) * cout + k,
+                        ((od * s.out_height + oh) * s.out_width + ow) * cout + k);
+            }
+          }
         }
       }
     }
@@ -548,7 +556,7 @@ void forward_kernel(const scalar_t* input, const scalar_t* weight, scalar_t* out
       }
     } else {
       TORCH_CHECK(s.is_planar(),
-                  "torch_convbp: the depthwise volumes' kernel computes float32 "
+                  "torch_convbp: the depthwise volumes' kernels compute float32 "
                   "and float64 only");
       rows_on_widened(
           StripPass::forward, input, s.height, s.width * s.in_channels, w_by_tap.data(), output,
@@ -561,34 +569,40 @@ void forward_kernel(const scalar_t* input, const scalar_t* weight, scalar_t* out
   });
 }
 
+// The input gradient of NHWC images, or of NDHWC volumes (float32 and float64 only): each task a
+// run of input rows, the rows of every depth slice of every image in memory order.
 template <typename scalar_t>
 void input_grad_kernel(const scalar_t* grad_output, const scalar_t* weight, scalar_t* grad_input,
                        const ConvShape& s) {
   using acc_t = at::opmath_type<scalar_t>;
   const std::vector<acc_t> w_by_tap = weight_by_tap(weight, s);
-  const int64_t taps = s.kernel_h * s.kernel_w, m = s.out_channels / s.in_channels;
-  const int64_t row_size = s.width * s.in_channels, rows = s.batch * s.height;
+  const int64_t taps = s.taps(), m = s.out_channels / s.in_channels;
+  const int64_t rows_per_image = s.input_rows();
+  const int64_t row_size = s.width * s.in_channels, rows = s.batch * rows_per_image;
   const int64_t grad_row_size = s.out_width * s.out_channels;
-  const int64_t grad_image_size = s.out_height * grad_row_size;
-  at::parallel_for(0, rows, grain_for(s.width * s.out_channels * taps),
-                   [&](int64_t begin, int64_t end) {
-                     RowTerms terms(taps * m, s.stride_w);
-                     if constexpr (std::is_same_v<scalar_t, acc_t>) {
-                       for (int64_t row = begin; row < end; ++row) {
-                         const int64_t n = row / s.height, ih = row % s.height;
-                         input_grad_row(grad_output + n * grad_image_size, w_by_tap.data(), ih,
-                                        terms, grad_input + row * row_size, s);
-                       }
-                     } else {
-                       rows_on_widened(
-                           StripPass::input_grad, grad_output, s.out_height, grad_row_size,
-                           w_by_tap.data(), grad_input, s.height, row_size, s, begin, end,
-                           [&](int64_t ih) { return output_rows_reading(s, ih); },
-                           [&](const acc_t* grad_image, int64_t ih, acc_t* sums, Span done) {
-                             input_grad_row(grad_image, w_by_tap.data(), ih, terms, sums, s, done);
-                           });
-                     }
-                   });
+  const int64_t grad_image_size = s.output_rows() * grad_row_size;
+  at::parallel_for(
+      0, rows, grain_for(s.width * s.out_channels * taps), [&](int64_t begin, int64_t end) {
+        RowTerms terms(taps * m, s.stride_w);
+        if constexpr (std::is_same_v<scalar_t, acc_t>) {
+          for (int64_t row = begin; row < end; ++row) {
+            const int64_t n = row / rows_per_image, r = row % rows_per_image;
+            input_grad_row(grad_output + n * grad_image_size, w_by_tap.data(), r / s.height,
+                           r % s.height, terms, grad_input + row * row_size, s);
+          }
+        } else {
+          TORCH_CHECK(s.is_planar(),
+                      "torch_convbp: the depthwise volumes' kernels "
+                      "compute float32 and float64 only");
+          rows_on_widened(
+              StripPass::input_grad, grad_output, s.out_height, grad_row_size, w_by_tap.data(),
+              grad_input, s.height, row_size, s, begin, end,
+              [&](int64_t ih) { return output_rows_reading(s, ih); },
+              [&](const acc_t* grad_image, int64_t ih, acc_t* sums, Span done) {
+                input_grad_row(grad_image, w_by_tap.data(), 0, ih, terms, sums, s, done);
+              });
+        }
+      });
 }
 
 // NCHW operands in blocks of input channels of one image: as many as keep a block's two bands
@@ -679,7 +693,7 @@ void input_grad_of_nchw(const scalar_t* grad_output, const scalar_t* weight, sca
                       RowTerms terms(taps * m, block.stride_w);
                       const int64_t row_size = block.width * block.in_channels;
                       for (int64_t ih = 0; ih < block.height; ++ih) {
-                        input_grad_row(dy, w.data(), ih, terms, dx + ih * row_size, block);
+                        input_grad_row(dy, w.data(), 0, ih, terms, dx + ih * row_size, block);
                       }
                     });
 }
