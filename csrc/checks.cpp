@@ -222,11 +222,7 @@ ColumnGeometry check_columns(const char* op, Layout layout, const Tensor& images
     TORCH_CHECK(columns.numel() == expected, op, ": expected a column matrix of ", expected,
                 " elements ([", s.column_rows(), ", ", pixels, "]), got ", columns.numel());
   }
-  return ColumnGeometry{s.batch,      channels,     s.height,    s.width,    s.kernel_h,
-                        s.kernel_w,   s.stride_h,   s.stride_w,  s.pad_h,    s.pad_w,
-                        s.dilation_h, s.dilation_w, s.out_width, row_start,  rows,
-                        groups,       s.depth,      s.kernel_d,  s.stride_d, s.pad_d,
-                        s.dilation_d, s.out_height, s.out_depth};
+  return column_geometry(s, channels, groups, row_start, rows);
 }
 
 namespace {
@@ -263,6 +259,14 @@ ConvShape check_direct_kernel_call(const char* op, const Tensor& input, const Te
   return s;
 }
 
+// Checks that the input and output are both dense in `format` (named `name`).
+void check_both_in(const char* op, const Tensor& input, const Tensor& output,
+                   at::MemoryFormat format, const char* name) {
+  TORCH_CHECK(input.is_contiguous(format) && output.is_contiguous(format), op,
+              ": expected input and output both ", name, " (dense), got strides ", input.strides(),
+              " and ", output.strides());
+}
+
 // Whether the input and output are both dense channels_last (true) or both contiguous (false: NCHW,
 // also where both layouts are one, as for 1x1 images); any other pair is refused.
 bool both_channels_last(const char* op, const Tensor& input, const Tensor& output) {
@@ -293,10 +297,7 @@ ConvShape check_depthwise_volumes(const char* op, const Tensor& input, const Ten
                                                /*dims=*/3);
   TORCH_CHECK(input.scalar_type() == at::kFloat || input.scalar_type() == at::kDouble, op,
               ": computes float32 and float64 only, got ", dtype_name(input.scalar_type()));
-  const auto ndhwc = at::MemoryFormat::ChannelsLast3d;
-  TORCH_CHECK(input.is_contiguous(ndhwc) && output.is_contiguous(ndhwc), op,
-              ": expected input and output both channels_last_3d (dense), got strides ",
-              input.strides(), " and ", output.strides());
+  check_both_in(op, input, output, at::MemoryFormat::ChannelsLast3d, "channels_last_3d");
   return s;
 }
 
@@ -305,10 +306,7 @@ ConvShape check_grouped(const char* op, const Tensor& input, const Tensor& weigh
                         IntArrayRef dilation, int64_t groups) {
   const ConvShape s =
       check_direct_kernel_call(op, input, weight, output, stride, padding, dilation, groups);
-  const auto nhwc = at::MemoryFormat::ChannelsLast;
-  TORCH_CHECK(input.is_contiguous(nhwc) && output.is_contiguous(nhwc), op,
-              ": expected input and output both channels_last (dense), got strides ",
-              input.strides(), " and ", output.strides());
+  check_both_in(op, input, output, at::MemoryFormat::ChannelsLast, "channels_last");
   return s;
 }
 

@@ -88,4 +88,15 @@ struct ColumnGeometry {
   int64_t out_depth;   // output depth slices (1 for images)
 };
 
+// The geometry of output rows [row_start, row_start + rows) of convolution `s`, for images of
+// `channels` channels in `groups` groups.
+inline ColumnGeometry column_geometry(const ConvShape& s, int64_t channels, int64_t groups,
+                                      int64_t row_start, int64_t rows) {
+  return ColumnGeometry{s.batch,      channels,     s.height,    s.width,    s.kernel_h,
+                        s.kernel_w,   s.stride_h,   s.stride_w,  s.pad_h,    s.pad_w,
+                        s.dilation_h, s.dilation_w, s.out_width, row_start,  rows,
+                        groups,       s.depth,      s.kernel_d,  s.stride_d, s.pad_d,
+                        s.dilation_d, s.out_height, s.out_depth};
+}
+
 }  // namespace torch_convbp

@@ -117,7 +117,8 @@ inline void for_each_band_slice(const ColumnGeometry& g, F&& f) {
   }
 }
 
-// The gather of col2im: f(tap, band_row, ow) for each tap (kd, ki, kj), in that order (tap =
+// The gather of col2im (and the terms of the CPU's depthwise input gradient, whose "band" is every
+// output row): f(tap, band_row, ow) for each tap (kd, ki, kj), in that order (tap =
 // (kd * kernel_h + ki) * kernel_w + kj), that reads input pixel (id, ih, iw) from an output pixel
 // (band_row, ow) of the chunk. The output indices are stepped tap by tap (OutputIndexByTap).
 template <typename Dims, typename index_t, typename F>

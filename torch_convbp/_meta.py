@@ -308,6 +308,15 @@ def _depthwise_weight_grad_fake(input, grad_output, stride, padding, dilation, g
     _check_depthwise("torch_convbp.depthwise_weight_grad", input, grad_weight, grad_output, stride, padding, dilation)
 
 
+def _check_both_in(op, input, output, memory_format, name):
+    """Mirrors check_both_in (csrc/checks.cpp)."""
+    torch._check(
+        input.is_contiguous(memory_format=memory_format) and output.is_contiguous(memory_format=memory_format),
+        lambda: f"{op}: expected input and output both {name} (dense), got strides "
+        f"{list(input.stride())} and {list(output.stride())}",
+    )
+
+
 def _check_depthwise_volumes(op, input, weight, output, stride, padding, dilation):
     """Mirrors check_depthwise_volumes (csrc/checks.cpp)."""
     _check_direct_kernel_call(op, input, weight, output, stride, padding, dilation, None, dims=3)
@@ -315,12 +324,7 @@ def _check_depthwise_volumes(op, input, weight, output, stride, padding, dilatio
         input.dtype in (torch.float32, torch.float64),
         lambda: f"{op}: computes float32 and float64 only, got {input.dtype}",
     )
-    ndhwc = torch.channels_last_3d
-    torch._check(
-        input.is_contiguous(memory_format=ndhwc) and output.is_contiguous(memory_format=ndhwc),
-        lambda: f"{op}: expected input and output both channels_last_3d (dense), got strides "
-        f"{list(input.stride())} and {list(output.stride())}",
-    )
+    _check_both_in(op, input, output, torch.channels_last_3d, "channels_last_3d")
 
 
 @register_fake("torch_convbp::depthwise_conv3d")
@@ -338,12 +342,7 @@ def _depthwise_conv3d_input_grad_fake(grad_output, weight, stride, padding, dila
 def _check_grouped(op, input, weight, output, stride, padding, dilation, groups):
     """Mirrors check_grouped (csrc/checks.cpp)."""
     _check_direct_kernel_call(op, input, weight, output, stride, padding, dilation, groups)
-    nhwc = torch.channels_last
-    torch._check(
-        input.is_contiguous(memory_format=nhwc) and output.is_contiguous(memory_format=nhwc),
-        lambda: f"{op}: expected input and output both channels_last (dense), got strides "
-        f"{list(input.stride())} and {list(output.stride())}",
-    )
+    _check_both_in(op, input, output, torch.channels_last, "channels_last")
 
 
 @register_fake("torch_convbp::grouped_conv2d")

@@ -338,29 +338,13 @@ TORCH_CONVBP_WIDE_VECTOR_CLONES void input_grad_row(const scalar_t* grad_image,
   }
   if (strips.end > strips.begin) inner.begin = strips.end;
   const RepeatingColumns repeating{inner, s.stride_w, cout};
-  const OutputIndexByTap<int64_t> first_slice(id, s.pad_d, s.dilation_d, s.stride_d);
-  const OutputIndexByTap<int64_t> first_row(ih, s.pad_h, s.dilation_h, s.stride_h);
+  // The taps that read input pixel (id, ih, iw), from any output row of the image (taps.h).
+  const ColumnGeometry image = column_geometry(s, c, s.groups, 0, s.output_rows());
   const auto build = [&](int64_t iw, Terms& terms) {
-    const OutputIndexByTap<int64_t> first_column(iw, s.pad_w, s.dilation_w, s.stride_w);
     for (int64_t k = 0; k < m; ++k) {
-      OutputIndexByTap<int64_t> slice = first_slice;
-      for (int64_t kd = 0; kd < s.kernel_d; ++kd, slice.next()) {
-        const int64_t od = slice.at(s.out_depth);
-        if (od < 0) continue;
-        OutputIndexByTap<int64_t> row = first_row;
-        for (int64_t ki = 0; ki < s.kernel_h; ++ki, row.next()) {
-          const int64_t oh = row.at(s.out_height);
-          if (oh < 0) continue;
-          OutputIndexByTap<int64_t> column = first_column;
-          for (int64_t kj = 0; kj < s.kernel_w; ++kj, column.next()) {
-            const int64_t ow = column.at(s.out_width);
-            if (ow >= 0) {
-              terms.add(((kd * s.kernel_h + ki) * s.kernel_w + kj) * cout + k,
-                        ((od * s.out_height + oh) * s.out_width + ow) * cout + k);
-            }
-          }
-        }
-      }
+      for_each_tap_reading(image, id, ih, iw, [&](int64_t tap, int64_t row, int64_t ow) {
+        terms.add(tap * cout + k, (row * s.out_width + ow) * cout + k);
+      });
     }
   };
   // With stride 1, kPixels adjacent inner columns share their terms, one output column (cout
