@@ -26,7 +26,7 @@ using GroupedSignature = void(const Tensor&, const Tensor&, IntArrayRef, IntArra
                               int64_t, const Tensor&);
 
 // The geometry arguments of the kernels that take volumes too (im2col, col2im, the depthwise
-// forward): 2 values each for a 2-D convolution, 3 (depth first) for a 3-D one.
+// forward and input gradient): 2 values each for a 2-D convolution, 3 (depth first) for a 3-D one.
 struct ColumnArguments {
   std::vector<int64_t> kernel_size, stride, padding, dilation;
   explicit ColumnArguments(const ConvShape& s)

@@ -97,12 +97,14 @@ def sums_in_vectors(shape, multiplier, kernel, stride, padding, dilation):
 PLANES_OF_VECTORS = [d for d in DEPTHWISE if sums_in_vectors(*d[1:])]
 
 
-def depthwise_operands(shape, multiplier, kernel, stride, padding, dilation, dtype, device):
-    n, c, h, w = shape
+def depthwise_operands(shape, multiplier, kernel, stride, padding, dilation, dtype, device="cpu"):
+    """x, weight and an output gradient of an image ([N, C, H, W]) or a volume ([N, C, D, H, W])."""
+    c = shape[1]
     g = torch.Generator().manual_seed(0)
     x = torch.randn(*shape, generator=g, dtype=torch.float64).to(dtype=dtype, device=device)
     weight = torch.randn(c * multiplier, 1, *kernel, generator=g, dtype=torch.float64).to(dtype=dtype, device=device)
-    out_shape = F.conv2d(x.double(), weight.double(), None, stride, padding, dilation, c).shape
+    conv = F.conv3d if len(shape) == 5 else F.conv2d
+    out_shape = conv(x.double(), weight.double(), None, stride, padding, dilation, c).shape
     dy = torch.randn(*out_shape, generator=g, dtype=torch.float64).to(dtype=dtype, device=device)
     return x, weight, dy
 
@@ -202,13 +204,6 @@ DEPTHWISE_VOLUMES = [
 CL3D = torch.channels_last_3d
 
 
-def depthwise_volume_operands(shape, multiplier, kernel, dtype):
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(shape, generator=g, dtype=torch.float64).to(dtype)
-    weight = torch.randn(shape[1] * multiplier, 1, *kernel, generator=g, dtype=torch.float64).to(dtype)
-    return x, weight
-
-
 @pytest.mark.parametrize("memory_format", [CL3D, torch.contiguous_format], ids=["channels_last_3d", "ncdhw"])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
 @pytest.mark.parametrize("name, shape, multiplier, kernel, stride, padding, dilation", DEPTHWISE_VOLUMES,
@@ -220,12 +215,11 @@ def test_a_depthwise_volume_takes_the_kernels_of_volumes(name, shape, multiplier
     the kernels', bit for bit, in the operands' format; F.conv3d's values and gradients, the
     tap-by-tap definition's output and its adjoint (float64); opcheck of the operators and of the
     kernels."""
-    x, weight = depthwise_volume_operands(shape, multiplier, kernel, dtype)
-    x = x.contiguous(memory_format=memory_format)
+    x, weight, g = depthwise_operands(shape, multiplier, kernel, stride, padding, dilation, dtype)
+    x, g = x.contiguous(memory_format=memory_format), g.contiguous(memory_format=memory_format)
     args = (list(stride), list(padding), list(dilation), shape[1])
     y = ops.conv3d(x, weight, None, *args)
     assert y.is_contiguous(memory_format=memory_format)
-    g = torch.randn(y.shape, generator=torch.Generator().manual_seed(1), dtype=dtype).contiguous(memory_format=memory_format)
     routes = torch_convbp.explain(x, weight, *args, grad_output=g)
     for operator in ("forward", "input_grad"):
         assert (routes[operator].route, routes[operator].layout) == ("depthwise", "nhwc")
@@ -257,10 +251,9 @@ def test_a_depthwise_volume_takes_the_kernels_of_volumes(name, shape, multiplier
 def test_the_kernels_of_volumes_are_the_2d_kernels_with_a_depth(multiplier):
     """A kernel one slice deep: the volume kernels' result slices are the 2-D kernels' results of
     the operand slices, bit for bit (the same terms in the same order, float32)."""
-    x, weight = depthwise_volume_operands((2, 24, 3, 9, 26), multiplier, (1, 3, 3), torch.float32)
-    x = x.contiguous(memory_format=CL3D)
-    g = torch.randn(2, 24 * multiplier, 3, 9, 26).contiguous(memory_format=CL3D)
     geometry = ([1, 1, 1], [0, 1, 1], [1, 1, 1])
+    x, weight, g = depthwise_operands((2, 24, 3, 9, 26), multiplier, (1, 3, 3), *geometry, torch.float32)
+    x, g = x.contiguous(memory_format=CL3D), g.contiguous(memory_format=CL3D)
     y, dx = torch.empty_like(g), torch.empty_like(x)
     ops.depthwise_conv3d(x, weight, *geometry, y)
     ops.depthwise_conv3d_input_grad(g, weight, *geometry, dx)
@@ -275,7 +268,7 @@ def test_the_kernels_of_volumes_are_the_2d_kernels_with_a_depth(multiplier):
 
 
 def test_a_depthwise_volume_of_no_volumes_and_its_gradients():
-    x, weight = depthwise_volume_operands((0, 4, 3, 5, 5), 1, (3, 3, 3), torch.float64)
+    x, weight, _ = depthwise_operands((0, 4, 3, 5, 5), 1, (3, 3, 3), 1, 1, 1, torch.float64)
     x.requires_grad_(), weight.requires_grad_()
     y = torch_convbp.conv3d(x, weight, None, 1, 1, 1, 4)
     assert y.shape == (0, 4, 3, 5, 5)

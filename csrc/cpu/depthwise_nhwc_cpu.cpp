@@ -539,9 +539,7 @@ void forward_kernel(const scalar_t* input, const scalar_t* weight, scalar_t* out
                     terms, output + row * row_size, s);
       }
     } else {
-      TORCH_CHECK(s.is_planar(),
-                  "torch_convbp: the depthwise volumes' kernels compute float32 "
-                  "and float64 only");
+      TORCH_INTERNAL_ASSERT(s.is_planar());  // volumes: float32, float64 (check_depthwise_volumes)
       rows_on_widened(
           StripPass::forward, input, s.height, s.width * s.in_channels, w_by_tap.data(), output,
           s.out_height, row_size, s, begin, end,
@@ -575,9 +573,7 @@ void input_grad_kernel(const scalar_t* grad_output, const scalar_t* weight, scal
                            r % s.height, terms, grad_input + row * row_size, s);
           }
         } else {
-          TORCH_CHECK(s.is_planar(),
-                      "torch_convbp: the depthwise volumes' kernels "
-                      "compute float32 and float64 only");
+          TORCH_INTERNAL_ASSERT(s.is_planar());  // as the forward's
           rows_on_widened(
               StripPass::input_grad, grad_output, s.out_height, grad_row_size, w_by_tap.data(),
               grad_input, s.height, row_size, s, begin, end,
