@@ -20,7 +20,8 @@ WHEEL="$(ls dist/torch_convbp-*.whl)"
 say "$(basename "$WHEEL"): requires $(unzip -p "$WHEEL" '*.dist-info/METADATA' | grep '^Requires-Dist: torch' | cut -d' ' -f2-)"
 rm -rf "$VENV"
 python -m venv "$VENV"
-"$VENV/bin/pip" install -q "torch==$TORCH_VERSION" numpy "$WHEEL" || missing "pip could not install the wheel into $VENV."
+# --no-compile as in make_venv (tools/common.sh).
+"$VENV/bin/pip" install -q --no-compile "torch==$TORCH_VERSION" numpy "$WHEEL" || missing "pip could not install the wheel into $VENV."
 say "running the main job from outside the tree"
 cd "$(mktemp -d)"
 "$VENV/bin/python" -m torch_convbp --version

@@ -25,7 +25,10 @@ copy_tree() {
   git -C "$root" ls-files -co --exclude-standard -z | tar -C "$root" --null -T - -cf - | tar -C "$dest" -xf -
 }
 
-# A virtual environment at $1 with the packages $2... (installed or brought up to date).
+# A virtual environment at $1 with the packages $2... (installed or brought up to date). Without
+# pip's byte-compiling of every module it installs: torch's thousands, most of which no check
+# imports, took 34-57 s of CPU a venv beside CI's other stages (benchmarks/NOTES.md, section 134);
+# Python compiles a module when it is first imported.
 make_venv() {
   local venv="$1"
   shift
@@ -33,5 +36,5 @@ make_venv() {
     say "making $venv with $*"
     python3 -m venv "$venv"
   fi
-  "$venv/bin/pip" install -q "$@" || missing "pip could not install $* into $venv."
+  "$venv/bin/pip" install -q --no-compile "$@" || missing "pip could not install $* into $venv."
 }
