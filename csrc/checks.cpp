@@ -268,13 +268,15 @@ void check_both_in(const char* op, const Tensor& input, const Tensor& output,
 }
 
 // Whether the input and output are both dense channels_last (true) or both contiguous (false: NCHW,
-// also where both layouts are one, as for 1x1 images); any other pair is refused.
+// also where both layouts are one, as for 1x1 images); any other pair is refused. Volumes: the
+// same with channels_last_3d.
 bool both_channels_last(const char* op, const Tensor& input, const Tensor& output) {
   if (input.is_contiguous() && output.is_contiguous()) return false;
-  const auto nhwc = at::MemoryFormat::ChannelsLast;
-  TORCH_CHECK(input.is_contiguous(nhwc) && output.is_contiguous(nhwc), op,
-              ": expected input and output both contiguous or both channels_last (dense), got "
-              "strides ",
+  const bool volume = input.dim() == 5;
+  const auto last = volume ? at::MemoryFormat::ChannelsLast3d : at::MemoryFormat::ChannelsLast;
+  TORCH_CHECK(input.is_contiguous(last) && output.is_contiguous(last), op,
+              ": expected input and output both contiguous or both ",
+              volume ? "channels_last_3d" : "channels_last", " (dense), got strides ",
               input.strides(), " and ", output.strides());
   return true;
 }
@@ -289,16 +291,15 @@ LayoutCall check_depthwise(const char* op, const Tensor& input, const Tensor& we
   return {s, both_channels_last(op, input, output)};
 }
 
-ConvShape check_depthwise_volumes(const char* op, const Tensor& input, const Tensor& weight,
-                                  const Tensor& output, IntArrayRef stride, IntArrayRef padding,
-                                  IntArrayRef dilation) {
+LayoutCall check_depthwise_volumes(const char* op, const Tensor& input, const Tensor& weight,
+                                   const Tensor& output, IntArrayRef stride, IntArrayRef padding,
+                                   IntArrayRef dilation) {
   const ConvShape s = check_direct_kernel_call(op, input, weight, output, stride, padding, dilation,
                                                /*groups=*/std::nullopt, WeightLayouts::contiguous,
                                                /*dims=*/3);
   TORCH_CHECK(input.scalar_type() == at::kFloat || input.scalar_type() == at::kDouble, op,
               ": computes float32 and float64 only, got ", dtype_name(input.scalar_type()));
-  check_both_in(op, input, output, at::MemoryFormat::ChannelsLast3d, "channels_last_3d");
-  return s;
+  return {s, both_channels_last(op, input, output)};
 }
 
 ConvShape check_grouped(const char* op, const Tensor& input, const Tensor& weight,

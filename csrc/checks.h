@@ -65,11 +65,11 @@ LayoutCall check_depthwise(const char* op, const Tensor& input, const Tensor& we
 
 // Checks the arguments of the depthwise operators of volumes: input [N, C, D, H, W], weight
 // [C*m, 1, kd, kh, kw] contiguous and output [N, C*m, OD, OH, OW] (for the input gradient: their
-// gradients), float32 or float64, the input and output dense channels_last_3d. Returns the
-// convolution's shape, with groups = C.
-ConvShape check_depthwise_volumes(const char* op, const Tensor& input, const Tensor& weight,
-                                  const Tensor& output, IntArrayRef stride, IntArrayRef padding,
-                                  IntArrayRef dilation);
+// gradients), float32 or float64, the input and output both contiguous or both dense
+// channels_last_3d. Returns the convolution's shape, with groups = C, and the layout.
+LayoutCall check_depthwise_volumes(const char* op, const Tensor& input, const Tensor& weight,
+                                   const Tensor& output, IntArrayRef stride, IntArrayRef padding,
+                                   IntArrayRef dilation);
 
 // Checks the arguments of the direct grouped kernels: input [N, C, H, W], weight [Cout, C/G, kh,
 // kw] and output [N, Cout, OH, OW] of one dtype and device, the weight contiguous, the input and

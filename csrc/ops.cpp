@@ -70,9 +70,9 @@ TORCH_LIBRARY(torch_convbp, m) {
   m.def(
       "depthwise_weight_grad(Tensor input, Tensor grad_output, int[2] stride, int[2] padding, "
       "int[2] dilation, Tensor(a!) grad_weight) -> ()");
-  // The depthwise forward and input gradient of channels_last_3d volumes (CPU, float32 and
-  // float64): each result value one sum over its (kd, kh, kw) taps; each writes its last
-  // argument whole.
+  // The depthwise forward and input gradient of volumes, both operands contiguous or both
+  // channels_last_3d (CPU, float32 and float64): each result value one sum over its (kd, kh, kw)
+  // taps; each writes its last argument whole.
   m.def(
       "depthwise_conv3d(Tensor input, Tensor weight, int[3] stride, int[3] padding, "
       "int[3] dilation, Tensor(a!) output) -> ()");

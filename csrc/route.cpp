@@ -410,18 +410,19 @@ RouteChoice choose_route(Operator op, const ConvShape& s, at::TensorList activat
   // each result's kd*kh*kw terms at once. As sums over the depth taps of the 2-D kernels
   // (depth_taps.h) each tap added a pass of the result: ir-CSN's 256@8x28 step took 1.3x the time
   // these kernels give it, MViT's strided pooling 2.2x (its forward took the 3-D column route
-  // fed NCDHW). NCDHW operands are copied into channels_last_3d and the results back, cheaper
-  // than the column route there too (benchmarks/NOTES.md, section 132). The weight gradient keeps
-  // the depth taps.
+  // fed NCDHW) (benchmarks/NOTES.md, section 132). NCDHW operands stay so: the kernels transpose
+  // a block of channels at a time in cache, as for NCHW images, where whole copies into
+  // channels_last_3d and back took most of the step (section 133). The weight gradient keeps the
+  // depth taps.
   const bool float_or_double =
       first.scalar_type() == at::kFloat || first.scalar_type() == at::kDouble;
   if (s.is_depthwise() && !s.is_planar() && op != Operator::weight_grad &&
       first.device().is_cpu() && float_or_double) {
-    return {Route::depthwise, Layout::nhwc,
+    return {Route::depthwise, operand_layout,
             "one input channel per group, a volume (CPU, float32 or float64): the direct kernels "
             "of volumes, no GEMM",
             channels_last ? "operands channels_last_3d"
-                          : "the kernel's NDHWC: NCDHW operands copied into channels_last_3d"};
+                          : "NCDHW operands, a block of channels at a time transposed in cache"};
   }
   if (s.is_depthwise() && s.is_planar()) {
     const char* why = "one input channel per group: direct kernels, no GEMM";

@@ -6,7 +6,8 @@ NCHW operands too, a block of channels of one image at a time transposed in cach
 default) is an NHWC kernel (csrc/cpu/depthwise_rows_cpu.cpp), which takes NCHW operands a band of
 rows at a time, transposed in cache; TORCH_CONVBP_CPU_DEPTHWISE_ORDER=lanes gives the CPU the
 CUDA kernels' order, and their bits. A depthwise volume's forward and input gradient on the CPU (float32, float64) are the
-kernels of volumes: the NHWC ones with a depth, NCDHW operands through copies."""
+kernels of volumes: the NHWC ones with a depth, NCDHW operands a block of channels at a time
+transposed in cache."""
 import os
 import subprocess
 import sys
@@ -210,11 +211,11 @@ CL3D = torch.channels_last_3d
                          ids=[v[0] for v in DEPTHWISE_VOLUMES])
 def test_a_depthwise_volume_takes_the_kernels_of_volumes(name, shape, multiplier, kernel, stride, padding, dilation,
                                                          dtype, memory_format):
-    """explain() names them for the forward and the input gradient (NCDHW operands copied into
-    channels_last_3d and the results back; the weight gradient keeps its route); their results are
-    the kernels', bit for bit, in the operands' format; F.conv3d's values and gradients, the
-    tap-by-tap definition's output and its adjoint (float64); opcheck of the operators and of the
-    kernels."""
+    """explain() names them for the forward and the input gradient, in the operands' layout
+    (NCDHW ones a block of channels at a time transposed in cache; the weight gradient keeps its
+    route); their results are the kernels', bit for bit, in the operands' format, and the kernels
+    give the same bits from either layout; F.conv3d's values and gradients, the tap-by-tap
+    definition's output and its adjoint (float64); opcheck of the operators and of the kernels."""
     x, weight, g = depthwise_operands(shape, multiplier, kernel, stride, padding, dilation, dtype)
     x, g = x.contiguous(memory_format=memory_format), g.contiguous(memory_format=memory_format)
     args = (list(stride), list(padding), list(dilation), shape[1])
@@ -222,16 +223,22 @@ def test_a_depthwise_volume_takes_the_kernels_of_volumes(name, shape, multiplier
     assert y.is_contiguous(memory_format=memory_format)
     routes = torch_convbp.explain(x, weight, *args, grad_output=g)
     for operator in ("forward", "input_grad"):
-        assert (routes[operator].route, routes[operator].layout) == ("depthwise", "nhwc")
+        layout = "nhwc" if memory_format == CL3D else "nchw"
+        assert (routes[operator].route, routes[operator].layout) == ("depthwise", layout)
         assert routes[operator].reason.startswith("one input channel per group, a volume")
     assert not routes["weight_grad"].reason.startswith("one input channel per group, a volume")
     dx = ops.conv3d_input_grad(g, weight, list(shape), *args)
     assert dx.is_contiguous(memory_format=memory_format)
-    x_cl, g_cl = x.contiguous(memory_format=CL3D), g.contiguous(memory_format=CL3D)
-    direct_y, direct_dx = torch.empty_like(g_cl), torch.empty_like(x_cl)
-    ops.depthwise_conv3d(x_cl, weight, *args[:3], direct_y)
-    ops.depthwise_conv3d_input_grad(g_cl, weight, *args[:3], direct_dx)
+    direct_y, direct_dx = torch.empty_like(g), torch.empty_like(x)
+    ops.depthwise_conv3d(x, weight, *args[:3], direct_y)
+    ops.depthwise_conv3d_input_grad(g, weight, *args[:3], direct_dx)
     assert torch.equal(y, direct_y) and torch.equal(dx, direct_dx)
+    other = torch.contiguous_format if memory_format == CL3D else CL3D
+    x_other, g_other = x.contiguous(memory_format=other), g.contiguous(memory_format=other)
+    other_y, other_dx = torch.empty_like(g_other), torch.empty_like(x_other)
+    ops.depthwise_conv3d(x_other, weight, *args[:3], other_y)
+    ops.depthwise_conv3d_input_grad(g_other, weight, *args[:3], other_dx)
+    assert torch.equal(y, other_y) and torch.equal(dx, other_dx)
     tolerance = dict(rtol=1e-10, atol=1e-10) if dtype == torch.float64 else dict(rtol=1e-5, atol=1e-4)
     x64, w64, g64 = x.double().requires_grad_(), weight.double(), g.double()
     y_ref = F.conv3d(x64, w64, None, *args)
@@ -243,8 +250,8 @@ def test_a_depthwise_volume_takes_the_kernels_of_volumes(name, shape, multiplier
         torch.testing.assert_close((x64.detach() * dx).sum(), (y_own * g64).sum(), rtol=1e-12, atol=1e-12)
     opcheck(ops.conv3d.default, (x, weight, None, *args))
     opcheck(ops.conv3d_input_grad.default, (g, weight, list(shape), *args))
-    opcheck(ops.depthwise_conv3d.default, (x_cl, weight, *args[:3], direct_y))
-    opcheck(ops.depthwise_conv3d_input_grad.default, (g_cl, weight, *args[:3], direct_dx))
+    opcheck(ops.depthwise_conv3d.default, (x, weight, *args[:3], direct_y))
+    opcheck(ops.depthwise_conv3d_input_grad.default, (g, weight, *args[:3], direct_dx))
 
 
 @pytest.mark.parametrize("multiplier", [1, 2])
@@ -279,14 +286,14 @@ def test_a_depthwise_volume_of_no_volumes_and_its_gradients():
 @pytest.mark.parametrize(
     "change, match",
     [
-        (lambda x, w, out: (x.contiguous(), w, out), "expected input and output both channels_last_3d"),
+        (lambda x, w, out: (x.contiguous(), w, out), "expected input and output both contiguous or both channels_last_3d"),
         (lambda x, w, out: (x, w.transpose(3, 4), out), "expected a contiguous weight"),
         (lambda x, w, out: (x.bfloat16(), w.bfloat16(), out.bfloat16()), "computes float32 and float64 only, got torch.bfloat16"),
         (lambda x, w, out: (x, w, out[:, :, :2]), r"expected output of size \[2, 4, 3, 5, 5\]"),
         (lambda x, w, out: (x[:, :, 0], w, out), r"expected a 5-D input \[N, C, D, H, W\]"),
         (lambda x, w, out: (x, w.double(), out), "must have the same dtype"),
     ],
-    ids=["ncdhw input", "transposed weight", "bfloat16", "output size", "4-D input", "mixed dtypes"],
+    ids=["mixed layouts", "transposed weight", "bfloat16", "output size", "4-D input", "mixed dtypes"],
 )
 @pytest.mark.parametrize("kernel", ["depthwise_conv3d", "depthwise_conv3d_input_grad"])
 def test_the_kernels_of_volumes_and_their_fakes_refuse_bad_arguments(change, match, kernel):

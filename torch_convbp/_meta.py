@@ -280,10 +280,10 @@ def _check_direct_kernel_call(
 def _check_both_channels_last(op, input, output):
     """Mirrors both_channels_last (csrc/checks.cpp)."""
     both_nchw = input.is_contiguous() and output.is_contiguous()
+    last, name = (torch.channels_last_3d, "channels_last_3d") if input.dim() == 5 else (torch.channels_last, "channels_last")
     torch._check(
-        both_nchw
-        or (input.is_contiguous(memory_format=torch.channels_last) and output.is_contiguous(memory_format=torch.channels_last)),
-        lambda: f"{op}: expected input and output both contiguous or both channels_last (dense), got strides "
+        both_nchw or (input.is_contiguous(memory_format=last) and output.is_contiguous(memory_format=last)),
+        lambda: f"{op}: expected input and output both contiguous or both {name} (dense), got strides "
         f"{list(input.stride())} and {list(output.stride())}",
     )
 
@@ -324,7 +324,7 @@ def _check_depthwise_volumes(op, input, weight, output, stride, padding, dilatio
         input.dtype in (torch.float32, torch.float64),
         lambda: f"{op}: computes float32 and float64 only, got {input.dtype}",
     )
-    _check_both_in(op, input, output, torch.channels_last_3d, "channels_last_3d")
+    _check_both_channels_last(op, input, output)
 
 
 @register_fake("torch_convbp::depthwise_conv3d")

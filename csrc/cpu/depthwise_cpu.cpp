@@ -17,7 +17,8 @@
 // depthwise_nhwc_cpu.cpp, which keeps the same orders, and so do the forward and input gradient of
 // small planes and the float32, bfloat16 and float16 ones the planes of vectors do not take
 // (nchw_kernels), a block of channels at a time transposed in cache. The forward and input
-// gradient of volumes (depthwise_conv3d*, NDHWC) are depthwise_nhwc_cpu.cpp's with a depth.
+// gradient of volumes (depthwise_conv3d*, NDHWC or NCDHW) are depthwise_nhwc_cpu.cpp's with a
+// depth.
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
@@ -277,18 +278,18 @@ void depthwise_conv2d_cpu(const Tensor& input, const Tensor& weight, IntArrayRef
 
 void depthwise_conv3d_cpu(const Tensor& input, const Tensor& weight, IntArrayRef stride,
                           IntArrayRef padding, IntArrayRef dilation, const Tensor& output) {
-  const ConvShape s = check_depthwise_volumes("torch_convbp.depthwise_conv3d", input, weight,
-                                              output, stride, padding, dilation);
-  depthwise_nhwc_forward(input, weight, s, output, Layout::nhwc);
+  const LayoutCall call = check_depthwise_volumes("torch_convbp.depthwise_conv3d", input, weight,
+                                                  output, stride, padding, dilation);
+  depthwise_nhwc_forward(input, weight, call.shape, output, operand_layout(call));
 }
 
 void depthwise_conv3d_input_grad_cpu(const Tensor& grad_output, const Tensor& weight,
                                      IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
                                      const Tensor& grad_input) {
-  const ConvShape s =
+  const LayoutCall call =
       check_depthwise_volumes("torch_convbp.depthwise_conv3d_input_grad", grad_input, weight,
                               grad_output, stride, padding, dilation);
-  depthwise_nhwc_input_grad(grad_output, weight, s, grad_input, Layout::nhwc);
+  depthwise_nhwc_input_grad(grad_output, weight, call.shape, grad_input, operand_layout(call));
 }
 
 void depthwise_input_grad_cpu(const Tensor& grad_output, const Tensor& weight, IntArrayRef stride,

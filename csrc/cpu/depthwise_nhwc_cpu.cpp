@@ -585,32 +585,33 @@ void input_grad_kernel(const scalar_t* grad_output, const scalar_t* weight, scal
       });
 }
 
-// NCHW operands in blocks of input channels of one image: as many as keep a block's two bands
-// within kBandElements (294 KiB of float32, in the L2 cache), a multiple of 16 (the kernels'
-// channel blocks), 16 to 192. Measured on 576@14, whose blocks are 192 channels: blocks of 64
-// took about 1.3x the time (a pixel's set-up over 4 channel blocks), a whole image's 576 about
-// 1.4x (its bands out of L2) (benchmarks/NOTES.md, section 93).
+// NCHW (NCDHW) operands in blocks of input channels of one image (volume): as many as keep a
+// block's two bands within kBandElements (294 KiB of float32, in the L2 cache), a multiple of 16
+// (the kernels' channel blocks), 16 to 192. Measured on 576@14, whose blocks are 192 channels:
+// blocks of 64 took about 1.3x the time (a pixel's set-up over 4 channel blocks), a whole image's
+// 576 about 1.4x (its bands out of L2) (benchmarks/NOTES.md, section 93). A volume's channels
+// are larger than that: its blocks are 16 channels.
 constexpr int64_t kBandElements = 192 * (196 + 196), kMostBandChannels = 192;
 int64_t band_channels(const ConvShape& s) {
   const int64_t m = s.out_channels / s.in_channels;
-  const int64_t per_channel = s.height * s.width + m * s.out_height * s.out_width;
+  const int64_t per_channel = s.input_rows() * s.width + m * s.output_rows() * s.out_width;
   const int64_t fit = kBandElements / std::max<int64_t>(per_channel, 1) / 16 * 16;
   return std::clamp<int64_t>(fit, 16, kMostBandChannels);
 }
 
 // Each task one image's block of channels: source (NCHW) -> a band [pixels][channels] ->
 // compute(band, block shape, result band) -> result (NCHW). `source_plane` and `result_plane`
-// are the planes' sizes, `source_per_channel` and `result_per_channel` the channels of source and
-// result per input channel (1, or the multiplier m where they are output channels). The bands
-// compute holds are in the sums' type: bfloat16 and float16 widened and narrowed around it, as
-// WidenedRows does for NHWC operands.
+// are the planes' (a volume's: all its slices') sizes, `source_per_channel` and
+// `result_per_channel` the channels of source and result per input channel (1, or the multiplier m
+// where they are output channels). The bands compute holds are in the sums' type: bfloat16 and
+// float16 widened and narrowed around it, as WidenedRows does for NHWC operands.
 template <typename scalar_t, typename Compute>
 void by_channel_blocks(const scalar_t* source, int64_t source_plane, int64_t source_per_channel,
                        scalar_t* result, int64_t result_plane, int64_t result_per_channel,
                        const ConvShape& s, Compute&& compute) {
   const int64_t channels = band_channels(s);
   const int64_t blocks = (s.in_channels + channels - 1) / channels;
-  const int64_t work = channels * s.out_height * s.out_width * s.kernel_h * s.kernel_w;
+  const int64_t work = channels * s.output_rows() * s.out_width * s.taps();
   using acc_t = at::opmath_type<scalar_t>;
   constexpr bool widened = !std::is_same_v<scalar_t, acc_t>;
   at::parallel_for(0, s.batch * blocks, grain_for(work), [&](int64_t begin, int64_t end) {
@@ -644,36 +645,41 @@ void by_channel_blocks(const scalar_t* source, int64_t source_plane, int64_t sou
   });
 }
 
-// The forward of NCHW operands: each block's output rows from its input band.
+// The forward of NCHW (NCDHW) operands: each block's output rows, of every depth slice, from its
+// input band.
 template <typename scalar_t>
 void forward_of_nchw(const scalar_t* input, const scalar_t* weight, scalar_t* output,
                      const ConvShape& s) {
   using acc_t = at::opmath_type<scalar_t>;
-  const int64_t m = s.out_channels / s.in_channels, taps = s.kernel_h * s.kernel_w;
-  by_channel_blocks(input, s.height * s.width, 1, output, s.out_height * s.out_width, m, s,
+  const int64_t m = s.out_channels / s.in_channels, taps = s.taps();
+  by_channel_blocks(input, s.input_rows() * s.width, 1, output, s.output_rows() * s.out_width, m, s,
                     [&](int64_t first, const ConvShape& block, const acc_t* x, acc_t* y) {
                       const std::vector<acc_t> w = weight_by_tap(weight + first * m * taps, block);
                       RowTerms terms(taps, 1);
                       const int64_t row_size = block.out_width * block.out_channels;
-                      for (int64_t oh = 0; oh < block.out_height; ++oh) {
-                        forward_row(x, w.data(), 0, oh, terms, y + oh * row_size, block);
+                      for (int64_t row = 0; row < block.output_rows(); ++row) {
+                        forward_row(x, w.data(), row / block.out_height, row % block.out_height,
+                                    terms, y + row * row_size, block);
                       }
                     });
 }
 
-// The input gradient of NCHW operands: each block's input rows from its output-gradient band.
+// The input gradient of NCHW (NCDHW) operands: each block's input rows, of every depth slice,
+// from its output-gradient band.
 template <typename scalar_t>
 void input_grad_of_nchw(const scalar_t* grad_output, const scalar_t* weight, scalar_t* grad_input,
                         const ConvShape& s) {
   using acc_t = at::opmath_type<scalar_t>;
-  const int64_t m = s.out_channels / s.in_channels, taps = s.kernel_h * s.kernel_w;
-  by_channel_blocks(grad_output, s.out_height * s.out_width, m, grad_input, s.height * s.width, 1,
-                    s, [&](int64_t first, const ConvShape& block, const acc_t* dy, acc_t* dx) {
+  const int64_t m = s.out_channels / s.in_channels, taps = s.taps();
+  by_channel_blocks(grad_output, s.output_rows() * s.out_width, m, grad_input,
+                    s.input_rows() * s.width, 1, s,
+                    [&](int64_t first, const ConvShape& block, const acc_t* dy, acc_t* dx) {
                       const std::vector<acc_t> w = weight_by_tap(weight + first * m * taps, block);
                       RowTerms terms(taps * m, block.stride_w);
                       const int64_t row_size = block.width * block.in_channels;
-                      for (int64_t ih = 0; ih < block.height; ++ih) {
-                        input_grad_row(dy, w.data(), 0, ih, terms, dx + ih * row_size, block);
+                      for (int64_t row = 0; row < block.input_rows(); ++row) {
+                        input_grad_row(dy, w.data(), row / block.height, row % block.height, terms,
+                                       dx + row * row_size, block);
                       }
                     });
 }

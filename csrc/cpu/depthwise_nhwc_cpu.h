@@ -24,9 +24,10 @@ inline ConvShape depthwise_channel_block(const ConvShape& s, int64_t count) {
 // With the arguments checked by check_depthwise; the weight is contiguous. Bitwise the same
 // results as the NCHW kernels. The forward and input gradient take operands in `layout`: NCHW
 // ones a block of channels of one image at a time, transposed to NHWC in cache and back. The
-// forward and input gradient also take volumes (checked by check_depthwise_volumes: NDHWC, float32
-// or float64): each result value the sum over its terms in (kd, kh, kw) order ((o, kd, kh, kw)
-// for the input gradient), the 2-D terms with a depth.
+// forward and input gradient also take volumes (checked by check_depthwise_volumes: NDHWC or
+// NCDHW, float32 or float64; NCDHW ones in blocks of channels as NCHW ones): each result value the
+// sum over its terms in (kd, kh, kw) order ((o, kd, kh, kw) for the input gradient), the 2-D terms
+// with a depth.
 void depthwise_nhwc_forward(const Tensor& input, const Tensor& weight, const ConvShape& s,
                             const Tensor& output, Layout layout);
 void depthwise_nhwc_input_grad(const Tensor& grad_output, const Tensor& weight, const ConvShape& s,
