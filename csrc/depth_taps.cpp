@@ -85,12 +85,10 @@ Tensor channels_last_3d_strides(const Tensor& t) {
 
 // Whether the slices' 2-D route computes them with no column matrix, so that summing its results
 // over the depth taps costs a pass of the result per tap and nothing else: the implicit route
-// (GEMMs on views), or the depthwise kernels on NHWC slices, which a depthwise volume's weight
-// gradient has no kernel of its own for (it took the 3-D column route, through layout copies:
-// benchmarks/NOTES.md, section 130).
+// (GEMMs on views). (Depthwise volumes, which took the depthwise kernels on NHWC slices, have
+// kernels of their own: benchmarks/NOTES.md, sections 130-133.)
 bool slice_route_has_no_columns(const RouteChoice& choice) {
-  return choice.route == Route::implicit_nhwc ||
-         (choice.route == Route::depthwise && choice.layout == Layout::nhwc);
+  return choice.route == Route::implicit_nhwc;
 }
 
 // Whether NCDHW operands are worth their copies into channels_last_3d: where the plane's kernel
@@ -109,7 +107,7 @@ std::optional<RouteChoice> depth_taps_route(Operator op, const ConvShape& s,
   if (s.spatial_dims != 3 || s.kernel_d == 1 || s.stride_d != 1 || s.batch == 0) {
     return std::nullopt;
   }
-  // A volume with kernels of its own (the depthwise forward's and input gradient's) takes them.
+  // A volume with kernels of its own (the depthwise ones) takes them.
   if (choose_route(op, s, activations).route == Route::depthwise) return std::nullopt;
   for (const Tensor& t : activations) {
     const bool copied = !t.is_contiguous(at::MemoryFormat::ChannelsLast3d);

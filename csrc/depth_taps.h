@@ -15,9 +15,8 @@
 // batch of images, copied where the runs are not every slice), the weight gradient a call per
 // volume and tap. The sums are added in the order above, each term computed by the 2-D route,
 // whose bits depend neither on the thread count nor on the batch a slice is computed in, so
-// neither do these. Only where the slices' 2-D route has no column matrix: the implicit one, or
-// the depthwise kernels on NHWC slices for a depthwise volume's weight gradient (its forward and
-// input gradient have kernels of their own, depthwise_nhwc_cpu.h);
+// neither do these. Only where the slices' 2-D route has no column matrix: the implicit one (a
+// depthwise volume has kernels of its own, depthwise_nhwc_cpu.h);
 // on the column route the slices would write the same column values as vol2col, and the sums
 // cost a pass of the result each. NCDHW operands are copied into channels_last_3d first, where
 // the plane's kernel reads at least as many values as the plane holds (the 27 taps of a 3x3x3
@@ -39,9 +38,8 @@ namespace torch_convbp {
 // operands (the forward's input, the input gradient's output gradient, the weight gradient's
 // both) runs as depth taps: float32 CPU operands in channels_last_3d or NCDHW (copied into
 // channels_last_3d, where kh*kw*OH*OW >= H*W), a kernel deeper than one slice, depth stride 1, a
-// batch, and slices whose 2-D route, in channels_last_3d, is the implicit one or the NHWC
-// depthwise kernels (these for the weight gradient only: choose_route gives a depthwise volume's
-// other operators their own kernels).
+// batch, and slices whose 2-D route, in channels_last_3d, is the implicit one (choose_route gives
+// a depthwise volume its own kernels).
 std::optional<RouteChoice> depth_taps_route(Operator op, const ConvShape& s,
                                             at::TensorList activations);
 

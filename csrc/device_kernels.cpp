@@ -26,7 +26,7 @@ using GroupedSignature = void(const Tensor&, const Tensor&, IntArrayRef, IntArra
                               int64_t, const Tensor&);
 
 // The geometry arguments of the kernels that take volumes too (im2col, col2im, the depthwise
-// forward and input gradient): 2 values each for a 2-D convolution, 3 (depth first) for a 3-D one.
+// kernels of volumes): 2 values each for a 2-D convolution, 3 (depth first) for a 3-D one.
 struct ColumnArguments {
   std::vector<int64_t> kernel_size, stride, padding, dilation;
   explicit ColumnArguments(const ConvShape& s)
@@ -73,12 +73,14 @@ void call_depthwise(DepthwiseKernel kernel, const Tensor& a, const Tensor& b, co
       kernel_handle<DepthwiseSignature>("torch_convbp::depthwise_conv3d");
   static const auto volumes_input_grad =
       kernel_handle<DepthwiseSignature>("torch_convbp::depthwise_conv3d_input_grad");
+  static const auto volumes_weight_grad =
+      kernel_handle<DepthwiseSignature>("torch_convbp::depthwise_conv3d_weight_grad");
   if (!s.is_planar()) {
-    TORCH_INTERNAL_ASSERT(kernel != DepthwiseKernel::weight_grad,
-                          "the depthwise kernels of volumes are the forward and input gradient");
     const ColumnArguments v(s);
-    return (kernel == DepthwiseKernel::forward ? volumes_forward : volumes_input_grad)
-        .call(a, b, v.stride, v.padding, v.dilation, result);
+    const auto& volumes = kernel == DepthwiseKernel::forward      ? volumes_forward
+                          : kernel == DepthwiseKernel::input_grad ? volumes_input_grad
+                                                                  : volumes_weight_grad;
+    return volumes.call(a, b, v.stride, v.padding, v.dilation, result);
   }
   const auto& handle = kernel == DepthwiseKernel::forward      ? forward
                        : kernel == DepthwiseKernel::input_grad ? input_grad

@@ -18,8 +18,8 @@ void call_col2im(Layout layout, const at::Tensor& columns, const ConvShape& s, i
                  int64_t rows, const at::Tensor& images);
 
 // The depthwise kernels: output = conv(input, weight); grad_input from (grad_output, weight);
-// grad_weight from (input, grad_output). Of a 3-D convolution the forward and the input gradient
-// (CPU, NDHWC).
+// grad_weight from (input, grad_output). Of a 3-D convolution all three on the CPU (float32,
+// float64; NDHWC or NCDHW), the kernels of volumes.
 enum class DepthwiseKernel { forward, input_grad, weight_grad };
 void call_depthwise(DepthwiseKernel kernel, const at::Tensor& a, const at::Tensor& b,
                     const ConvShape& s, const at::Tensor& result);

@@ -70,15 +70,19 @@ TORCH_LIBRARY(torch_convbp, m) {
   m.def(
       "depthwise_weight_grad(Tensor input, Tensor grad_output, int[2] stride, int[2] padding, "
       "int[2] dilation, Tensor(a!) grad_weight) -> ()");
-  // The depthwise forward and input gradient of volumes, both operands contiguous or both
-  // channels_last_3d (CPU, float32 and float64): each result value one sum over its (kd, kh, kw)
-  // taps; each writes its last argument whole.
+  // The depthwise forward, input gradient and weight gradient of volumes, both activations
+  // contiguous or both channels_last_3d (CPU, float32 and float64): the forward's and input
+  // gradient's each value one sum over its (kd, kh, kw) taps, the weight gradient's in the order
+  // of rows; each writes its last argument whole.
   m.def(
       "depthwise_conv3d(Tensor input, Tensor weight, int[3] stride, int[3] padding, "
       "int[3] dilation, Tensor(a!) output) -> ()");
   m.def(
       "depthwise_conv3d_input_grad(Tensor grad_output, Tensor weight, int[3] stride, "
       "int[3] padding, int[3] dilation, Tensor(a!) grad_input) -> ()");
+  m.def(
+      "depthwise_conv3d_weight_grad(Tensor input, Tensor grad_output, int[3] stride, "
+      "int[3] padding, int[3] dilation, Tensor(a!) grad_weight) -> ()");
   // A grouped convolution computed directly on channels_last activations, for groups too narrow
   // for the column matrix's GEMMs, and its weight gradient: each writes its last argument whole.
   m.def(

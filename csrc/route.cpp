@@ -406,18 +406,17 @@ RouteChoice choose_route(Operator op, const ConvShape& s, at::TensorList activat
                                        ? "operands channels_last"
                                        : "operands not all channels_last (dense, non-empty)";
 
-  // A depthwise volume's forward and input gradient on the CPU: the NHWC kernels with a depth sum
-  // each result's kd*kh*kw terms at once. As sums over the depth taps of the 2-D kernels
-  // (depth_taps.h) each tap added a pass of the result: ir-CSN's 256@8x28 step took 1.3x the time
-  // these kernels give it, MViT's strided pooling 2.2x (its forward took the 3-D column route
-  // fed NCDHW) (benchmarks/NOTES.md, section 132). NCDHW operands stay so: the kernels transpose
-  // a block of channels at a time in cache, as for NCHW images, where whole copies into
-  // channels_last_3d and back took most of the step (section 133). The weight gradient keeps the
-  // depth taps.
+  // A depthwise volume on the CPU: the NHWC forward and input gradient with a depth sum each
+  // result's kd*kh*kw terms at once, the weight gradient in the order of rows takes each row's
+  // sums over the slices it reads. As sums over the depth taps of the 2-D kernels (depth_taps.h)
+  // each tap added a pass of the result: ir-CSN's 256@8x28 step took 1.3x the time these kernels
+  // give it, MViT's strided pooling 2.2x (its forward took the 3-D column route fed NCDHW)
+  // (benchmarks/NOTES.md, section 132). NCDHW operands stay so: the kernels transpose a block of
+  // channels (the weight gradient's: a band of rows) at a time in cache, as for NCHW images,
+  // where whole copies into channels_last_3d and back took most of the step (section 133).
   const bool float_or_double =
       first.scalar_type() == at::kFloat || first.scalar_type() == at::kDouble;
-  if (s.is_depthwise() && !s.is_planar() && op != Operator::weight_grad &&
-      first.device().is_cpu() && float_or_double) {
+  if (s.is_depthwise() && !s.is_planar() && first.device().is_cpu() && float_or_double) {
     return {Route::depthwise, operand_layout,
             "one input channel per group, a volume (CPU, float32 or float64): the direct kernels "
             "of volumes, no GEMM",

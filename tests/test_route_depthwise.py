@@ -5,9 +5,9 @@ the same results, on both devices. On the CPU output planes under 256 pixels com
 NCHW operands too, a block of channels of one image at a time transposed in cache. The weight gradient in the CPU's order of rows (its
 default) is an NHWC kernel (csrc/cpu/depthwise_rows_cpu.cpp), which takes NCHW operands a band of
 rows at a time, transposed in cache; TORCH_CONVBP_CPU_DEPTHWISE_ORDER=lanes gives the CPU the
-CUDA kernels' order, and their bits. A depthwise volume's forward and input gradient on the CPU (float32, float64) are the
-kernels of volumes: the NHWC ones with a depth, NCDHW operands a block of channels at a time
-transposed in cache."""
+CUDA kernels' order, and their bits. A depthwise volume's operators on the CPU (float32, float64) are the
+kernels of volumes: the NHWC ones with a depth (the weight gradient in the order of rows only), NCDHW
+operands a block of channels, or of rows, at a time transposed in cache."""
 import os
 import subprocess
 import sys
@@ -192,9 +192,10 @@ def test_the_depthwise_kernels_refuse_mixed_layouts(device):
 
 
 # (name, input [N, C, D, H, W], multiplier, kernel, stride, padding, dilation): depthwise volumes,
-# whose forward and input gradient on the CPU (float32, float64) are the direct kernels of volumes:
-# each result value one sum over its terms in (kd, kh, kw) order (the input gradient's (o, kd, kh,
-# kw)), the 2-D kernels' terms with a depth
+# whose operators on the CPU (float32, float64) are the direct kernels of volumes: the forward's and
+# input gradient's each value one sum over its terms in (kd, kh, kw) order (the input gradient's
+# (o, kd, kh, kw)), the 2-D kernels' terms with a depth; the weight gradient in the order of rows,
+# each row (n, od, oh) adding its 2-D sums over the input slices it reads
 DEPTHWISE_VOLUMES = [
     ("ir-CSN's 3x3x3", (2, 16, 4, 10, 11), 1, (3, 3, 3), (1, 1, 1), (1, 1, 1), (1, 1, 1)),
     ("multiplier 2, strided in depth, dilated", (1, 8, 7, 12, 10), 2, (3, 3, 3), (2, 2, 1), (1, 1, 0), (2, 1, 1)),
@@ -211,40 +212,44 @@ CL3D = torch.channels_last_3d
                          ids=[v[0] for v in DEPTHWISE_VOLUMES])
 def test_a_depthwise_volume_takes_the_kernels_of_volumes(name, shape, multiplier, kernel, stride, padding, dilation,
                                                          dtype, memory_format):
-    """explain() names them for the forward and the input gradient, in the operands' layout
-    (NCDHW ones a block of channels at a time transposed in cache; the weight gradient keeps its
-    route); their results are the kernels', bit for bit, in the operands' format, and the kernels
-    give the same bits from either layout; F.conv3d's values and gradients, the tap-by-tap
-    definition's output and its adjoint (float64); opcheck of the operators and of the kernels."""
+    """explain() names them for every operator, in the operands' layout (NCDHW ones a block of
+    channels, or of rows, at a time transposed in cache); their results are the kernels', bit for
+    bit, in the operands' format (the weight gradient's contiguous), and the kernels give the same
+    bits from either layout; F.conv3d's values and gradients, the tap-by-tap definition's output
+    and its adjoint (float64); opcheck of the operators and of the kernels."""
     x, weight, g = depthwise_operands(shape, multiplier, kernel, stride, padding, dilation, dtype)
     x, g = x.contiguous(memory_format=memory_format), g.contiguous(memory_format=memory_format)
     args = (list(stride), list(padding), list(dilation), shape[1])
     y = ops.conv3d(x, weight, None, *args)
     assert y.is_contiguous(memory_format=memory_format)
     routes = torch_convbp.explain(x, weight, *args, grad_output=g)
-    for operator in ("forward", "input_grad"):
+    for operator in ("forward", "input_grad", "weight_grad"):
         layout = "nhwc" if memory_format == CL3D else "nchw"
         assert (routes[operator].route, routes[operator].layout) == ("depthwise", layout)
         assert routes[operator].reason.startswith("one input channel per group, a volume")
-    assert not routes["weight_grad"].reason.startswith("one input channel per group, a volume")
     dx = ops.conv3d_input_grad(g, weight, list(shape), *args)
-    assert dx.is_contiguous(memory_format=memory_format)
-    direct_y, direct_dx = torch.empty_like(g), torch.empty_like(x)
+    dw = ops.conv3d_weight_grad(x, g, list(weight.shape), *args)
+    assert dx.is_contiguous(memory_format=memory_format) and dw.is_contiguous()
+    direct_y, direct_dx, direct_dw = torch.empty_like(g), torch.empty_like(x), torch.empty_like(weight)
     ops.depthwise_conv3d(x, weight, *args[:3], direct_y)
     ops.depthwise_conv3d_input_grad(g, weight, *args[:3], direct_dx)
-    assert torch.equal(y, direct_y) and torch.equal(dx, direct_dx)
+    ops.depthwise_conv3d_weight_grad(x, g, *args[:3], direct_dw)
+    assert torch.equal(y, direct_y) and torch.equal(dx, direct_dx) and torch.equal(dw, direct_dw)
     other = torch.contiguous_format if memory_format == CL3D else CL3D
     x_other, g_other = x.contiguous(memory_format=other), g.contiguous(memory_format=other)
-    other_y, other_dx = torch.empty_like(g_other), torch.empty_like(x_other)
+    other_y, other_dx, other_dw = torch.empty_like(g_other), torch.empty_like(x_other), torch.empty_like(weight)
     ops.depthwise_conv3d(x_other, weight, *args[:3], other_y)
     ops.depthwise_conv3d_input_grad(g_other, weight, *args[:3], other_dx)
-    assert torch.equal(y, other_y) and torch.equal(dx, other_dx)
+    ops.depthwise_conv3d_weight_grad(x_other, g_other, *args[:3], other_dw)
+    assert torch.equal(y, other_y) and torch.equal(dx, other_dx) and torch.equal(dw, other_dw)
     tolerance = dict(rtol=1e-10, atol=1e-10) if dtype == torch.float64 else dict(rtol=1e-5, atol=1e-4)
-    x64, w64, g64 = x.double().requires_grad_(), weight.double(), g.double()
+    x64, w64, g64 = x.double().requires_grad_(), weight.double().requires_grad_(), g.double()
     y_ref = F.conv3d(x64, w64, None, *args)
+    dx_ref, dw_ref = torch.autograd.grad(y_ref, (x64, w64), g64)
     torch.testing.assert_close(y.double(), y_ref, **tolerance)
-    torch.testing.assert_close(dx.double(), torch.autograd.grad(y_ref, x64, g64)[0], **tolerance)
-    y_own = tapwise_convolution(x64.detach(), w64, None, *args)
+    torch.testing.assert_close(dx.double(), dx_ref, **tolerance)
+    torch.testing.assert_close(dw.double(), dw_ref, **tolerance)
+    y_own = tapwise_convolution(x64.detach(), w64.detach(), None, *args)
     torch.testing.assert_close(y.double(), y_own, **tolerance)
     if dtype == torch.float64:  # <conv(x), g> = <x, input_grad(g)>
         torch.testing.assert_close((x64.detach() * dx).sum(), (y_own * g64).sum(), rtol=1e-12, atol=1e-12)
@@ -252,12 +257,16 @@ def test_a_depthwise_volume_takes_the_kernels_of_volumes(name, shape, multiplier
     opcheck(ops.conv3d_input_grad.default, (g, weight, list(shape), *args))
     opcheck(ops.depthwise_conv3d.default, (x, weight, *args[:3], direct_y))
     opcheck(ops.depthwise_conv3d_input_grad.default, (g, weight, *args[:3], direct_dx))
+    opcheck(ops.conv3d_weight_grad.default, (x, g, list(weight.shape), *args))
+    opcheck(ops.depthwise_conv3d_weight_grad.default, (x, g, *args[:3], direct_dw))
 
 
 @pytest.mark.parametrize("multiplier", [1, 2])
 def test_the_kernels_of_volumes_are_the_2d_kernels_with_a_depth(multiplier):
     """A kernel one slice deep: the volume kernels' result slices are the 2-D kernels' results of
-    the operand slices, bit for bit (the same terms in the same order, float32)."""
+    the operand slices, bit for bit (the same terms in the same order, float32); the weight
+    gradient is the 2-D one (in the CPU's order of rows) of the volumes' slices as one batch of
+    images (the same rows, in the same order and groups)."""
     geometry = ([1, 1, 1], [0, 1, 1], [1, 1, 1])
     x, weight, g = depthwise_operands((2, 24, 3, 9, 26), multiplier, (1, 3, 3), *geometry, torch.float32)
     x, g = x.contiguous(memory_format=CL3D), g.contiguous(memory_format=CL3D)
@@ -272,6 +281,11 @@ def test_the_kernels_of_volumes_are_the_2d_kernels_with_a_depth(multiplier):
             ops.depthwise_conv2d(image, weight[:, :, 0].contiguous(), *planar, y_image)
             ops.depthwise_input_grad(grad_image, weight[:, :, 0].contiguous(), *planar, dx_image)
             assert torch.equal(y[n : n + 1, :, d], y_image) and torch.equal(dx[n : n + 1, :, d], dx_image)
+    dw, dw_images = torch.empty_like(weight), torch.empty_like(weight[:, :, 0])
+    ops.depthwise_conv3d_weight_grad(x, g, *geometry, dw)
+    images = [t.transpose(1, 2).reshape(-1, *t.shape[1:2], *t.shape[3:]).contiguous(memory_format=CL) for t in (x, g)]
+    ops.depthwise_weight_grad(*images, *planar, dw_images)
+    assert torch.equal(dw[:, :, 0], dw_images)
 
 
 def test_a_depthwise_volume_of_no_volumes_and_its_gradients():
@@ -295,10 +309,10 @@ def test_a_depthwise_volume_of_no_volumes_and_its_gradients():
     ],
     ids=["mixed layouts", "transposed weight", "bfloat16", "output size", "4-D input", "mixed dtypes"],
 )
-@pytest.mark.parametrize("kernel", ["depthwise_conv3d", "depthwise_conv3d_input_grad"])
+@pytest.mark.parametrize("kernel", ["depthwise_conv3d", "depthwise_conv3d_input_grad", "depthwise_conv3d_weight_grad"])
 def test_the_kernels_of_volumes_and_their_fakes_refuse_bad_arguments(change, match, kernel):
     """The input gradient's checks are the forward's with grad_input as the input and grad_output
-    as the output."""
+    as the output, the weight gradient's with grad_weight as the weight."""
     for device in ("cpu", "meta"):
         x = torch.randn(2, 4, 3, 5, 5, device=device).contiguous(memory_format=CL3D)
         w = torch.randn(4, 1, 3, 3, 3, device=device)
@@ -307,8 +321,10 @@ def test_the_kernels_of_volumes_and_their_fakes_refuse_bad_arguments(change, mat
         with pytest.raises(RuntimeError, match=match):
             if kernel == "depthwise_conv3d":
                 ops.depthwise_conv3d(x, w, [1, 1, 1], [1, 1, 1], [1, 1, 1], out)
-            else:
+            elif kernel == "depthwise_conv3d_input_grad":
                 ops.depthwise_conv3d_input_grad(out, w, [1, 1, 1], [1, 1, 1], [1, 1, 1], x)
+            else:
+                ops.depthwise_conv3d_weight_grad(x, out, [1, 1, 1], [1, 1, 1], [1, 1, 1], w)
 
 
 # The CPU's weight gradient in the order of rows (csrc/cpu/depthwise_rows_cpu.cpp): with one

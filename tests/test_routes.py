@@ -127,17 +127,18 @@ VOLUME_ROUTES = [
     ("3x3x3 strided", (2, 16, 5, 6, 5), (32, 16, 3, 3, 3), 2, 1, 1, "columns/nhwc"),
     ("stem, 3 input channels, strided", (2, 3, 4, 9, 9), (16, 3, 3, 7, 7), 2, 3, 1, ("columns/nhwc", "columns/nchw", "columns/nhwc")),
     ("depthwise", (2, 8, 3, 4, 5), (8, 1, 3, 3, 3), 1, 1, 8, ("cpu:depthwise/nhwc else columns/nchw",
-                                                                 "cpu:depthwise/nhwc else transposed_columns/nchw", "columns/nchw")),
+                                                                 "cpu:depthwise/nhwc else transposed_columns/nchw",
+                                                                 "cpu:depthwise/nhwc else columns/nchw")),
     ("narrow groups", (2, 8, 3, 4, 5), (8, 4, 3, 3, 3), 1, 1, 2, ("columns/nchw", "transposed_columns/nchw", "columns/nchw")),
 ]
 
 
 @pytest.mark.parametrize("name, x_size, w_size, stride, padding, groups, expected", VOLUME_ROUTES, ids=[r[0] for r in VOLUME_ROUTES])
 def test_volumes_take_the_column_routes(name, x_size, w_size, stride, padding, groups, expected, device):
-    """The direct kernels are 2-D but for the CPU's depthwise forward and input gradient of
-    volumes: a volume's depthwise weight gradient and narrow-grouped layers take the column matrix
-    (in NCHW, through copies), where the kernel spans several slices and several pixels of a plane
-    (else the 2-D convolution on views: below); the rest as for images. Values against F.conv3d."""
+    """The direct kernels are 2-D but for the CPU's depthwise kernels of volumes: a depthwise
+    volume elsewhere and narrow-grouped layers take the column matrix (in NCHW, through copies),
+    where the kernel spans several slices and several pixels of a plane (else the 2-D convolution
+    on views: below); the rest as for images. Values against F.conv3d."""
     g = torch.Generator().manual_seed(0)
     cl3d = torch.channels_last_3d
     x = torch.randn(x_size, generator=g, dtype=torch.float64).to(device).contiguous(memory_format=cl3d)
@@ -245,8 +246,8 @@ def test_volumes_that_are_planar_take_the_2d_routes(name, x_size, w_size, stride
 # (name, input size, weight size, stride, padding, dilation, groups): 3-D convolutions deeper than
 # one slice, of depth stride 1, which channels_last_3d float32 operands compute as sums over the
 # depth taps of 2-D convolutions of each volume's slices (csrc/depth_taps.h), where those take
-# a 2-D route with no column matrix: the implicit one, or the depthwise kernels on NHWC slices (the
-# depthwise volumes' weight gradient; their forward and input gradient have kernels of their own)
+# a 2-D route with no column matrix: the implicit one (a depthwise volume, whose slices would take
+# the depthwise kernels, has kernels of its own: tests/test_route_depthwise.py)
 DEEP_VOLUMES = [
     ("r3d 3x3x3", (2, 16, 4, 14, 15), (16, 16, 3, 3, 3), (1, 1, 1), (1, 1, 1), (1, 1, 1), 1),
     ("asymmetric, strided in the plane", (1, 16, 5, 16, 14), (24, 16, 2, 3, 3), (1, 2, 1), (0, 1, 1), (1, 1, 1), 1),
@@ -254,16 +255,13 @@ DEEP_VOLUMES = [
     ("taps that reach no slice", (1, 16, 1, 14, 14), (16, 16, 3, 3, 3), (1, 1, 1), (2, 1, 1), (2, 1, 1), 1),
     ("groups of 16", (2, 32, 3, 14, 14), (32, 16, 3, 3, 3), (1, 1, 1), (1, 1, 1), (1, 1, 1), 2),
     ("depthwise 3x3x3", (2, 16, 4, 10, 11), (16, 1, 3, 3, 3), (1, 1, 1), (1, 1, 1), (1, 1, 1), 16),
-    ("depthwise, channel multiplier 2, strided in the plane", (1, 8, 5, 12, 10), (16, 1, 3, 3, 3), (1, 2, 2), (1, 1, 0), (1, 1, 1), 8),
-    ("depthwise, dilated in depth, unpadded rows", (3, 8, 4, 9, 9), (8, 1, 2, 3, 3), (1, 1, 1), (1, 0, 1), (2, 1, 1), 8),
-    ("depthwise, strided 4x4 in the plane", (2, 8, 4, 16, 15), (8, 1, 3, 3, 3), (1, 4, 4), (1, 1, 1), (1, 1, 1), 8),
 ]
 
 
 def sums_over_depth_taps(planar_route):
     """Whether a volume whose slices take this 2-D route sums them over its depth taps: a route
-    with no column matrix (csrc/depth_taps.cpp), the implicit one or the NHWC depthwise kernels."""
-    return planar_route.route == "implicit_nhwc" or (planar_route.route, planar_route.layout) == ("depthwise", "nhwc")
+    with no column matrix (csrc/depth_taps.cpp), the implicit one."""
+    return planar_route.route == "implicit_nhwc"
 
 
 def tap_runs(depth, out_depth, kernel_d, pad_d, dilation_d):
@@ -282,9 +280,8 @@ def slices(t, n, begin, end):
 @pytest.mark.parametrize("name, x_size, w_size, stride, padding, dilation, groups", DEEP_VOLUMES, ids=[r[0] for r in DEEP_VOLUMES])
 def test_deep_channels_last_volumes_sum_2d_convolutions_over_their_depth_taps(name, x_size, w_size, stride, padding, dilation, groups,
                                                                                 one_volume_a_call):
-    """Where the slices' 2-D route is the implicit one or the depthwise kernels on NHWC slices
-    (but for a depthwise volume's forward and input gradient, which take the kernels of volumes),
-    each operator gives
+    """Where the slices' 2-D route is the implicit one (a depthwise volume takes the kernels of
+    volumes), each operator gives
     the bits of the sum over the depth taps, in order, of the 2-D operators on
     the test's own views of the slices (and, for the weight gradient, over the volumes in order),
     and explain() says so; elsewhere the 3-D route. Either way F.conv3d's values in
@@ -320,9 +317,8 @@ def test_deep_channels_last_volumes_sum_2d_convolutions_over_their_depth_taps(na
     planar_routes = torch_convbp.explain(slices(x, 0, 0, count), w[:, :, 0], *planar, grad_output=slices(grad, 0, 0, count))
     routes = torch_convbp.explain(x, w, *args, grad_output=grad)
     for route, planar_route in zip(routes, planar_routes):
-        # a depthwise volume's forward and input gradient have kernels of their own
-        # (tests/test_route_depthwise.py)
-        own_kernel = route.operator != "weight_grad" and planar_route.route == "depthwise"
+        # a depthwise volume has kernels of its own (tests/test_route_depthwise.py)
+        own_kernel = planar_route.route == "depthwise"
         assert route.reason.startswith("one input channel per group, a volume") == own_kernel, route
         by_taps = sums_over_depth_taps(planar_route) and not own_kernel
         assert route.reason.startswith("a 3-D convolution of channels_last_3d volumes") == by_taps, route

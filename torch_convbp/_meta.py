@@ -339,6 +339,13 @@ def _depthwise_conv3d_input_grad_fake(grad_output, weight, stride, padding, dila
     )
 
 
+@register_fake("torch_convbp::depthwise_conv3d_weight_grad")
+def _depthwise_conv3d_weight_grad_fake(input, grad_output, stride, padding, dilation, grad_weight):
+    _check_depthwise_volumes(
+        "torch_convbp.depthwise_conv3d_weight_grad", input, grad_weight, grad_output, stride, padding, dilation
+    )
+
+
 def _check_grouped(op, input, weight, output, stride, padding, dilation, groups):
     """Mirrors check_grouped (csrc/checks.cpp)."""
     _check_direct_kernel_call(op, input, weight, output, stride, padding, dilation, groups)

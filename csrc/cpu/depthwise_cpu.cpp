@@ -18,7 +18,7 @@
 // small planes and the float32, bfloat16 and float16 ones the planes of vectors do not take
 // (nchw_kernels), a block of channels at a time transposed in cache. The forward and input
 // gradient of volumes (depthwise_conv3d*, NDHWC or NCDHW) are depthwise_nhwc_cpu.cpp's with a
-// depth.
+// depth, their weight gradient depthwise_rows_cpu.cpp's.
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
@@ -292,6 +292,17 @@ void depthwise_conv3d_input_grad_cpu(const Tensor& grad_output, const Tensor& we
   depthwise_nhwc_input_grad(grad_output, weight, call.shape, grad_input, operand_layout(call));
 }
 
+// The weight gradient of volumes in the order of rows, the CPU's default for images (there is no
+// kernel of volumes in the order of lanes: CUDA computes volumes on the 3-D column route).
+void depthwise_conv3d_weight_grad_cpu(const Tensor& input, const Tensor& grad_output,
+                                      IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
+                                      const Tensor& grad_weight) {
+  const LayoutCall call =
+      check_depthwise_volumes("torch_convbp.depthwise_conv3d_weight_grad", input, grad_weight,
+                              grad_output, stride, padding, dilation);
+  depthwise_weight_grad_rows(input, grad_output, call.shape, grad_weight, operand_layout(call));
+}
+
 void depthwise_input_grad_cpu(const Tensor& grad_output, const Tensor& weight, IntArrayRef stride,
                               IntArrayRef padding, IntArrayRef dilation, const Tensor& grad_input) {
   const LayoutCall call = check_depthwise("torch_convbp.depthwise_input_grad", grad_input, weight,
@@ -346,6 +357,7 @@ TORCH_LIBRARY_IMPL(torch_convbp, CPU, m) {
   m.impl("depthwise_conv2d", &depthwise_conv2d_cpu);
   m.impl("depthwise_conv3d", &depthwise_conv3d_cpu);
   m.impl("depthwise_conv3d_input_grad", &depthwise_conv3d_input_grad_cpu);
+  m.impl("depthwise_conv3d_weight_grad", &depthwise_conv3d_weight_grad_cpu);
   m.impl("depthwise_input_grad", &depthwise_input_grad_cpu);
   m.impl("depthwise_weight_grad", &depthwise_weight_grad_cpu);
 }

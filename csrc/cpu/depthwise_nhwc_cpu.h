@@ -38,7 +38,7 @@ void depthwise_nhwc_weight_grad(const Tensor& input, const Tensor& grad_output, 
 // The weight gradient in the order of rows (depthwise_rows_cpu.cpp), the CPU's default
 // (cpu_depthwise_order()): not the CUDA kernels' bits, the same on any thread count; from
 // operands in `layout` (NCHW ones a band of rows at a time transposed in cache), the same bits
-// from either.
+// from either. Volumes too (NDHWC or NCDHW, checked by check_depthwise_volumes).
 void depthwise_weight_grad_rows(const Tensor& input, const Tensor& grad_output, const ConvShape& s,
                                 const Tensor& grad_weight, Layout layout);
 

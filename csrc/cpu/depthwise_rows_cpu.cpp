@@ -6,7 +6,9 @@
 //       the sum over ow, in increasing order, of dy(n, o, oh, ow) * x(n, o / m, ih, iw)
 // where (ih, iw) is what tap (ki, kj) reads from output pixel (oh, ow), taps in the padding
 // skipped; every sum starts from zero, each product is added by one multiply_add, and the groups
-// of rows are fixed by the number of rows (kRowGroups), never by the thread count.
+// of rows are fixed by the number of rows (kRowGroups), never by the thread count. Volumes (NDHWC
+// or NCDHW) the same: their rows are (n, od, oh), and entry (o, kd, ki, kj) takes from row (n, od,
+// oh) the 2-D row's sums over input slice id = od * sd - pd + kd * dd, where that lies inside.
 //
 // Why: the order of lanes (position j into lane j % 256, then a tree), which the CUDA kernels
 // sum in, made every multiply-add load and store its lane from the L2 cache on the CPU: 2-3x
@@ -285,74 +287,100 @@ void add_row(Ops ops, const scalar_t* image, const scalar_t* grad_row, int64_t o
   }
 }
 
-// The rows [first, end) of an NCHW image [C, H', W] (its channels' planes, each H' x W) as an NHWC
-// band [(end - first) * W][C], by one transposing copy of [C][(end - first) * W].
+// The rows [first, end) of an NCHW image's planes (or of an NCDHW volume's slice; each channel's
+// plane `channel_stride` apart, W wide) as an NHWC band [(end - first) * W][C], by one transposing
+// copy of [C][(end - first) * W].
 template <typename scalar_t>
-void nhwc_band(const scalar_t* image, int64_t channels, int64_t height, int64_t width,
+void nhwc_band(const scalar_t* image, int64_t channels, int64_t channel_stride, int64_t width,
                int64_t first, int64_t end, std::vector<scalar_t>& band) {
   band.resize((end - first) * width * channels);
   if (band.empty()) return;
-  transpose_matrix(image + first * width, height * width, band.data(), channels, channels,
+  transpose_matrix(image + first * width, channel_stride, band.data(), channels, channels,
                    (end - first) * width, sizeof(scalar_t));
 }
 
-// Brings the operands of output row `row` of N * OH (NHWC) toward the L2 cache: its row of dy and
-// the input rows it reads, each in memory order. Why: a row's sums walk it once per vector or two
-// of channels, reading 64 or 128 bytes of each pixel, a stride by which the CPU's own prefetchers
-// did not bring the pixels from memory in time; asked for a row ahead, they come in memory order
-// while the row before is summed (benchmarks/NOTES.md, section 96).
-template <typename scalar_t>
-TORCH_CONVBP_INLINE void prefetch_row(const scalar_t* input, const scalar_t* grad_output,
-                                      int64_t row, const ConvShape& s) {
-  const int64_t n = row / s.out_height, oh = row % s.out_height;
-  const int64_t out_row_size = s.out_width * s.out_channels, in_row_size = s.width * s.in_channels;
-  prefetch_to_l2(grad_output + row * out_row_size, out_row_size * sizeof(scalar_t));
-  for (int64_t ki = 0; ki < s.kernel_h; ++ki) {
-    const int64_t ih = input_row(s, oh, ki);
-    if (ih < 0) continue;
-    prefetch_to_l2(input + (n * s.height + ih) * in_row_size, in_row_size * sizeof(scalar_t));
+// The input slices (n, id) that output slice `slice` = (n, od) reads, one per depth tap kd inside
+// the volume: f(kd, n * D + id). A 2-D convolution's: slice n, f(0, n).
+template <typename F>
+TORCH_CONVBP_INLINE void for_each_input_slice(const ConvShape& s, int64_t slice, F&& f) {
+  const int64_t n = slice / s.out_depth, od = slice % s.out_depth;
+  for (int64_t kd = 0; kd < s.kernel_d; ++kd) {
+    const int64_t id = input_index(od, s.stride_d, s.pad_d, kd, s.dilation_d);
+    if (id >= 0 && id < s.depth) f(kd, n * s.depth + id);
   }
 }
 
-// Adds the output rows [first_row, end_row) of N * OH, in order, into totals [taps][Cout]. NCHW
-// operands per image: the rows of dy and the input rows they read as NHWC bands, whose shape
-// counts its input rows from the band's first (the padding grown by as many), so that each row
-// reads what it read in the whole image.
+// Brings the operands of output row `row` of N * OD * OH (NHWC) toward the L2 cache: its row of
+// dy and the input rows it reads, each in memory order. Why: a row's sums walk it once per vector
+// or two of channels, reading 64 or 128 bytes of each pixel, a stride by which the CPU's own
+// prefetchers did not bring the pixels from memory in time; asked for a row ahead, they come in
+// memory order while the row before is summed (benchmarks/NOTES.md, section 96).
+template <typename scalar_t>
+TORCH_CONVBP_INLINE void prefetch_row(const scalar_t* input, const scalar_t* grad_output,
+                                      int64_t row, const ConvShape& s) {
+  const int64_t slice = row / s.out_height, oh = row % s.out_height;
+  const int64_t out_row_size = s.out_width * s.out_channels, in_row_size = s.width * s.in_channels;
+  prefetch_to_l2(grad_output + row * out_row_size, out_row_size * sizeof(scalar_t));
+  for_each_input_slice(s, slice, [&](int64_t, int64_t input_slice) {
+    for (int64_t ki = 0; ki < s.kernel_h; ++ki) {
+      const int64_t ih = input_row(s, oh, ki);
+      if (ih < 0) continue;
+      prefetch_to_l2(input + (input_slice * s.height + ih) * in_row_size,
+                     in_row_size * sizeof(scalar_t));
+    }
+  });
+}
+
+// Adds the output rows [first_row, end_row) of N * OD * OH, in order, into totals [taps][Cout]:
+// each row's 2-D sums over each input slice it reads into the entries of that slice's depth tap,
+// totals + kd * kh * kw * Cout. NCHW (NCDHW) operands per output slice: its rows of dy and, per
+// input slice, the input rows they read as NHWC bands, whose shape counts its input rows from the
+// band's first (the padding grown by as many), so that each row reads what it read in the whole
+// image. A row's depth taps are added in another order here than in NHWC, each entry's the same.
 template <int KH, int KW, class Ops, typename scalar_t, typename acc_t>
 void add_rows(Ops ops, const scalar_t* input, const scalar_t* grad_output, int64_t first_row,
               int64_t end_row, acc_t* totals, std::vector<acc_t>& sums, const ConvShape& s,
               Layout layout) {
-  const int64_t image_size = s.height * s.width * s.in_channels;
+  const int64_t slice_size = s.height * s.width * s.in_channels;
   const int64_t out_row_size = s.out_width * s.out_channels;
+  const int64_t depth_tap_entries = s.kernel_h * s.kernel_w * s.out_channels;
   if (layout == Layout::nhwc) {
     // The rows of a 3x3 kernel, whose sums stay in registers along the row; a kernel of any other
     // size walks the row a tap at a time, and gained nothing from it (section 96).
     constexpr bool prefetch = KH > 0;
     if (prefetch && first_row < end_row) prefetch_row(input, grad_output, first_row, s);
     for (int64_t row = first_row; row < end_row; ++row) {
-      const int64_t n = row / s.out_height, oh = row % s.out_height;
+      const int64_t slice = row / s.out_height, oh = row % s.out_height;
       if (prefetch && row + 1 < end_row) prefetch_row(input, grad_output, row + 1, s);
-      add_row<KH, KW>(ops, input + n * image_size, grad_output + row * out_row_size, oh, totals,
-                      sums, s);
+      for_each_input_slice(s, slice, [&](int64_t kd, int64_t input_slice) {
+        add_row<KH, KW>(ops, input + input_slice * slice_size, grad_output + row * out_row_size, oh,
+                        totals + kd * depth_tap_entries, sums, s);
+      });
     }
     return;
   }
+  // NCDHW: channel c of volume n at (n * C + c) * D * H * W, its slice id id * H * W on.
+  const int64_t plane = s.height * s.width, out_plane = s.out_height * s.out_width;
   std::vector<scalar_t> x_band, dy_band;
-  for (int64_t n = first_row / s.out_height; n * s.out_height < end_row; ++n) {
-    const int64_t first = std::max(first_row - n * s.out_height, int64_t{0});
-    const int64_t end = std::min(end_row - n * s.out_height, s.out_height);
+  for (int64_t slice = first_row / s.out_height; slice * s.out_height < end_row; ++slice) {
+    const int64_t first = std::max(first_row - slice * s.out_height, int64_t{0});
+    const int64_t end = std::min(end_row - slice * s.out_height, s.out_height);
     const Span rows = band_input_rows(s, first, end - first);
-    nhwc_band(input + n * image_size, s.in_channels, s.height, s.width, rows.begin, rows.end,
-              x_band);
-    nhwc_band(grad_output + n * s.out_height * out_row_size, s.out_channels, s.out_height,
-              s.out_width, first, end, dy_band);
+    const int64_t n = slice / s.out_depth, od = slice % s.out_depth;
+    nhwc_band(grad_output + (n * s.out_channels * s.out_depth + od) * out_plane, s.out_channels,
+              s.out_depth * out_plane, s.out_width, first, end, dy_band);
     ConvShape band = s;
     band.pad_h += rows.begin;
     band.height = rows.end - rows.begin;
-    for (int64_t oh = first; oh < end; ++oh) {
-      add_row<KH, KW>(ops, x_band.data(), dy_band.data() + (oh - first) * out_row_size, oh, totals,
-                      sums, band);
-    }
+    for_each_input_slice(s, slice, [&](int64_t kd, int64_t input_slice) {
+      const int64_t id = input_slice % s.depth;
+      nhwc_band(input + (n * s.in_channels * s.depth + id) * plane, s.in_channels, s.depth * plane,
+                s.width, rows.begin, rows.end, x_band);
+      for (int64_t oh = first; oh < end; ++oh) {
+        add_row<KH, KW>(ops, x_band.data(), dy_band.data() + (oh - first) * out_row_size, oh,
+                        totals + kd * depth_tap_entries, sums, band);
+      }
+    });
   }
 }
 
@@ -360,8 +388,8 @@ template <int KH, int KW, class Ops, typename scalar_t>
 void weight_grad_rows(Ops ops, const scalar_t* input, const scalar_t* grad_output,
                       scalar_t* grad_weight, const ConvShape& s, Layout layout) {
   using acc_t = at::opmath_type<scalar_t>;
-  const int64_t taps = s.kernel_h * s.kernel_w, cout = s.out_channels;
-  const int64_t rows = s.batch * s.out_height;
+  const int64_t taps = s.taps(), cout = s.out_channels;
+  const int64_t rows = s.batch * s.output_rows();
   const int64_t per_group = (rows + kRowGroups - 1) / kRowGroups;
   const int64_t groups = rows == 0 ? 0 : (rows + per_group - 1) / per_group;
   // each group's sums [taps][Cout]
