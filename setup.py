@@ -15,8 +15,9 @@ For a CUDA build no variable is needed, on machines without a GPU too:
 TORCH_CONVBP_SANITIZE=1 builds the C++ code with AddressSanitizer and UndefinedBehaviorSanitizer
 (tools/check_sanitizers.sh runs the tests under them). TORCH_CONVBP_PCH=0 builds without the
 precompiled header of torch's headers (csrc/torch_headers.h). TORCH_CONVBP_QUICK_BUILD=1 compiles
-the C++ code at -O1, in about half the time: a build for checking that the code compiles, links
-and gives the right values (CI's CUDA stage), never for timing.
+the C++ code at -O1, in about half the time, and on a CPU with AVX2 and FMA without the kernels
+for CPUs lacking them: a build for checking that the code compiles, links and gives the right
+values on this CPU (CI's CUDA stage), never for timing or for another machine.
 """
 import glob
 import importlib.util
@@ -87,10 +88,15 @@ def extension():
     # where they happened to fall (benchmarks/NOTES.md, section 25).
     cxx_flags = ["-O3", "-g0", "-fopenmp", "-falign-loops=32"]
     link_flags = ["-fopenmp", *build_flags().shared_libstdcxx()]
+    # The build of CI's side stages, which check the code their own CPU runs: without the loop
+    # nests for CPUs lacking AVX2 and FMA (LaneOps, vector_ops.h) where this CPU has them; no test
+    # those stages run asks for them. Half of the grouped and depthwise kernels' instantiations,
+    # and of their compile time (benchmarks/NOTES.md, section 134).
+    no_lane_kernels = ["-DTORCH_CONVBP_NO_LANE_KERNELS"] if build_flags().cpu_has_avx2_fma() else []
     if os.environ.get("TORCH_CONVBP_QUICK_BUILD") == "1":
         # The grouped and depthwise kernels' loop nests are most of -O3's compile time
         # (benchmarks/NOTES.md, section 107).
-        cxx_flags = ["-O1", "-g0", "-fopenmp"]
+        cxx_flags = ["-O1", "-g0", "-fopenmp", *no_lane_kernels]
     if os.environ.get("TORCH_CONVBP_SANITIZE") == "1":
         # Every error is fatal (no recovery), with stack traces; vptr checks are left out, as the
         # classes of torch's uninstrumented libraries would give false reports. -fno-wrapv undoes
@@ -108,6 +114,7 @@ def extension():
         # section 79).
         if not build_flags().cpu_has_avx512():
             cxx_flags.append("-DTORCH_CONVBP_NO_AVX512_KERNELS")
+        cxx_flags += no_lane_kernels
         link_flags += sanitize
     if toolkit is None:
         extension = CppExtension(

@@ -64,3 +64,22 @@ def test_the_sanitizers_build_leaves_out_avx512_kernels_only_where_the_cpu_has_n
     if cpuinfo is not None:
         path.write_text(cpuinfo)
     assert cpu_has_avx512(str(path)) is has
+
+
+@pytest.mark.parametrize("cpuinfo, has", [
+    ("processor\t: 0\nflags\t\t: fpu sse2 avx2 fma\n", True),
+    ("processor\t: 0\nflags\t\t: fpu sse2 avx2\n", False),  # AVX2 without FMA
+    ("processor\t: 0\nflags\t\t: fpu sse2 avx fma\n", False),
+    ("processor\t: 0\nFeatures\t: fp asimd\n", False),  # no x86 flags line: nothing is left out
+    (None, False),  # unreadable: nothing is left out
+])
+def test_ci_builds_leave_out_the_baseline_loop_nests_only_where_the_cpu_has_avx2_and_fma(tmp_path, cpuinfo, has):
+    """setup.py's sanitized and quick builds (CI's side stages) leave out the loop nests for CPUs
+    without AVX2 and FMA only where the CPU's flags name both: elsewhere those are the ones that
+    run."""
+    from torch_convbp._build_flags import cpu_has_avx2_fma
+
+    path = tmp_path / "cpuinfo"
+    if cpuinfo is not None:
+        path.write_text(cpuinfo)
+    assert cpu_has_avx2_fma(str(path)) is has

@@ -27,6 +27,13 @@ def cpu_flags(cpuinfo: str = "/proc/cpuinfo"):
         return None
 
 
+def cpu_has_avx2_fma(cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """Whether the CPU this runs on has AVX2 and FMA. False where that cannot be read: a build
+    leaves out the kernels for CPUs without them only where its own CPU surely has them."""
+    flags = cpu_flags(cpuinfo)
+    return flags is not None and "avx2" in flags and "fma" in flags
+
+
 def cpu_has_avx512(cpuinfo: str = "/proc/cpuinfo") -> bool:
     """Whether the CPU this runs on has AVX-512 (avx512f among its flags). True where that cannot
     be read: a build leaves out only kernels its CPU cannot run (setup.py, the sanitizers' build)."""

@@ -49,7 +49,7 @@ inline void with_ops_for_groups(const ConvShape& s, Run&& run) {
 #ifdef TORCH_CONVBP_AVX2_BANDS
   if (cpu_has_avx2_fma()) return run(Avx2Ops{});
 #endif
-  run(LaneOps{});
+  with_lane_ops(run);
 }
 
 // `size` values of `buffer`, grown as needed, from its first cache line boundary: a vector of

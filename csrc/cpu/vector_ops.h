@@ -13,6 +13,8 @@
 #include <cstring>
 #include <type_traits>
 
+#include <c10/util/Exception.h>
+
 #include "../cpu_features.h"
 #include "cpu_kernels.h"
 
@@ -221,6 +223,21 @@ TORCH_CONVBP_INLINE V load_vector(const scalar_t* p) {
   return v;
 }
 
+// Runs run(LaneOps{}), the loop nests for any x86-64 CPU, where the build has them: a build for
+// a CPU with AVX2 and FMA may leave them out (TORCH_CONVBP_NO_LANE_KERNELS, setup.py: the
+// sanitizers' build, which checks the code its CPU runs), and then refuses to run without those.
+template <class Run>
+void with_lane_ops(Run&& run) {
+#ifdef TORCH_CONVBP_NO_LANE_KERNELS
+  TORCH_CHECK(
+      false,
+      "torch_convbp: this build has no kernels for CPUs without AVX2 and FMA "
+      "(TORCH_CONVBP_NO_LANE_KERNELS), and TORCH_CONVBP_NO_AVX2 is set or the CPU lacks them");
+#else
+  run(LaneOps{});
+#endif
+}
+
 // Runs run(ops) with the widest vector operations this CPU runs: Avx512Ops, Avx2Ops or LaneOps.
 template <class Run>
 void with_vector_ops(Run&& run) {
@@ -230,7 +247,7 @@ void with_vector_ops(Run&& run) {
 #ifdef TORCH_CONVBP_AVX2_BANDS
   if (cpu_has_avx2_fma()) return run(Avx2Ops{});
 #endif
-  run(LaneOps{});
+  with_lane_ops(run);
 }
 
 // Runs Body::template run<Ops>(args...) (an always-inlined loop nest) compiled for the target of
