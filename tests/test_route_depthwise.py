@@ -261,6 +261,28 @@ def test_a_depthwise_volume_takes_the_kernels_of_volumes(name, shape, multiplier
     opcheck(ops.depthwise_conv3d_weight_grad.default, (x, g, *args[:3], direct_dw))
 
 
+@pytest.mark.parametrize("name, shape, multiplier, kernel, stride, padding, dilation", DEPTHWISE_VOLUMES,
+                         ids=[v[0] for v in DEPTHWISE_VOLUMES])
+def test_the_weight_gradient_of_volumes_on_any_thread_count(name, shape, multiplier, kernel, stride, padding,
+                                                            dilation):
+    """The same bits on 1, 2 and 3 threads, from either layout: fed NCDHW a kernel deeper than one
+    slice is cut into blocks of 16 channels (the last one partial), each volume's block transposed
+    once, and every other call into groups of rows; neither cut changes an entry's order."""
+    x, weight, g = depthwise_operands(shape, multiplier, kernel, stride, padding, dilation, torch.float32)
+    runs = []
+    threads = torch.get_num_threads()
+    try:
+        for n_threads, memory_format in ((1, torch.contiguous_format), (2, CL3D), (3, torch.contiguous_format)):
+            torch.set_num_threads(n_threads)
+            dw = torch.empty_like(weight)
+            a, b = x.contiguous(memory_format=memory_format), g.contiguous(memory_format=memory_format)
+            ops.depthwise_conv3d_weight_grad(a, b, list(stride), list(padding), list(dilation), dw)
+            runs.append(dw)
+    finally:
+        torch.set_num_threads(threads)
+    assert all(torch.equal(run, runs[0]) for run in runs[1:])
+
+
 @pytest.mark.parametrize("multiplier", [1, 2])
 def test_the_kernels_of_volumes_are_the_2d_kernels_with_a_depth(multiplier):
     """A kernel one slice deep: the volume kernels' result slices are the 2-D kernels' results of

@@ -8,7 +8,8 @@
 // skipped; every sum starts from zero, each product is added by one multiply_add, and the groups
 // of rows are fixed by the number of rows (kRowGroups), never by the thread count. Volumes (NDHWC
 // or NCDHW) the same: their rows are (n, od, oh), and entry (o, kd, ki, kj) takes from row (n, od,
-// oh) the 2-D row's sums over input slice id = od * sd - pd + kd * dd, where that lies inside.
+// oh) the 2-D row's sums over input slice id = od * sd - pd + kd * dd, where that lies inside;
+// NCDHW ones of a kernel deeper than one slice a block of channels of a whole volume at a time.
 //
 // Why: the order of lanes (position j into lane j % 256, then a tree), which the CUDA kernels
 // sum in, made every multiply-add load and store its lane from the L2 cache on the CPU: 2-3x
@@ -299,6 +300,16 @@ void nhwc_band(const scalar_t* image, int64_t channels, int64_t channel_stride, 
                    (end - first) * width, sizeof(scalar_t));
 }
 
+// `channels` consecutive planes of `size` pixels (a volume's block of channels) as one NHWC band
+// [size][channels].
+template <typename scalar_t>
+void nhwc_volume(const scalar_t* planes, int64_t channels, int64_t size,
+                 std::vector<scalar_t>& band) {
+  band.resize(size * channels);
+  if (band.empty()) return;
+  transpose_matrix(planes, size, band.data(), channels, channels, size, sizeof(scalar_t));
+}
+
 // The input slices (n, id) that output slice `slice` = (n, od) reads, one per depth tap kd inside
 // the volume: f(kd, n * D + id). A 2-D convolution's: slice n, f(0, n).
 template <typename F>
@@ -333,10 +344,11 @@ TORCH_CONVBP_INLINE void prefetch_row(const scalar_t* input, const scalar_t* gra
 
 // Adds the output rows [first_row, end_row) of N * OD * OH, in order, into totals [taps][Cout]:
 // each row's 2-D sums over each input slice it reads into the entries of that slice's depth tap,
-// totals + kd * kh * kw * Cout. NCHW (NCDHW) operands per output slice: its rows of dy and, per
-// input slice, the input rows they read as NHWC bands, whose shape counts its input rows from the
-// band's first (the padding grown by as many), so that each row reads what it read in the whole
-// image. A row's depth taps are added in another order here than in NHWC, each entry's the same.
+// totals + kd * kh * kw * Cout. NCHW (NCDHW of a kernel one slice deep) operands per output slice:
+// its rows of dy and, per input slice, the input rows they read as NHWC bands, whose shape counts
+// its input rows from the band's first (the padding grown by as many), so that each row reads what
+// it read in the whole image. A row's depth taps are added in another order here than in NHWC,
+// each entry's the same.
 template <int KH, int KW, class Ops, typename scalar_t, typename acc_t>
 void add_rows(Ops ops, const scalar_t* input, const scalar_t* grad_output, int64_t first_row,
               int64_t end_row, acc_t* totals, std::vector<acc_t>& sums, const ConvShape& s,
@@ -384,23 +396,90 @@ void add_rows(Ops ops, const scalar_t* input, const scalar_t* grad_output, int64
   }
 }
 
+// The groups of output rows: `count` groups of `size` rows (the last one the rest).
+struct RowGroups {
+  int64_t rows, size, count;
+  explicit RowGroups(const ConvShape& s)
+      : rows(s.batch * s.output_rows()),
+        size((rows + kRowGroups - 1) / kRowGroups),
+        count(rows == 0 ? 0 : (rows + size - 1) / size) {}
+  Span of(int64_t g) const { return {g * size, std::min(rows, (g + 1) * size)}; }
+};
+
+// Channels of an NCDHW volume's block: a 64-byte cache line of float32.
+constexpr int64_t kVolumeBlock = 16;
+
+// The group sums [groups][taps][Cout] of NCDHW volumes whose kernel is deeper than one slice,
+// a block of channels at a time: each volume's block of x and of dy transposed once into NDHWC
+// bands in cache, then every group's rows of that volume summed on the bands as NDHWC rows, into
+// the block's group sums. Why: by output slices (add_rows) each input slice went into a band once
+// per depth tap reading it, three times for a 3-deep kernel, and those copies were most of the
+// time (benchmarks/NOTES.md, section 135). Each entry's order is add_rows's: its group's rows in
+// order, the groups of rows cut as by add_rows, so the bits are the same; the tasks are the blocks
+// (ceil(C / 16) pieces), each volume in turn.
+template <int KH, int KW, class Ops, typename scalar_t, typename acc_t>
+void group_sums_by_channel_blocks(Ops ops, const scalar_t* input, const scalar_t* grad_output,
+                                  const RowGroups& groups, acc_t* group_sums, const ConvShape& s) {
+  const int64_t m = s.out_channels / s.in_channels, taps = s.taps(), cout = s.out_channels;
+  const int64_t volume = s.input_rows() * s.width, out_volume = s.output_rows() * s.out_width;
+  const int64_t volume_rows = s.output_rows();
+  const int64_t blocks = (s.in_channels + kVolumeBlock - 1) / kVolumeBlock;
+  if (groups.count == 0) return;
+  at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
+    std::vector<scalar_t> x_band, dy_band;
+    std::vector<acc_t> block_sums, sums;
+    for (int64_t b = begin; b < end; ++b) {
+      const int64_t first = b * kVolumeBlock;
+      const ConvShape block =
+          depthwise_channel_block(s, std::min(kVolumeBlock, s.in_channels - first));
+      const int64_t entries = taps * block.out_channels;  // one group's, of this block
+      block_sums.assign(groups.count * entries, acc_t(0));
+      for (int64_t n = 0; n < s.batch; ++n) {
+        nhwc_volume(input + (n * s.in_channels + first) * volume, block.in_channels, volume,
+                    x_band);
+        nhwc_volume(grad_output + (n * cout + first * m) * out_volume, block.out_channels,
+                    out_volume, dy_band);
+        const Span rows{n * volume_rows, (n + 1) * volume_rows};
+        for (int64_t g = rows.begin / groups.size; g < groups.count; ++g) {
+          const Span group = groups.of(g);
+          if (group.begin >= rows.end) break;
+          add_rows<KH, KW>(ops, x_band.data(), dy_band.data(),
+                           std::max(group.begin, rows.begin) - rows.begin,
+                           std::min(group.end, rows.end) - rows.begin,
+                           block_sums.data() + g * entries, sums, block, Layout::nhwc);
+        }
+      }
+      for (int64_t g = 0; g < groups.count; ++g) {
+        for (int64_t t = 0; t < taps; ++t) {
+          std::copy_n(block_sums.data() + g * entries + t * block.out_channels, block.out_channels,
+                      group_sums + (g * taps + t) * cout + first * m);
+        }
+      }
+    }
+  });
+}
+
 template <int KH, int KW, class Ops, typename scalar_t>
 void weight_grad_rows(Ops ops, const scalar_t* input, const scalar_t* grad_output,
                       scalar_t* grad_weight, const ConvShape& s, Layout layout) {
   using acc_t = at::opmath_type<scalar_t>;
   const int64_t taps = s.taps(), cout = s.out_channels;
-  const int64_t rows = s.batch * s.output_rows();
-  const int64_t per_group = (rows + kRowGroups - 1) / kRowGroups;
-  const int64_t groups = rows == 0 ? 0 : (rows + per_group - 1) / per_group;
+  const RowGroups row_groups(s);
+  const int64_t groups = row_groups.count;
   // each group's sums [taps][Cout]
   std::vector<acc_t> group_sums(groups * taps * cout, acc_t(0));
-  at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
-    std::vector<acc_t> sums;
-    for (int64_t g = begin; g < end; ++g) {
-      add_rows<KH, KW>(ops, input, grad_output, g * per_group, std::min(rows, (g + 1) * per_group),
-                       group_sums.data() + g * taps * cout, sums, s, layout);
-    }
-  });
+  if (layout == Layout::nchw && s.kernel_d > 1) {
+    group_sums_by_channel_blocks<KH, KW>(ops, input, grad_output, row_groups, group_sums.data(), s);
+  } else {
+    at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
+      std::vector<acc_t> sums;
+      for (int64_t g = begin; g < end; ++g) {
+        const Span group = row_groups.of(g);
+        add_rows<KH, KW>(ops, input, grad_output, group.begin, group.end,
+                         group_sums.data() + g * taps * cout, sums, s, layout);
+      }
+    });
+  }
   // Each entry's total: its groups' sums added in order, from zero. Group by group over all the
   // entries at once, in parts of them for the threads (the same additions per entry): entry by
   // entry, the groups' sums were taps * Cout apart and one thread added them all, while the others
