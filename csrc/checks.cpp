@@ -259,14 +259,6 @@ ConvShape check_direct_kernel_call(const char* op, const Tensor& input, const Te
   return s;
 }
 
-// Checks that the input and output are both dense in `format` (named `name`).
-void check_both_in(const char* op, const Tensor& input, const Tensor& output,
-                   at::MemoryFormat format, const char* name) {
-  TORCH_CHECK(input.is_contiguous(format) && output.is_contiguous(format), op,
-              ": expected input and output both ", name, " (dense), got strides ", input.strides(),
-              " and ", output.strides());
-}
-
 // Whether the input and output are both dense channels_last (true) or both contiguous (false: NCHW,
 // also where both layouts are one, as for 1x1 images); any other pair is refused. Volumes: the
 // same with channels_last_3d.
@@ -307,7 +299,10 @@ ConvShape check_grouped(const char* op, const Tensor& input, const Tensor& weigh
                         IntArrayRef dilation, int64_t groups) {
   const ConvShape s =
       check_direct_kernel_call(op, input, weight, output, stride, padding, dilation, groups);
-  check_both_in(op, input, output, at::MemoryFormat::ChannelsLast, "channels_last");
+  const auto last = at::MemoryFormat::ChannelsLast;
+  TORCH_CHECK(input.is_contiguous(last) && output.is_contiguous(last), op,
+              ": expected input and output both channels_last (dense), got strides ",
+              input.strides(), " and ", output.strides());
   return s;
 }
 

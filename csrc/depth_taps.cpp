@@ -94,8 +94,9 @@ bool slice_route_has_no_columns(const RouteChoice& choice) {
 // Whether NCDHW operands are worth their copies into channels_last_3d: where the plane's kernel
 // reads at least as many input values for the output pixels as the plane holds (kh*kw*OH*OW >=
 // H*W), so that the 3-D column route would write more column values than the copies do. A plane
-// strided past that (MViT's pooling, 3x3/(4,4): 9 * 14*14 against 56*56) keeps the 3-D route,
-// which the copies would slow down (benchmarks/NOTES.md, section 130).
+// strided past that (a 3x3/(4,4) kernel on 56x56: 9 * 14*14 against 56*56) keeps the 3-D route,
+// which the copies would slow down (measured on MViT's pooling, a depthwise volume that has kernels
+// of its own since: benchmarks/NOTES.md, sections 130 and 133).
 bool worth_copies(const ConvShape& s) {
   return s.kernel_h * s.kernel_w * s.out_height * s.out_width >= s.height * s.width;
 }

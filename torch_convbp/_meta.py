@@ -308,15 +308,6 @@ def _depthwise_weight_grad_fake(input, grad_output, stride, padding, dilation, g
     _check_depthwise("torch_convbp.depthwise_weight_grad", input, grad_weight, grad_output, stride, padding, dilation)
 
 
-def _check_both_in(op, input, output, memory_format, name):
-    """Mirrors check_both_in (csrc/checks.cpp)."""
-    torch._check(
-        input.is_contiguous(memory_format=memory_format) and output.is_contiguous(memory_format=memory_format),
-        lambda: f"{op}: expected input and output both {name} (dense), got strides "
-        f"{list(input.stride())} and {list(output.stride())}",
-    )
-
-
 def _check_depthwise_volumes(op, input, weight, output, stride, padding, dilation):
     """Mirrors check_depthwise_volumes (csrc/checks.cpp)."""
     _check_direct_kernel_call(op, input, weight, output, stride, padding, dilation, None, dims=3)
@@ -349,7 +340,11 @@ def _depthwise_conv3d_weight_grad_fake(input, grad_output, stride, padding, dila
 def _check_grouped(op, input, weight, output, stride, padding, dilation, groups):
     """Mirrors check_grouped (csrc/checks.cpp)."""
     _check_direct_kernel_call(op, input, weight, output, stride, padding, dilation, groups)
-    _check_both_in(op, input, output, torch.channels_last, "channels_last")
+    torch._check(
+        input.is_contiguous(memory_format=torch.channels_last) and output.is_contiguous(memory_format=torch.channels_last),
+        lambda: f"{op}: expected input and output both channels_last (dense), got strides "
+        f"{list(input.stride())} and {list(output.stride())}",
+    )
 
 
 @register_fake("torch_convbp::grouped_conv2d")
