@@ -267,7 +267,9 @@ def test_the_weight_gradient_of_volumes_on_any_thread_count(name, shape, multipl
                                                             dilation):
     """The same bits on 1, 2 and 3 threads, from either layout: fed NCDHW a kernel deeper than one
     slice is cut into blocks of 16 channels (the last one partial), each volume's block transposed
-    once, and every other call into groups of rows; neither cut changes an entry's order."""
+    once, where there are as many blocks as threads (the 37 channels' three blocks on 1 and 3
+    threads, 16 channels on 1), and every other call into groups of rows; neither cut changes an
+    entry's order."""
     x, weight, g = depthwise_operands(shape, multiplier, kernel, stride, padding, dilation, torch.float32)
     runs = []
     threads = torch.get_num_threads()

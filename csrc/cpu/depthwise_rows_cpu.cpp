@@ -408,6 +408,9 @@ struct RowGroups {
 
 // Channels of an NCDHW volume's block: a 64-byte cache line of float32.
 constexpr int64_t kVolumeBlock = 16;
+int64_t volume_blocks(const ConvShape& s) {
+  return (s.in_channels + kVolumeBlock - 1) / kVolumeBlock;
+}
 
 // The group sums [groups][taps][Cout] of NCDHW volumes whose kernel is deeper than one slice,
 // a block of channels at a time: each volume's block of x and of dy transposed once into NDHWC
@@ -415,15 +418,16 @@ constexpr int64_t kVolumeBlock = 16;
 // the block's group sums. Why: by output slices (add_rows) each input slice went into a band once
 // per depth tap reading it, three times for a 3-deep kernel, and those copies were most of the
 // time (benchmarks/NOTES.md, section 135). Each entry's order is add_rows's: its group's rows in
-// order, the groups of rows cut as by add_rows, so the bits are the same; the tasks are the blocks
-// (ceil(C / 16) pieces), each volume in turn.
+// order, the groups of rows cut as by add_rows, so the bits are the same; the tasks are the blocks,
+// each volume in turn: ceil(C / 16) pieces (taken where that gives every thread one, see
+// weight_grad_rows).
 template <int KH, int KW, class Ops, typename scalar_t, typename acc_t>
 void group_sums_by_channel_blocks(Ops ops, const scalar_t* input, const scalar_t* grad_output,
                                   const RowGroups& groups, acc_t* group_sums, const ConvShape& s) {
   const int64_t m = s.out_channels / s.in_channels, taps = s.taps(), cout = s.out_channels;
   const int64_t volume = s.input_rows() * s.width, out_volume = s.output_rows() * s.out_width;
   const int64_t volume_rows = s.output_rows();
-  const int64_t blocks = (s.in_channels + kVolumeBlock - 1) / kVolumeBlock;
+  const int64_t blocks = volume_blocks(s);
   if (groups.count == 0) return;
   at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
     std::vector<scalar_t> x_band, dy_band;
@@ -468,7 +472,10 @@ void weight_grad_rows(Ops ops, const scalar_t* input, const scalar_t* grad_outpu
   const int64_t groups = row_groups.count;
   // each group's sums [taps][Cout]
   std::vector<acc_t> group_sums(groups * taps * cout, acc_t(0));
-  if (layout == Layout::nchw && s.kernel_d > 1) {
+  // NCDHW volumes of a kernel deeper than one slice by blocks of channels where there are as many
+  // blocks as threads; on more threads (MViT's 96 channels are 6 blocks) by groups of rows, whose
+  // bits are the same, as only the cut into tasks depends on the thread count.
+  if (layout == Layout::nchw && s.kernel_d > 1 && volume_blocks(s) >= at::get_num_threads()) {
     group_sums_by_channel_blocks<KH, KW>(ops, input, grad_output, row_groups, group_sums.data(), s);
   } else {
     at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
