@@ -301,13 +301,11 @@ void nhwc_band(const scalar_t* image, int64_t channels, int64_t channel_stride, 
 }
 
 // `channels` consecutive planes of `size` pixels (a volume's block of channels) as one NHWC band
-// [size][channels].
+// [size][channels]: nhwc_band's one row of `size` pixels.
 template <typename scalar_t>
 void nhwc_volume(const scalar_t* planes, int64_t channels, int64_t size,
                  std::vector<scalar_t>& band) {
-  band.resize(size * channels);
-  if (band.empty()) return;
-  transpose_matrix(planes, size, band.data(), channels, channels, size, sizeof(scalar_t));
+  nhwc_band(planes, channels, size, size, 0, 1, band);
 }
 
 // The input slices (n, id) that output slice `slice` = (n, od) reads, one per depth tap kd inside
