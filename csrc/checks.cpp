@@ -250,9 +250,10 @@ ConvShape check_direct_kernel_call(const char* op, const Tensor& input, const Te
   TORCH_CHECK(output.sizes() == IntArrayRef(expected), op, ": expected output of size ",
               IntArrayRef(expected), ", got ", output.sizes());
   if (weight_layouts == WeightLayouts::contiguous_or_channels_last) {
-    TORCH_CHECK(weight.is_contiguous() || weight.is_contiguous(at::MemoryFormat::ChannelsLast), op,
-                ": expected a contiguous or channels_last (dense) weight, got strides ",
-                weight.strides());
+    const auto last = dims == 3 ? at::MemoryFormat::ChannelsLast3d : at::MemoryFormat::ChannelsLast;
+    TORCH_CHECK(weight.is_contiguous() || weight.is_contiguous(last), op,
+                ": expected a contiguous or ", dims == 3 ? "channels_last_3d" : "channels_last",
+                " (dense) weight, got strides ", weight.strides());
   } else {
     TORCH_CHECK(weight.is_contiguous(), op, ": expected a contiguous weight");
   }
@@ -308,20 +309,22 @@ ConvShape check_grouped(const char* op, const Tensor& input, const Tensor& weigh
 
 LayoutCall check_implicit_call(const char* op, const Tensor& input, const Tensor& weight,
                                const Tensor& output, IntArrayRef stride, IntArrayRef padding,
-                               IntArrayRef dilation, int64_t groups, Written written) {
-  const ConvShape s = check_direct_kernel_call(op, input, weight, output, stride, padding, dilation,
-                                               groups, WeightLayouts::contiguous_or_channels_last);
+                               IntArrayRef dilation, int64_t groups, Written written,
+                               int64_t dims) {
+  const ConvShape s =
+      check_direct_kernel_call(op, input, weight, output, stride, padding, dilation, groups,
+                               WeightLayouts::contiguous_or_channels_last, dims);
   const bool writes_output = written == Written::output;
   const Tensor& read = writes_output ? input : output;
   const Tensor& result = writes_output ? output : input;
   const char* read_name = writes_output ? "input" : "output";
   const char* result_name = writes_output ? "output" : "input";
-  const auto nhwc = at::MemoryFormat::ChannelsLast;
-  TORCH_CHECK(read.is_contiguous(nhwc), op, ": expected a channels_last (dense) ", read_name,
+  const auto nhwc = dims == 3 ? at::MemoryFormat::ChannelsLast3d : at::MemoryFormat::ChannelsLast;
+  const char* nhwc_name = dims == 3 ? "channels_last_3d" : "channels_last";
+  TORCH_CHECK(read.is_contiguous(nhwc), op, ": expected a ", nhwc_name, " (dense) ", read_name,
               ", got strides ", read.strides());
-  TORCH_CHECK(result.is_contiguous(nhwc) || result.is_contiguous(), op,
-              ": expected a channels_last or contiguous (dense) ", result_name, ", got strides ",
-              result.strides());
+  TORCH_CHECK(result.is_contiguous(nhwc) || result.is_contiguous(), op, ": expected a ", nhwc_name,
+              " or contiguous (dense) ", result_name, ", got strides ", result.strides());
   return {s, result.is_contiguous(nhwc)};
 }
 

@@ -82,11 +82,12 @@ ConvShape check_grouped(const char* op, const Tensor& input, const Tensor& weigh
 // transposes into its tap matrices in one pass from either) and the result the call writes dense
 // channels_last or contiguous (NCHW): the implicit route's forward (which writes the output) and
 // input gradient (which writes its input's gradient); the operand it reads dense channels_last.
-// Returns the shape and whether the result is channels_last.
+// Returns the shape and whether the result is channels_last. Volumes (dims 3): channels_last_3d.
 enum class Written { output, input };
 LayoutCall check_implicit_call(const char* op, const Tensor& input, const Tensor& weight,
                                const Tensor& output, IntArrayRef stride, IntArrayRef padding,
-                               IntArrayRef dilation, int64_t groups, Written written);
+                               IntArrayRef dilation, int64_t groups, Written written,
+                               int64_t dims = 2);
 
 // As check_grouped, but the input and output both contiguous or both dense channels_last, and the
 // weight contiguous or dense channels_last: the implicit route's weight gradient, which reads

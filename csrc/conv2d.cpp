@@ -299,10 +299,12 @@ Tensor flipped_transposed_weight(const Tensor& weight, const ConvShape& s, Layou
   return flipped;
 }
 
-// The weight as the implicit route's forward and input gradient take it: a channels_last weight as
-// it is (they transpose it into their tap matrices from either layout), any other contiguous.
+// The weight as the implicit route's forward and input gradient take it: a channels_last (or
+// channels_last_3d) weight as it is (they transpose it into their tap matrices from either
+// layout), any other contiguous.
 Tensor implicit_weight(const Tensor& weight) {
-  return weight.is_contiguous(at::MemoryFormat::ChannelsLast) ? weight : weight.contiguous();
+  return weight.is_contiguous(memory_format(Layout::nhwc, weight.dim())) ? weight
+                                                                         : weight.contiguous();
 }
 
 // The weight as the G matrices of `layout` in the GEMMs' dtype.
@@ -377,15 +379,6 @@ Tensor convolution_forward(const char* op, int64_t dims, const Tensor& input, co
                                          a.dilation, groups);
     return to_memory_format(activation_as_volume(y, *form, output_size(s)),
                             result_format(input, weight));
-  }
-  if (depth_taps_route(Operator::forward, s, {input})) {  // 2-D ones on slices, summed
-    const PlanarArguments a = planar_arguments(PlanarForm::depth_slices, s);
-    Tensor output = forward_by_depth_taps(input, weight, s, [&](const Tensor& x, const Tensor& w) {
-      return convolution_forward(op, 2, x, w, std::nullopt, a.stride, a.padding, a.dilation,
-                                 groups);
-    });
-    add_bias(output, bias, s);
-    return to_memory_format(output, result_format(input, weight));
   }
 
   const RouteChoice route = choose_route(Operator::forward, s, {input});
@@ -502,15 +495,6 @@ Tensor convolution_input_grad(const char* op, int64_t dims, const Tensor& grad_o
         size_as_planes(input_size, *form), a.stride, a.padding, a.dilation, groups);
     return to_memory_format(activation_as_volume(grad_input, *form, input_size),
                             result_format(grad_output, weight));
-  }
-  if (depth_taps_route(Operator::input_grad, s, {grad_output})) {  // 2-D ones on slices, summed
-    const PlanarArguments a = planar_arguments(PlanarForm::depth_slices, s);
-    const Tensor grad_input = input_grad_by_depth_taps(
-        grad_output, weight, s, [&](const Tensor& dy, const Tensor& w, IntArrayRef slices_size) {
-          return convolution_input_grad(op, 2, dy, w, slices_size, a.stride, a.padding, a.dilation,
-                                        groups);
-        });
-    return to_memory_format(grad_input, result_format(grad_output, weight));
   }
 
   const RouteChoice route = choose_route(Operator::input_grad, s, {grad_output});

@@ -1,7 +1,7 @@
-// 3-D convolutions as sums over their depth taps of 2-D convolutions on views (depth_taps.h).
+// The weight gradient of 3-D convolutions as sums over their depth taps of 2-D ones on views, and
+// the rule of the volumes that the implicit route computes (depth_taps.h).
 #include "depth_taps.h"
 
-#include <ATen/ops/empty.h>
 #include <ATen/ops/stack.h>
 #include <ATen/ops/zeros.h>
 
@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "checks.h"
-#include "plan.h"
 
 namespace torch_convbp {
 namespace {
@@ -27,45 +26,10 @@ TapSlices tap_slices(const ConvShape& s, int64_t t) {
   return {std::max<int64_t>(0, -offset), std::min(s.out_depth, s.depth - offset), offset};
 }
 
-// Volumes [first, first + volumes) of t [N, C, D, H, W], their slices [begin, begin + count), as
-// [volumes, count, C, H, W]: a view of channels_last_3d memory.
-struct SliceRun {
-  int64_t first, volumes, begin, count;
-  Tensor of(const Tensor& t) const {
-    return t.narrow(0, first, volumes).narrow(2, begin, count).transpose(1, 2);
-  }
-};
-
-// The run's slices as one batch of images [volumes * count, C, H, W], channels_last: a view where
-// they are every slice of each volume, or of one volume, else a copy.
-Tensor slice_batch(const Tensor& t, const SliceRun& run) {
-  const Tensor slices = run.of(t);
-  const at::IntArrayRef image = slices.sizes().slice(2);
-  if (run.count == t.size(2) || run.volumes == 1) {
-    return slices.flatten(0, 1);  // a view: the volumes' slices lie one run apart
-  }
-  Tensor batch = at::empty({run.volumes * run.count, image[0], image[1], image[2]},
-                           t.options().memory_format(at::MemoryFormat::ChannelsLast));
-  batch.view(slices.sizes()).copy_(slices);
-  return batch;
-}
-
-// The volumes a 2-D call takes at once: every volume, or as many as the workspace limit holds
-// their batch's copies and the call's result for (at least one). One call per depth tap over every
-// volume, rather than a call per volume and tap, gives the 2-D route a batch of N * count slices:
-// on few shallow slices (r3d_18's 256@4x14) the implicit route's tiles took a row or two each, and
-// each tile read every tap's weights from L3 (benchmarks/NOTES.md, section 129).
-int64_t volumes_per_call(const ConvShape& s) {
-  const int64_t slices = std::max(s.depth, s.out_depth);
-  const int64_t volume_bytes =
-      slices * (s.in_channels * s.height * s.width + s.out_channels * s.out_height * s.out_width) *
-      int64_t{sizeof(float)};
-  return std::clamp<int64_t>(workspace_limit() / std::max<int64_t>(volume_bytes, 1), 1, s.batch);
-}
-
-// (at::zeros ignores the options' memory format.)
-Tensor zeros_channels_last_3d(at::IntArrayRef size, const Tensor& like) {
-  return at::empty(size, like.options().memory_format(at::MemoryFormat::ChannelsLast3d)).zero_();
+// Slices [begin, begin + count) of volume n of t [N, C, D, H, W], as a batch of images [count,
+// C, H, W]: a view, channels_last images where t is channels_last_3d.
+Tensor slices_of(const Tensor& t, int64_t n, int64_t begin, int64_t count) {
+  return t.select(0, n).narrow(1, begin, count).transpose(0, 1);
 }
 
 // The operand in channels_last_3d memory, where the slices are NHWC images: itself, or (NCDHW)
@@ -83,9 +47,10 @@ Tensor channels_last_3d_strides(const Tensor& t) {
   return t.as_strided(t.sizes(), {c * d * h * w, 1, h * w * c, w * c, c});
 }
 
-// Whether the slices' 2-D route computes them with no column matrix, so that summing its results
-// over the depth taps costs a pass of the result per tap and nothing else: the implicit route
-// (GEMMs on views). (Depthwise volumes, which took the depthwise kernels on NHWC slices, have
+// Whether the slices' 2-D route computes them with no column matrix: the implicit route (GEMMs on
+// views), which then computes the volume's forward and input gradient whole (choose_route), and
+// whose weight gradient summed over the depth taps costs a pass of dW's taps per volume. (On the
+// column route the slices would write the same column values as vol2col. Depthwise volumes have
 // kernels of their own: benchmarks/NOTES.md, sections 130-133.)
 bool slice_route_has_no_columns(const RouteChoice& choice) {
   return choice.route == Route::implicit_nhwc;
@@ -105,11 +70,11 @@ bool worth_copies(const ConvShape& s) {
 
 std::optional<RouteChoice> depth_taps_route(Operator op, const ConvShape& s,
                                             at::TensorList activations) {
-  if (s.spatial_dims != 3 || s.kernel_d == 1 || s.stride_d != 1 || s.batch == 0) {
+  // (A depthwise volume has kernels of its own: choose_route.)
+  if (s.spatial_dims != 3 || s.kernel_d == 1 || s.stride_d != 1 || s.batch == 0 ||
+      s.is_depthwise()) {
     return std::nullopt;
   }
-  // A volume with kernels of its own (the depthwise ones) takes them.
-  if (choose_route(op, s, activations).route == Route::depthwise) return std::nullopt;
   for (const Tensor& t : activations) {
     const bool copied = !t.is_contiguous(at::MemoryFormat::ChannelsLast3d);
     if (!t.device().is_cpu() || t.scalar_type() != at::kFloat ||
@@ -125,7 +90,7 @@ std::optional<RouteChoice> depth_taps_route(Operator op, const ConvShape& s,
       {s.pad_h, s.pad_w}, {s.dilation_h, s.dilation_w}, s.groups);
   std::vector<Tensor> views;
   for (const Tensor& t : activations) {
-    views.push_back(slice_batch(channels_last_3d_strides(t), {0, 1, 0, count}));
+    views.push_back(slices_of(channels_last_3d_strides(t), 0, 0, count));
   }
   const RouteChoice choice = choose_route(op, plane, views);
   if (!slice_route_has_no_columns(choice)) return std::nullopt;
@@ -136,53 +101,6 @@ const char* depth_taps_why() {
   return "a 3-D convolution of channels_last_3d volumes (NCDHW ones copied into that format), "
          "depth stride 1: a sum over its depth taps of 2-D convolutions of each volume's slices, "
          "on the 2-D route ";
-}
-
-Tensor forward_by_depth_taps(const Tensor& input_as_given, const Tensor& weight, const ConvShape& s,
-                             const SliceForward& conv2d) {
-  const Tensor input = in_channels_last_3d(input_as_given);
-  Tensor output = zeros_channels_last_3d(
-      {s.batch, s.out_channels, s.out_depth, s.out_height, s.out_width}, input);
-  const int64_t per_call = volumes_per_call(s);
-  for (int64_t first = 0; first < s.batch; first += per_call) {
-    const int64_t volumes = std::min(per_call, s.batch - first);
-    for (int64_t t = 0; t < s.kernel_d; ++t) {
-      const TapSlices r = tap_slices(s, t);
-      if (r.count() <= 0) continue;
-      // Y[n, :, od] += conv2d(X[n, :, od + offset], W[:, :, t]) for the run of od, every volume
-      const SliceRun into{first, volumes, r.begin, r.count()},
-          from{first, volumes, r.begin + r.offset, r.count()};
-      const Tensor products = conv2d(slice_batch(input, from), weight.select(2, t));
-      Tensor run = into.of(output);
-      run.add_(products.view(run.sizes()));
-    }
-  }
-  return output;
-}
-
-Tensor input_grad_by_depth_taps(const Tensor& grad_output_as_given, const Tensor& weight,
-                                const ConvShape& s, const SliceInputGrad& conv2d_input_grad) {
-  const Tensor grad_output = in_channels_last_3d(grad_output_as_given);
-  Tensor grad_input =
-      zeros_channels_last_3d({s.batch, s.in_channels, s.depth, s.height, s.width}, grad_output);
-  const int64_t per_call = volumes_per_call(s);
-  for (int64_t first = 0; first < s.batch; first += per_call) {
-    const int64_t volumes = std::min(per_call, s.batch - first);
-    for (int64_t t = 0; t < s.kernel_d; ++t) {
-      const TapSlices r = tap_slices(s, t);
-      if (r.count() <= 0) continue;
-      // dX[n, :, od + offset] += conv2d_input_grad(dY[n, :, od], W[:, :, t]) for the run of od,
-      // every volume
-      const SliceRun from{first, volumes, r.begin, r.count()},
-          into{first, volumes, r.begin + r.offset, r.count()};
-      const Tensor products =
-          conv2d_input_grad(slice_batch(grad_output, from), weight.select(2, t),
-                            {volumes * r.count(), s.in_channels, s.height, s.width});
-      Tensor run = into.of(grad_input);
-      run.add_(products.view(run.sizes()));
-    }
-  }
-  return grad_input;
 }
 
 Tensor weight_grad_by_depth_taps(const Tensor& input_as_given, const Tensor& grad_output_as_given,
@@ -203,8 +121,8 @@ Tensor weight_grad_by_depth_taps(const Tensor& input_as_given, const Tensor& gra
     Tensor sum;
     for (int64_t n = 0; n < s.batch; ++n) {
       const Tensor term =
-          conv2d_weight_grad(slice_batch(input, {n, 1, r.begin + r.offset, r.count()}),
-                             slice_batch(grad_output, {n, 1, r.begin, r.count()}), tap_size);
+          conv2d_weight_grad(slices_of(input, n, r.begin + r.offset, r.count()),
+                             slices_of(grad_output, n, r.begin, r.count()), tap_size);
       sum = n == 0 ? term : sum.add_(term);
     }
     taps.push_back(sum);

@@ -26,7 +26,8 @@ using GroupedSignature = void(const Tensor&, const Tensor&, IntArrayRef, IntArra
                               int64_t, const Tensor&);
 
 // The geometry arguments of the kernels that take volumes too (im2col, col2im, the depthwise
-// kernels of volumes): 2 values each for a 2-D convolution, 3 (depth first) for a 3-D one.
+// and implicit kernels of volumes): 2 values each for a 2-D convolution, 3 (depth first) for a 3-D
+// one.
 struct ColumnArguments {
   std::vector<int64_t> kernel_size, stride, padding, dilation;
   explicit ColumnArguments(const ConvShape& s)
@@ -106,11 +107,18 @@ void call_implicit(ImplicitKernel kernel, const Tensor& a, const Tensor& weight,
       kernel_handle<GroupedSignature>("torch_convbp::implicit_conv2d_input_grad");
   static const auto weight_grad =
       kernel_handle<GroupedSignature>("torch_convbp::implicit_conv2d_weight_grad");
-  (kernel == ImplicitKernel::forward      ? forward
-   : kernel == ImplicitKernel::input_grad ? input_grad
-                                          : weight_grad)
-      .call(a, weight, {s.stride_h, s.stride_w}, {s.pad_h, s.pad_w}, {s.dilation_h, s.dilation_w},
-            s.groups, result);
+  static const auto volumes_forward =
+      kernel_handle<GroupedSignature>("torch_convbp::implicit_conv3d");
+  static const auto volumes_input_grad =
+      kernel_handle<GroupedSignature>("torch_convbp::implicit_conv3d_input_grad");
+  TORCH_INTERNAL_ASSERT(s.is_planar() || kernel != ImplicitKernel::weight_grad,
+                        "the implicit weight gradient computes images only");
+  const auto& handle =
+      kernel == ImplicitKernel::forward      ? (s.is_planar() ? forward : volumes_forward)
+      : kernel == ImplicitKernel::input_grad ? (s.is_planar() ? input_grad : volumes_input_grad)
+                                             : weight_grad;
+  const ColumnArguments v(s);
+  handle.call(a, weight, v.stride, v.padding, v.dilation, s.groups, result);
 }
 
 void call_transpose_copy(const Tensor& source, const Tensor& target) {

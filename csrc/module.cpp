@@ -56,7 +56,10 @@ std::tuple<std::string, std::string, std::string> route(
               {a.dilation.begin(), a.dilation.end()}, groups, planes);
     return {name, layout, torch_convbp::planar_form_why(*form) + std::string("(") + why + ")"};
   }
-  if (const auto slices = torch_convbp::depth_taps_route(which, s, activations)) {
+  const auto slices = which == Operator::weight_grad
+                          ? torch_convbp::depth_taps_route(which, s, activations)
+                          : std::nullopt;
+  if (slices) {
     return {torch_convbp::route_name(slices->route), torch_convbp::layout_name(slices->layout),
             torch_convbp::depth_taps_why() + std::string("(") + slices->why_route + "; " +
                 slices->why_layout + ")"};

@@ -104,6 +104,14 @@ TORCH_LIBRARY(torch_convbp, m) {
   m.def(
       "implicit_conv2d_weight_grad(Tensor input, Tensor grad_output, int[2] stride, "
       "int[2] padding, int[2] dilation, int groups, Tensor(a!) grad_weight) -> ()");
+  // The forward and input gradient of volumes likewise (channels_last_3d, the result also
+  // contiguous), their depth slices' rows as an image's rows.
+  m.def(
+      "implicit_conv3d(Tensor input, Tensor weight, int[3] stride, int[3] padding, "
+      "int[3] dilation, int groups, Tensor(a!) output) -> ()");
+  m.def(
+      "implicit_conv3d_input_grad(Tensor grad_output, Tensor weight, int[3] stride, "
+      "int[3] padding, int[3] dilation, int groups, Tensor(a!) grad_input) -> ()");
 }
 
 // The orchestration is the same on every device: it reaches the device through im2col/col2im.

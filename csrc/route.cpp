@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "cpu_features.h"
+#include "depth_taps.h"
 #include "env_choice.h"
 #include "gemm_choice.h"
 #include "plan.h"
@@ -435,6 +436,31 @@ RouteChoice choose_route(Operator op, const ConvShape& s, at::TensorList activat
               "its NHWC kernel (the same bits), through layout copies"};
     }
     return {Route::depthwise, operand_layout, why, why_operand_layout};
+  }
+
+  // A volume deeper than one slice whose slices would take the implicit route (depth_taps.h's
+  // rule): the implicit kernels compute it whole, its depth slices' rows as an image's rows and its
+  // kernel rows the (depth tap, kernel row) pairs (cpu/implicit_nhwc_cpu.cpp). Its weight gradient
+  // goes by depth taps (depth_taps.h).
+  if (!s.is_planar() && op != Operator::weight_grad && depth_taps_route(op, s, activations)) {
+    const char* why_layout =
+        "float32 channels_last_3d operands, or NCDHW ones through a copy into that format where "
+        "the plane's kernel reads at least as many input values as the plane holds";
+    if (op == Operator::forward) {
+      return {Route::implicit_nhwc, Layout::nhwc,
+              "a volume whose depth slices take the implicit route: a GEMM per tap on views of the "
+              "input (no column matrix), the kernel rows of every depth tap in turn",
+              why_layout};
+    }
+    return {Route::implicit_nhwc, Layout::nhwc,
+            input_grad_convolution(s)
+                ? "a volume whose depth slices take the implicit route: stride 1: the forward "
+                  "convolution of the output gradient, a GEMM per tap on views of it (no column "
+                  "matrix), the kernel rows of every depth tap in turn"
+                : "a volume whose depth slices take the implicit route: a GEMM per tap on views of "
+                  "the output gradient, added into the input gradient's pixels it reaches (no "
+                  "column matrix, no col2im)",
+            why_layout};
   }
 
   const bool gemms_in_own_dtype =

@@ -210,6 +210,9 @@ VOLUME_LAYERS = {
     "one-volume-in-row-bands": ((1, 4, 6, 20, 18), 8, (3, 3, 3), 1, 1, 1, 1, 40_000),
     "strided-asymmetric-grouped": ((3, 12, 5, 9, 8), 18, (3, 2, 3), (2, 1, 2), (1, 0, 1), (1, 2, 1), 3, None),
     "wide-groups-bands": ((2, 16, 4, 11, 9), 16, (3, 3, 3), (1, 2, 2), 1, 1, 1, 60_000),
+    # channels_last_3d float32 on a CPU with the GEMM micro-kernel: the implicit route's tiles of
+    # volumes (csrc/cpu/implicit_nhwc_cpu.cpp), bands of rows across depth slices and volumes
+    "implicit-volume-tiles": ((3, 16, 5, 14, 15), 24, (3, 3, 3), 1, 1, 1, 1, None),
     "pointwise-shortcut": ((4, 16, 4, 8, 8), 32, (1, 1, 1), (1, 2, 2), 0, 1, 1, None),
     "depthwise": ((2, 16, 4, 7, 7), 16, (3, 3, 3), 1, 1, 1, 16, None),
     "depthwise-multiplier-2-strided-in-depth": ((3, 8, 5, 9, 8), 16, (3, 3, 3), (2, 1, 2), (1, 1, 0), (2, 1, 1), 8, None),

@@ -281,6 +281,61 @@ def test_the_kernel_and_its_fake(microkernel):
         ops.implicit_conv2d(x, w, *args, out[:, :, :5])
 
 
+# (name, input [N, C, D, H, W], out channels, kernel, stride, padding, dilation, groups): volumes,
+# whose depth slices' rows are an image's rows and whose kernel rows are the (depth tap, kernel
+# row) pairs
+VOLUME_CASES = [
+    ("3x3x3 padded", (2, 16, 4, 7, 9), 24, (3, 3, 3), (1, 1, 1), (1, 1, 1), (1, 1, 1), 1),
+    ("asymmetric everything", (2, 16, 5, 8, 7), 16, (2, 3, 2), (2, 1, 2), (1, 0, 1), (2, 1, 2), 2),
+    ("padded past the depth's reach", (1, 16, 2, 6, 6), 16, (3, 3, 3), (1, 1, 1), (3, 1, 1), (1, 1, 1), 1),
+    ("a kernel one slice deep", (2, 16, 3, 6, 5), 16, (1, 3, 3), (1, 1, 1), (0, 1, 1), (1, 1, 1), 1),
+    # 3 input channels, one group, undilated along the width: a kernel row's taps in one call
+    ("an RGB stem's kernel rows", (2, 3, 4, 12, 14), 16, (3, 5, 5), (1, 2, 2), (1, 2, 2), (1, 1, 1), 1),
+]
+
+
+@pytest.mark.parametrize("kernel", ["forward", "input_grad"])
+@pytest.mark.parametrize("layout", [torch.channels_last_3d, torch.contiguous_format], ids=["channels_last_3d result", "contiguous result"])
+@pytest.mark.parametrize("name, size, cout, k, stride, padding, dilation, groups", VOLUME_CASES, ids=[c[0] for c in VOLUME_CASES])
+def test_the_volume_kernels(name, size, cout, k, stride, padding, dilation, groups, layout, kernel):
+    """implicit_conv3d and implicit_conv3d_input_grad on channels_last_3d operands (the input
+    gradient's of a strided layer scattered), into either layout: F.conv3d's values in float64
+    terms, each volume the same bits alone as in the batch and on 1 and 3 threads, opcheck, and
+    the checks that name the problem."""
+    g = torch.Generator().manual_seed(5)
+    cl3d = torch.channels_last_3d
+    w = torch.randn(cout, size[1] // groups, *k, generator=g).contiguous(memory_format=cl3d)
+    x = torch.randn(size, generator=g).contiguous(memory_format=cl3d)
+    y_size = F.conv3d(x, w, None, stride, padding, dilation, groups).shape
+    args = (list(stride), list(padding), list(dilation), groups)
+    if kernel == "forward":
+        op, a, result_size = ops.implicit_conv3d, x, y_size
+        expected = F.conv3d(x.double(), w.double(), None, stride, padding, dilation, groups)
+    else:
+        op, a, result_size = ops.implicit_conv3d_input_grad, torch.randn(y_size, generator=g).contiguous(memory_format=cl3d), size
+        x64 = x.double().requires_grad_()
+        (expected,) = torch.autograd.grad(F.conv3d(x64, w.double(), None, stride, padding, dilation, groups), x64, a.double())
+
+    def compute(a=a):
+        out = torch.empty(a.shape[0], *result_size[1:]).contiguous(memory_format=layout)
+        op(a, w, *args, out)
+        return out
+
+    out = compute()
+    assert out.is_contiguous(memory_format=layout)
+    torch.testing.assert_close(out.double(), expected, rtol=1e-4, atol=1e-4)
+    assert_same_bits_on_one_and_three_threads(compute, out)
+    for n in range(size[0]):
+        assert torch.equal(compute(a[n:n + 1]), out[n:n + 1])
+    opcheck(op.default, (a, w, *args, compute()))
+    with pytest.raises(RuntimeError, match=r"expected a channels_last_3d \(dense\)"):
+        op(a.contiguous(), w, *args, out)
+    with pytest.raises(RuntimeError, match="expected a 5-D input" if kernel == "forward" else "expected output of size"):
+        op(a[0], w, *args, out)
+    with pytest.raises(RuntimeError, match="computes float32 and bfloat16 only, got Double"):
+        op(a.double(), w.double(), *args, out.double())
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("kernel", ["forward", "input_grad"])
 def test_an_image_gets_the_same_bits_in_any_batch(kernel, dtype, microkernel):

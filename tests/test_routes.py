@@ -244,10 +244,12 @@ def test_volumes_that_are_planar_take_the_2d_routes(name, x_size, w_size, stride
 
 
 # (name, input size, weight size, stride, padding, dilation, groups): 3-D convolutions deeper than
-# one slice, of depth stride 1, which channels_last_3d float32 operands compute as sums over the
-# depth taps of 2-D convolutions of each volume's slices (csrc/depth_taps.h), where those take
-# a 2-D route with no column matrix: the implicit one (a depthwise volume, whose slices would take
-# the depthwise kernels, has kernels of its own: tests/test_route_depthwise.py)
+# one slice, of depth stride 1, whose slices' 2-D route in channels_last_3d float32 is one with no
+# column matrix, the implicit one: that route computes the volume's forward and input gradient
+# (csrc/cpu/implicit_nhwc_cpu.cpp, a volume's kernel rows its (depth tap, kernel row) pairs), and
+# its weight gradient is the sum over the depth taps of 2-D weight gradients of each volume's
+# slices (csrc/depth_taps.h). A depthwise volume, whose slices would take the depthwise kernels,
+# has kernels of its own (tests/test_route_depthwise.py).
 DEEP_VOLUMES = [
     ("r3d 3x3x3", (2, 16, 4, 14, 15), (16, 16, 3, 3, 3), (1, 1, 1), (1, 1, 1), (1, 1, 1), 1),
     ("asymmetric, strided in the plane", (1, 16, 5, 16, 14), (24, 16, 2, 3, 3), (1, 2, 1), (0, 1, 1), (1, 1, 1), 1),
@@ -256,12 +258,8 @@ DEEP_VOLUMES = [
     ("groups of 16", (2, 32, 3, 14, 14), (32, 16, 3, 3, 3), (1, 1, 1), (1, 1, 1), (1, 1, 1), 2),
     ("depthwise 3x3x3", (2, 16, 4, 10, 11), (16, 1, 3, 3, 3), (1, 1, 1), (1, 1, 1), (1, 1, 1), 16),
 ]
-
-
-def sums_over_depth_taps(planar_route):
-    """Whether a volume whose slices take this 2-D route sums them over its depth taps: a route
-    with no column matrix (csrc/depth_taps.cpp), the implicit one."""
-    return planar_route.route == "implicit_nhwc"
+IMPLICIT_VOLUME = "a volume whose depth slices take the implicit route"
+BY_DEPTH_TAPS = "a 3-D convolution of channels_last_3d volumes"
 
 
 def tap_runs(depth, out_depth, kernel_d, pad_d, dilation_d):
@@ -276,23 +274,17 @@ def slices(t, n, begin, end):
     return t[n].transpose(0, 1)[begin:end]  # [end - begin, C, H, W], channels_last
 
 
-@pytest.mark.parametrize("one_volume_a_call", [False, True], ids=["volumes batched", "one volume a call"])
 @pytest.mark.parametrize("name, x_size, w_size, stride, padding, dilation, groups", DEEP_VOLUMES, ids=[r[0] for r in DEEP_VOLUMES])
-def test_deep_channels_last_volumes_sum_2d_convolutions_over_their_depth_taps(name, x_size, w_size, stride, padding, dilation, groups,
-                                                                                one_volume_a_call):
+def test_deep_volumes_whose_slices_take_the_implicit_route(name, x_size, w_size, stride, padding, dilation, groups):
     """Where the slices' 2-D route is the implicit one (a depthwise volume takes the kernels of
-    volumes), each operator gives
-    the bits of the sum over the depth taps, in order, of the 2-D operators on
-    the test's own views of the slices (and, for the weight gradient, over the volumes in order),
-    and explain() says so; elsewhere the 3-D route. Either way F.conv3d's values in
-    channels_last_3d, and opcheck. NCDHW operands give the same bits in NCDHW (copied into
-    channels_last_3d) where the plane's kernel reads at least as many values as the plane holds,
-    else take the 3-D route; float64 never takes it (gradcheck of the operators: the 3-D tests).
-    The forward and the input gradient call the implicit route once per tap on the slices of every
-    volume (copied into one batch where a tap reaches only some of each volume's), or, where the
-    workspace limit holds one volume's only, per volume: the same bits either way."""
-    if one_volume_a_call:
-        torch_convbp.set_workspace_limit(1)
+    volumes), the forward and the input gradient take the implicit route on the volume, each
+    volume's result the same bits alone as in the batch, and the weight gradient gives the bits of
+    the sum over the depth taps, in order, of the 2-D weight gradients on the test's own views of
+    the slices, over the volumes in order; explain() says so. Elsewhere the 3-D route. Either way
+    F.conv3d's values in channels_last_3d, and opcheck. NCDHW operands give the same bits in NCDHW
+    (copied into channels_last_3d) where the plane's kernel reads at least as many values as the
+    plane holds, else take the 3-D route; float64 never takes it (gradcheck of the operators: the
+    3-D tests)."""
     g = torch.Generator().manual_seed(0)
     cl3d = torch.channels_last_3d
     x = torch.randn(x_size, generator=g).contiguous(memory_format=cl3d)
@@ -320,25 +312,19 @@ def test_deep_channels_last_volumes_sum_2d_convolutions_over_their_depth_taps(na
         # a depthwise volume has kernels of its own (tests/test_route_depthwise.py)
         own_kernel = planar_route.route == "depthwise"
         assert route.reason.startswith("one input channel per group, a volume") == own_kernel, route
-        by_taps = sums_over_depth_taps(planar_route) and not own_kernel
-        assert route.reason.startswith("a 3-D convolution of channels_last_3d volumes") == by_taps, route
-        if not by_taps:
+        implicit = planar_route.route == "implicit_nhwc" and not own_kernel
+        weight_grad = route.operator == "weight_grad"
+        assert route.reason.startswith(IMPLICIT_VOLUME) == (implicit and not weight_grad), route
+        assert route.reason.startswith(BY_DEPTH_TAPS) == (implicit and weight_grad), route
+        if not implicit:
             continue
-        assert route.route == planar_route.route
+        assert route.route == "implicit_nhwc"
         if route.operator == "forward":
-            expected = torch.zeros_like(y)
-            for n in range(n_volumes):
-                for t, begin, end, offset in runs:
-                    slices(expected, n, begin, end).add_(ops.conv2d(slices(x, n, begin + offset, end + offset), w[:, :, t], None, *planar))
-            assert torch.equal(y, expected)
+            for n in range(n_volumes):  # a volume's tiles' sums do not depend on the batch
+                assert torch.equal(y[n:n + 1], ops.conv3d(x[n:n + 1], w, None, *args))
         elif route.operator == "input_grad":
-            expected = torch.zeros_like(x)
             for n in range(n_volumes):
-                for t, begin, end, offset in runs:
-                    size = [end - begin, *x_size[1:2], *x_size[3:]]
-                    term = ops.conv2d_input_grad(slices(grad, n, begin, end), w[:, :, t], size, *planar)
-                    slices(expected, n, begin + offset, end + offset).add_(term)
-            assert torch.equal(dx, expected)
+                assert torch.equal(dx[n:n + 1], ops.conv3d_input_grad(grad[n:n + 1], w, [1, *x_size[1:]], *args))
         else:
             expected = torch.zeros(w_size)
             for t, begin, end, offset in runs:
@@ -349,9 +335,9 @@ def test_deep_channels_last_volumes_sum_2d_convolutions_over_their_depth_taps(na
                     terms[0].add_(term)
                 expected[:, :, t] = terms[0]
             assert torch.equal(dw, expected)
-    assert not any(r.reason.startswith("a 3-D convolution of channels_last_3d")  # float64 never
+    assert not any(r.reason.startswith((IMPLICIT_VOLUME, BY_DEPTH_TAPS))  # float64 never
                    for r in torch_convbp.explain(x.double(), w.double(), *args))
-    # NCDHW operands take the depth taps where channels_last_3d ones do and the plane's kernel
+    # NCDHW operands take these routes where channels_last_3d ones do and the plane's kernel
     # reads at least as many values as the plane holds (kh*kw*OH*OW >= H*W), through copies into
     # that format: the same bits, in their own format.
     copies_pay = w_size[3] * w_size[4] * y.shape[3] * y.shape[4] >= x_size[3] * x_size[4]
@@ -362,10 +348,10 @@ def test_deep_channels_last_volumes_sum_2d_convolutions_over_their_depth_taps(na
     for route, ncdhw_route in zip(routes, torch_convbp.explain(x_, w_, *args, grad_output=grad_)):
         ncdhw, channels_last = results[route.operator]
         assert ncdhw.is_contiguous()
-        if route.reason.startswith("a 3-D convolution of channels_last_3d volumes") and copies_pay:
+        if route.reason.startswith((IMPLICIT_VOLUME, BY_DEPTH_TAPS)) and copies_pay:
             assert ncdhw_route.reason == route.reason and torch.equal(ncdhw, channels_last)
         else:
-            assert not ncdhw_route.reason.startswith("a 3-D convolution of channels_last_3d volumes")
+            assert not ncdhw_route.reason.startswith((IMPLICIT_VOLUME, BY_DEPTH_TAPS))
             torch.testing.assert_close(ncdhw, channels_last, rtol=1e-4, atol=1e-3)
     opcheck(ops.conv3d.default, (x, w, None, *args))
     opcheck(ops.conv3d_input_grad.default, (grad, w, list(x_size), *args))

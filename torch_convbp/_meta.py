@@ -269,9 +269,10 @@ def _check_direct_kernel_call(
         list(output.shape) == expected, lambda: f"{op}: expected output of size {expected}, got {list(output.shape)}"
     )
     if channels_last_weight:
+        last, name = (torch.channels_last_3d, "channels_last_3d") if dims == 3 else (torch.channels_last, "channels_last")
         torch._check(
-            weight.is_contiguous() or weight.is_contiguous(memory_format=torch.channels_last),
-            lambda: f"{op}: expected a contiguous or channels_last (dense) weight, got strides {list(weight.stride())}",
+            weight.is_contiguous() or weight.is_contiguous(memory_format=last),
+            lambda: f"{op}: expected a contiguous or {name} (dense) weight, got strides {list(weight.stride())}",
         )
     else:
         torch._check(weight.is_contiguous(), lambda: f"{op}: expected a contiguous weight")
@@ -369,15 +370,15 @@ def _check_implicit_dtype(op, t, group_in):
 def _check_implicit_call(op, read, read_name, result, result_name, group_in):
     """Mirrors check_implicit_call (csrc/checks.cpp) past the shared checks, then check_dtype
     (csrc/cpu/implicit_nhwc_cpu.cpp) as _check_implicit_dtype, and its refusal of a bfloat16
-    result in NCHW."""
-    nhwc = torch.channels_last
+    result in NCHW. Volumes: channels_last_3d."""
+    nhwc, name = (torch.channels_last_3d, "channels_last_3d") if read.dim() == 5 else (torch.channels_last, "channels_last")
     torch._check(
         read.is_contiguous(memory_format=nhwc),
-        lambda: f"{op}: expected a channels_last (dense) {read_name}, got strides {list(read.stride())}",
+        lambda: f"{op}: expected a {name} (dense) {read_name}, got strides {list(read.stride())}",
     )
     torch._check(
         result.is_contiguous(memory_format=nhwc) or result.is_contiguous(),
-        lambda: f"{op}: expected a channels_last or contiguous (dense) {result_name}, got strides {list(result.stride())}",
+        lambda: f"{op}: expected a {name} or contiguous (dense) {result_name}, got strides {list(result.stride())}",
     )
     _check_implicit_dtype(op, read, group_in)
     torch._check(
@@ -386,19 +387,40 @@ def _check_implicit_call(op, read, read_name, result, result_name, group_in):
     )
 
 
+def _implicit_forward_fake(op, dims, input, weight, stride, padding, dilation, groups, output):
+    """Mirrors implicit_forward (csrc/cpu/implicit_nhwc_cpu.cpp): images (dims 2) or volumes (3)."""
+    _check_direct_kernel_call(op, input, weight, output, stride, padding, dilation, groups, channels_last_weight=True, dims=dims)
+    _check_implicit_call(op, input, "input", output, "output", weight.shape[1])
+
+
+def _implicit_input_grad_fake(op, dims, grad_output, weight, stride, padding, dilation, groups, grad_input):
+    """Mirrors implicit_input_grad (csrc/cpu/implicit_nhwc_cpu.cpp): images (dims 2) or volumes (3)."""
+    _check_direct_kernel_call(op, grad_input, weight, grad_output, stride, padding, dilation, groups, channels_last_weight=True, dims=dims)
+    _check_implicit_call(op, grad_output, "output", grad_input, "input", weight.shape[0] // groups)
+
+
 @register_fake("torch_convbp::implicit_conv2d")
 def _implicit_conv2d_fake(input, weight, stride, padding, dilation, groups, output):
-    op = "torch_convbp.implicit_conv2d"
-    _check_direct_kernel_call(op, input, weight, output, stride, padding, dilation, groups, channels_last_weight=True)
-    _check_implicit_call(op, input, "input", output, "output", weight.shape[1])
+    _implicit_forward_fake("torch_convbp.implicit_conv2d", 2, input, weight, stride, padding, dilation, groups, output)
 
 
 @register_fake("torch_convbp::implicit_conv2d_input_grad")
 def _implicit_conv2d_input_grad_fake(grad_output, weight, stride, padding, dilation, groups, grad_input):
-    """Mirrors implicit_conv2d_input_grad_cpu (csrc/cpu/implicit_nhwc_cpu.cpp)."""
-    op = "torch_convbp.implicit_conv2d_input_grad"
-    _check_direct_kernel_call(op, grad_input, weight, grad_output, stride, padding, dilation, groups, channels_last_weight=True)
-    _check_implicit_call(op, grad_output, "output", grad_input, "input", weight.shape[0] // groups)
+    _implicit_input_grad_fake(
+        "torch_convbp.implicit_conv2d_input_grad", 2, grad_output, weight, stride, padding, dilation, groups, grad_input
+    )
+
+
+@register_fake("torch_convbp::implicit_conv3d")
+def _implicit_conv3d_fake(input, weight, stride, padding, dilation, groups, output):
+    _implicit_forward_fake("torch_convbp.implicit_conv3d", 3, input, weight, stride, padding, dilation, groups, output)
+
+
+@register_fake("torch_convbp::implicit_conv3d_input_grad")
+def _implicit_conv3d_input_grad_fake(grad_output, weight, stride, padding, dilation, groups, grad_input):
+    _implicit_input_grad_fake(
+        "torch_convbp.implicit_conv3d_input_grad", 3, grad_output, weight, stride, padding, dilation, groups, grad_input
+    )
 
 
 @register_fake("torch_convbp::implicit_conv2d_weight_grad")

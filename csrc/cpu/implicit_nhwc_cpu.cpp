@@ -3,6 +3,7 @@
 // micro-kernel (at::native::cpublas::brgemm). Two operators: the forward convolution, and the
 // input gradient: of a stride-1 convolution itself such a convolution (input_grad_convolution,
 // shape.h) of dY, of a strided one the same GEMMs scattered into dX's pixels (TileProducts).
+// Each of images, and of volumes, whose depth slices' rows are an image's rows (TileProducts).
 // (The weight gradient: implicit_weight_grad_cpu.cpp.)
 //
 // For one group, the output row (n, oh) of channels [co, co + nb) is
@@ -71,6 +72,12 @@ constexpr int64_t kTilePixels = 128;
 //   they come, with no column matrix (benchmarks/NOTES.md, section 111). B is then the weight's
 //   tap itself, [Cout/G, C/G]: the input gradient's tap matrices, whose taps are reversed, read
 //   from the end.
+// A volume [N, C, D, H, W] is the same with its depth slices' rows as an image's rows (row
+// d*H + h) and its kernel rows the (depth tap, kernel row) pairs (kernel row kd*kh + ki): result
+// row (od, oh) takes, at kernel row (kd, ki), source row (id, ih) where the depth and the height
+// each map as above, and the taps (kd, ki, kj) come in that order, a 5-D weight's memory order.
+// So a volume's every output sums its kd*kh*kw taps in one pass of its tile, where sums over the
+// depth taps of 2-D convolutions passed the result once per tap (benchmarks/NOTES.md, section 136).
 // The source is NHWC; the result NHWC, or, in float32, NCHW (result_nchw): each tile's sums then
 // transposed into the result's planes while in cache, where a layout copy after the call was one
 // more pass over the result in memory (benchmarks/NOTES.md, section 111).
@@ -79,22 +86,40 @@ struct TileProducts {
   bool scatter;
   bool result_nchw = false;
 
-  int64_t result_height() const { return scatter ? s.height : s.out_height; }
+  // rows per image (depth slices times rows) and kernel rows (depth taps times kernel rows)
+  int64_t result_height() const { return scatter ? s.input_rows() : s.output_rows(); }
   int64_t result_width() const { return scatter ? s.width : s.out_width; }
   int64_t result_channels() const { return scatter ? s.in_channels : s.out_channels; }
-  int64_t source_height() const { return scatter ? s.out_height : s.height; }
+  int64_t source_height() const { return scatter ? s.output_rows() : s.input_rows(); }
   int64_t source_width() const { return scatter ? s.out_width : s.width; }
   int64_t source_channels() const { return scatter ? s.out_channels : s.in_channels; }
-  int64_t b_tap(int64_t ki, int64_t kj) const {
-    const int64_t tap = ki * s.kernel_w + kj;
+  int64_t kernel_rows() const { return s.kernel_d * s.kernel_h; }
+  int64_t b_tap(int64_t kr, int64_t kj) const {
+    const int64_t tap = kr * s.kernel_w + kj;
     return scatter ? s.taps() - 1 - tap : tap;
   }
-  // The source row that result row `row` (of an image) takes at kernel row ki, or -1 (none).
-  int64_t source_row(int64_t row, int64_t ki) const {
-    if (!scatter) return input_row(s, row, ki);
-    const int64_t on_stride = row + s.pad_h - ki * s.dilation_h;
-    if (on_stride < 0 || on_stride % s.stride_h != 0) return -1;
-    return on_stride / s.stride_h < s.out_height ? on_stride / s.stride_h : -1;
+  // The source row that result row `row` (of an image) takes at kernel row kr, or -1 (none).
+  int64_t source_row(int64_t row, int64_t kr) const {
+    const int64_t result_rows = scatter ? s.height : s.out_height;
+    const int64_t slice = source_index(row / result_rows, kr / s.kernel_h, s.stride_d, s.pad_d,
+                                       s.dilation_d, scatter ? s.out_depth : s.depth);
+    const int64_t plane_row = source_index(row % result_rows, kr % s.kernel_h, s.stride_h, s.pad_h,
+                                           s.dilation_h, scatter ? s.out_height : s.height);
+    if (slice < 0 || plane_row < 0) return -1;
+    return slice * (scatter ? s.out_height : s.height) + plane_row;
+  }
+
+ private:
+  // Along one dimension: the source index that result index i takes at kernel index k, or -1.
+  int64_t source_index(int64_t i, int64_t k, int64_t stride, int64_t pad, int64_t dilation,
+                       int64_t size) const {
+    if (!scatter) {
+      const int64_t in = input_index(i, stride, pad, k, dilation);
+      return in >= 0 && in < size ? in : -1;
+    }
+    const int64_t on_stride = i + pad - k * dilation;
+    if (on_stride < 0 || on_stride % stride != 0) return -1;
+    return on_stride / stride < size ? on_stride / stride : -1;
   }
 };
 
@@ -150,19 +175,20 @@ void tile(const T* x, const TapMatrices<T>& w, T* y, float* sums, T* padded, con
   const auto sum_row = [&](int64_t r) {
     return in_place ? reinterpret_cast<float*>(out_row(r)) : sums + r * width * count;
   };
-  const auto source_row_of = [&](int64_t r, int64_t ki) -> const T* {
+  const auto source_row_of = [&](int64_t r, int64_t kr) -> const T* {
     const int64_t n = (first_row + r) / p.result_height();
-    const int64_t source_row = p.source_row((first_row + r) % p.result_height(), ki);
+    const int64_t source_row = p.source_row((first_row + r) % p.result_height(), kr);
     if (source_row < 0) return nullptr;
     return x + (n * p.source_height() + source_row) * p.source_width() * p.source_channels() +
            g * group_k;
   };
-  const bool kernel_rows = !p.scatter && implicit_merges_kernel_rows(s);
-  // The first kernel row whose call writes row r's sums (kernel_h: none reads inside the image).
+  const bool merged_rows = !p.scatter && implicit_merges_kernel_rows(s);
+  // The first kernel row whose call writes row r's sums (kernel_rows: none reads inside the image).
+  const int64_t kernel_rows = p.kernel_rows();
   const auto first_kernel_row = [&](int64_t r) {
-    int64_t ki = 0;
-    while (ki < s.kernel_h && source_row_of(r, ki) == nullptr) ++ki;
-    return ki;
+    int64_t kr = 0;
+    while (kr < kernel_rows && source_row_of(r, kr) == nullptr) ++kr;
+    return kr;
   };
   // The first kernel column whose tap reads inside the image's width (kernel_w: none does).
   int64_t first_kernel_column = 0;
@@ -170,7 +196,7 @@ void tile(const T* x, const TapMatrices<T>& w, T* y, float* sums, T* padded, con
     ++first_kernel_column;
   }
   const auto gathers_row = [&](int64_t r) {  // whether row r's first call stores
-    return !p.scatter && first_kernel_row(r) < s.kernel_h && first_kernel_column < s.kernel_w;
+    return !p.scatter && first_kernel_row(r) < kernel_rows && first_kernel_column < s.kernel_w;
   };
   const auto zero_columns = [&](int64_t r, int64_t begin, int64_t end) {
     for (int64_t ow = begin; ow < end; ++ow) std::fill_n(sum_row(r) + ow * ldc, count, 0.f);
@@ -178,28 +204,28 @@ void tile(const T* x, const TapMatrices<T>& w, T* y, float* sums, T* padded, con
   for (int64_t r = 0; r < rows; ++r) {  // zeros, where the calls add to them
     if (!gathers_row(r)) zero_columns(r, 0, width);
   }
-  for (int64_t ki = 0; ki < s.kernel_h; ++ki) {
-    if (kernel_rows) {
-      const T* b = w.of(g, ki * s.kernel_w) + TapMatrices<T>::column(co);  // kw taps' rows
+  for (int64_t kr = 0; kr < kernel_rows; ++kr) {
+    if (merged_rows) {
+      const T* b = w.of(g, kr * s.kernel_w) + TapMatrices<T>::column(co);  // kw taps' rows
       for (int64_t r = 0; r < rows; ++r) {
-        const T* x_row = source_row_of(r, ki);
+        const T* x_row = source_row_of(r, kr);
         if (x_row == nullptr) continue;
         padded_source_row(x_row, s.pad_w, s.width, group_k, padded_row_width(s, width), padded);
         // [OW, nb] (+)= [OW, kw*K] @ [kw*K, nb]: A's rows overlap, stride_w pixels apart
         micro_gemm(width, count, s.kernel_w * group_k, padded, s.stride_w * group_k, b, w.ldb,
-                   sum_row(r), ldc, /*add=*/ki > first_kernel_row(r));
+                   sum_row(r), ldc, /*add=*/kr > first_kernel_row(r));
       }
       continue;
     }
     for (int64_t kj = 0; kj < s.kernel_w; ++kj) {
       const TapRun run = tap_run(p, kj);
       if (run.pixels <= 0) continue;
-      const T* b = w.of(g, p.b_tap(ki, kj)) + TapMatrices<T>::column(co);
+      const T* b = w.of(g, p.b_tap(kr, kj)) + TapMatrices<T>::column(co);
       for (int64_t r = 0; r < rows; ++r) {
-        const T* x_row = source_row_of(r, ki);
+        const T* x_row = source_row_of(r, kr);
         if (x_row == nullptr) continue;
         const bool stores =
-            gathers_row(r) && ki == first_kernel_row(r) && kj == first_kernel_column;
+            gathers_row(r) && kr == first_kernel_row(r) && kj == first_kernel_column;
         if (stores) {  // the columns this call does not write
           zero_columns(r, 0, run.result_column);
           zero_columns(r, run.result_column + run.pixels, width);
@@ -286,12 +312,12 @@ void check_dtype(const char* op, const Tensor& t, int64_t group_in, bool result_
               ": writes bfloat16 results channels_last only (contiguous ones: float32)");
 }
 
-void implicit_conv2d_cpu(const Tensor& input, const Tensor& weight, IntArrayRef stride,
-                         IntArrayRef padding, IntArrayRef dilation, int64_t groups,
-                         const Tensor& output) {
-  constexpr const char* op = "torch_convbp.implicit_conv2d";
+// The forward of images (dims 2) or volumes (dims 3).
+void implicit_forward(const char* op, int64_t dims, const Tensor& input, const Tensor& weight,
+                      IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation, int64_t groups,
+                      const Tensor& output) {
   const auto [s, channels_last] = check_implicit_call(op, input, weight, output, stride, padding,
-                                                      dilation, groups, Written::output);
+                                                      dilation, groups, Written::output, dims);
   check_dtype(op, input, s.in_channels / s.groups, channels_last);
   if (output.numel() == 0) return;
   if (input.scalar_type() == at::kFloat) {
@@ -321,12 +347,12 @@ void input_grad(const Tensor& grad_output, const Tensor& weight, const ConvShape
                        grad_input);
 }
 
-void implicit_conv2d_input_grad_cpu(const Tensor& grad_output, const Tensor& weight,
-                                    IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
-                                    int64_t groups, const Tensor& grad_input) {
-  constexpr const char* op = "torch_convbp.implicit_conv2d_input_grad";
-  const auto [s, channels_last] = check_implicit_call(op, grad_input, weight, grad_output, stride,
-                                                      padding, dilation, groups, Written::input);
+// The input gradient of images (dims 2) or volumes (dims 3).
+void implicit_input_grad(const char* op, int64_t dims, const Tensor& grad_output,
+                         const Tensor& weight, IntArrayRef stride, IntArrayRef padding,
+                         IntArrayRef dilation, int64_t groups, const Tensor& grad_input) {
+  const auto [s, channels_last] = check_implicit_call(
+      op, grad_input, weight, grad_output, stride, padding, dilation, groups, Written::input, dims);
   check_dtype(op, grad_output, s.out_channels / s.groups, channels_last);
   if (grad_input.numel() == 0) return;
   if (grad_output.numel() == 0) {
@@ -340,11 +366,41 @@ void implicit_conv2d_input_grad_cpu(const Tensor& grad_output, const Tensor& wei
   }
 }
 
+void implicit_conv2d_cpu(const Tensor& input, const Tensor& weight, IntArrayRef stride,
+                         IntArrayRef padding, IntArrayRef dilation, int64_t groups,
+                         const Tensor& output) {
+  implicit_forward("torch_convbp.implicit_conv2d", 2, input, weight, stride, padding, dilation,
+                   groups, output);
+}
+
+void implicit_conv2d_input_grad_cpu(const Tensor& grad_output, const Tensor& weight,
+                                    IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
+                                    int64_t groups, const Tensor& grad_input) {
+  implicit_input_grad("torch_convbp.implicit_conv2d_input_grad", 2, grad_output, weight, stride,
+                      padding, dilation, groups, grad_input);
+}
+
+void implicit_conv3d_cpu(const Tensor& input, const Tensor& weight, IntArrayRef stride,
+                         IntArrayRef padding, IntArrayRef dilation, int64_t groups,
+                         const Tensor& output) {
+  implicit_forward("torch_convbp.implicit_conv3d", 3, input, weight, stride, padding, dilation,
+                   groups, output);
+}
+
+void implicit_conv3d_input_grad_cpu(const Tensor& grad_output, const Tensor& weight,
+                                    IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
+                                    int64_t groups, const Tensor& grad_input) {
+  implicit_input_grad("torch_convbp.implicit_conv3d_input_grad", 3, grad_output, weight, stride,
+                      padding, dilation, groups, grad_input);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(torch_convbp, CPU, m) {
   m.impl("implicit_conv2d", &implicit_conv2d_cpu);
   m.impl("implicit_conv2d_input_grad", &implicit_conv2d_input_grad_cpu);
+  m.impl("implicit_conv3d", &implicit_conv3d_cpu);
+  m.impl("implicit_conv3d_input_grad", &implicit_conv3d_input_grad_cpu);
 }
 
 }  // namespace torch_convbp

@@ -159,7 +159,8 @@ void over_padded_chunks(const Tensor& source, int64_t rows, int64_t source_width
 }  // namespace
 
 bool takes_padded_rows(const ConvShape& s) {
-  return s.dilation_w == 1 && s.groups == 1 && s.in_channels <= most_merged_channels();
+  return s.is_planar() && s.dilation_w == 1 && s.groups == 1 &&
+         s.in_channels <= most_merged_channels();
 }
 
 void padded_convolution(const Tensor& x, const TapMatrices<T>& w, const ConvShape& s,

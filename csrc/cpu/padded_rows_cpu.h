@@ -11,8 +11,8 @@
 
 namespace torch_convbp {
 
-// Whether the forward of convolution `s` takes padded rows: one group, undilated along the width,
-// up to most_merged_channels() input channels.
+// Whether the forward of convolution `s` takes padded rows: a 2-D one of one group, undilated
+// along the width, up to most_merged_channels() input channels (volumes take the tiles).
 bool takes_padded_rows(const ConvShape& s);
 
 // y (NHWC) = the convolution `s` of x (NHWC), bfloat16, w the forward's tap matrices.

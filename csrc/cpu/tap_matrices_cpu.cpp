@@ -25,8 +25,8 @@ void channels_last_tap_rows(const Tensor& weight, const ConvShape& s, bool input
                             const Tensor& rows) {
   const int64_t groups = s.groups, taps = s.taps();
   const int64_t a_size = s.out_channels / groups, b_size = s.in_channels / groups;
-  // the weight's memory, [Cout, kh, kw, C/G], as [G, A, taps, B]
-  const Tensor memory = weight.permute({0, 2, 3, 1}).view({groups, a_size, taps, b_size});
+  // the weight's memory, [Cout, (kd,) kh, kw, C/G], as [G, A, taps, B]
+  const Tensor memory = weight.movedim(1, -1).view({groups, a_size, taps, b_size});
   if (!input_grad) {  // rows[g] [taps, B, A] = the [taps, A, B] view of W_g, each tap transposed
     for (int64_t g = 0; g < groups; ++g) transpose_copy_cpu(memory[g].transpose(0, 1), rows[g]);
     return;
