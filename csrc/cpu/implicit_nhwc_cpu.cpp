@@ -161,9 +161,11 @@ int64_t padded_row_width(const ConvShape& s, int64_t width) {
 // columns zeroed first; zeroing whole rows, then adding every call, wrote an NHWC float32 result
 // once more in memory (benchmarks/NOTES.md, section 120). Scattered rows are zeroed, then added to:
 // a call's stride_w-apart columns leave the others to the other taps.
+// `sources` [rows, kernel rows] and `first_rows` [rows]: room for the tile's source rows.
 template <class T>
-void tile(const T* x, const TapMatrices<T>& w, T* y, float* sums, T* padded, const TileProducts& p,
-          int64_t first_row, int64_t rows, int64_t g, int64_t co, int64_t count) {
+void tile(const T* x, const TapMatrices<T>& w, T* y, float* sums, T* padded, const T** sources,
+          int64_t* first_rows, const TileProducts& p, int64_t first_row, int64_t rows, int64_t g,
+          int64_t co, int64_t count) {
   const ConvShape& s = p.s;
   const int64_t width = p.result_width(), channels = p.result_channels();
   const int64_t group_k = p.source_channels() / s.groups, group_n = channels / s.groups;
@@ -175,21 +177,26 @@ void tile(const T* x, const TapMatrices<T>& w, T* y, float* sums, T* padded, con
   const auto sum_row = [&](int64_t r) {
     return in_place ? reinterpret_cast<float*>(out_row(r)) : sums + r * width * count;
   };
-  const auto source_row_of = [&](int64_t r, int64_t kr) -> const T* {
-    const int64_t n = (first_row + r) / p.result_height();
-    const int64_t source_row = p.source_row((first_row + r) % p.result_height(), kr);
-    if (source_row < 0) return nullptr;
-    return x + (n * p.source_height() + source_row) * p.source_width() * p.source_channels() +
-           g * group_k;
-  };
+  // Each row's source row at each kernel row (nullptr: none reads inside the image), and the first
+  // kernel row whose call writes the row's sums (kernel_rows: none), once per tile rather than per
+  // call.
   const bool merged_rows = !p.scatter && implicit_merges_kernel_rows(s);
-  // The first kernel row whose call writes row r's sums (kernel_rows: none reads inside the image).
   const int64_t kernel_rows = p.kernel_rows();
-  const auto first_kernel_row = [&](int64_t r) {
-    int64_t kr = 0;
-    while (kr < kernel_rows && source_row_of(r, kr) == nullptr) ++kr;
-    return kr;
-  };
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t n = (first_row + r) / p.result_height();
+    first_rows[r] = kernel_rows;
+    for (int64_t kr = kernel_rows - 1; kr >= 0; --kr) {
+      const int64_t source_row = p.source_row((first_row + r) % p.result_height(), kr);
+      sources[r * kernel_rows + kr] =
+          source_row < 0
+              ? nullptr
+              : x + (n * p.source_height() + source_row) * p.source_width() * p.source_channels() +
+                    g * group_k;
+      if (source_row >= 0) first_rows[r] = kr;
+    }
+  }
+  const auto source_row_of = [&](int64_t r, int64_t kr) { return sources[r * kernel_rows + kr]; };
+  const auto first_kernel_row = [&](int64_t r) { return first_rows[r]; };
   // The first kernel column whose tap reads inside the image's width (kernel_w: none does).
   int64_t first_kernel_column = 0;
   while (first_kernel_column < s.kernel_w && tap_run(p, first_kernel_column).pixels <= 0) {
@@ -274,11 +281,14 @@ void implicit_convolution(const Tensor& x, const TapMatrices<T>& w, const TilePr
   at::parallel_for(0, tiles, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> sums(sums_in_place<T>(p) ? 0 : tile_rows * width * per_tile);
     std::vector<T> padded(kernel_rows ? padded_row_width(p.s, width) * p.source_channels() : 0);
+    std::vector<const T*> sources(tile_rows * p.kernel_rows());
+    std::vector<int64_t> first_rows(tile_rows);
     for (int64_t t = begin; t < end; ++t) {
       const int64_t first_row = t % row_tiles * tile_rows, unit = t / row_tiles;
       const int64_t g = unit / blocks, co = unit % blocks * per_tile;
-      tile(x_data, w, y_data, sums.data(), padded.data(), p, first_row,
-           std::min(tile_rows, rows - first_row), g, co, std::min(per_tile, group_n - co));
+      tile(x_data, w, y_data, sums.data(), padded.data(), sources.data(), first_rows.data(), p,
+           first_row, std::min(tile_rows, rows - first_row), g, co,
+           std::min(per_tile, group_n - co));
     }
     if constexpr (!std::is_same_v<T, float>) release_microkernel(/*vnni=*/true);
   });
