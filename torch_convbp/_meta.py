@@ -387,40 +387,29 @@ def _check_implicit_call(op, read, read_name, result, result_name, group_in):
     )
 
 
-def _implicit_forward_fake(op, dims, input, weight, stride, padding, dilation, groups, output):
-    """Mirrors implicit_forward (csrc/cpu/implicit_nhwc_cpu.cpp): images (dims 2) or volumes (3)."""
-    _check_direct_kernel_call(op, input, weight, output, stride, padding, dilation, groups, channels_last_weight=True, dims=dims)
-    _check_implicit_call(op, input, "input", output, "output", weight.shape[1])
+def _register_implicit_fakes(dims):
+    """The fakes of the implicit forward and input gradient of images (dims 2) or volumes (dims 3):
+    checks only, they write in place. Mirror implicit_forward and implicit_input_grad
+    (csrc/cpu/implicit_nhwc_cpu.cpp)."""
+    forward, input_grad = f"implicit_conv{dims}d", f"implicit_conv{dims}d_input_grad"
+
+    @register_fake(f"torch_convbp::{forward}")
+    def _forward_fake(input, weight, stride, padding, dilation, groups, output):
+        op = f"torch_convbp.{forward}"
+        _check_direct_kernel_call(op, input, weight, output, stride, padding, dilation, groups, channels_last_weight=True, dims=dims)
+        _check_implicit_call(op, input, "input", output, "output", weight.shape[1])
+
+    @register_fake(f"torch_convbp::{input_grad}")
+    def _input_grad_fake(grad_output, weight, stride, padding, dilation, groups, grad_input):
+        op = f"torch_convbp.{input_grad}"
+        _check_direct_kernel_call(
+            op, grad_input, weight, grad_output, stride, padding, dilation, groups, channels_last_weight=True, dims=dims
+        )
+        _check_implicit_call(op, grad_output, "output", grad_input, "input", weight.shape[0] // groups)
 
 
-def _implicit_input_grad_fake(op, dims, grad_output, weight, stride, padding, dilation, groups, grad_input):
-    """Mirrors implicit_input_grad (csrc/cpu/implicit_nhwc_cpu.cpp): images (dims 2) or volumes (3)."""
-    _check_direct_kernel_call(op, grad_input, weight, grad_output, stride, padding, dilation, groups, channels_last_weight=True, dims=dims)
-    _check_implicit_call(op, grad_output, "output", grad_input, "input", weight.shape[0] // groups)
-
-
-@register_fake("torch_convbp::implicit_conv2d")
-def _implicit_conv2d_fake(input, weight, stride, padding, dilation, groups, output):
-    _implicit_forward_fake("torch_convbp.implicit_conv2d", 2, input, weight, stride, padding, dilation, groups, output)
-
-
-@register_fake("torch_convbp::implicit_conv2d_input_grad")
-def _implicit_conv2d_input_grad_fake(grad_output, weight, stride, padding, dilation, groups, grad_input):
-    _implicit_input_grad_fake(
-        "torch_convbp.implicit_conv2d_input_grad", 2, grad_output, weight, stride, padding, dilation, groups, grad_input
-    )
-
-
-@register_fake("torch_convbp::implicit_conv3d")
-def _implicit_conv3d_fake(input, weight, stride, padding, dilation, groups, output):
-    _implicit_forward_fake("torch_convbp.implicit_conv3d", 3, input, weight, stride, padding, dilation, groups, output)
-
-
-@register_fake("torch_convbp::implicit_conv3d_input_grad")
-def _implicit_conv3d_input_grad_fake(grad_output, weight, stride, padding, dilation, groups, grad_input):
-    _implicit_input_grad_fake(
-        "torch_convbp.implicit_conv3d_input_grad", 3, grad_output, weight, stride, padding, dilation, groups, grad_input
-    )
+for _dims in (2, 3):
+    _register_implicit_fakes(_dims)
 
 
 @register_fake("torch_convbp::implicit_conv2d_weight_grad")

@@ -376,41 +376,32 @@ void implicit_input_grad(const char* op, int64_t dims, const Tensor& grad_output
   }
 }
 
-void implicit_conv2d_cpu(const Tensor& input, const Tensor& weight, IntArrayRef stride,
-                         IntArrayRef padding, IntArrayRef dilation, int64_t groups,
-                         const Tensor& output) {
-  implicit_forward("torch_convbp.implicit_conv2d", 2, input, weight, stride, padding, dilation,
-                   groups, output);
+// The operators: implicit_conv2d and implicit_conv2d_input_grad (dims 2), implicit_conv3d and
+// implicit_conv3d_input_grad (dims 3).
+template <int64_t dims>
+void implicit_forward_cpu(const Tensor& input, const Tensor& weight, IntArrayRef stride,
+                          IntArrayRef padding, IntArrayRef dilation, int64_t groups,
+                          const Tensor& output) {
+  implicit_forward(dims == 2 ? "torch_convbp.implicit_conv2d" : "torch_convbp.implicit_conv3d",
+                   dims, input, weight, stride, padding, dilation, groups, output);
 }
 
-void implicit_conv2d_input_grad_cpu(const Tensor& grad_output, const Tensor& weight,
-                                    IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
-                                    int64_t groups, const Tensor& grad_input) {
-  implicit_input_grad("torch_convbp.implicit_conv2d_input_grad", 2, grad_output, weight, stride,
-                      padding, dilation, groups, grad_input);
-}
-
-void implicit_conv3d_cpu(const Tensor& input, const Tensor& weight, IntArrayRef stride,
-                         IntArrayRef padding, IntArrayRef dilation, int64_t groups,
-                         const Tensor& output) {
-  implicit_forward("torch_convbp.implicit_conv3d", 3, input, weight, stride, padding, dilation,
-                   groups, output);
-}
-
-void implicit_conv3d_input_grad_cpu(const Tensor& grad_output, const Tensor& weight,
-                                    IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
-                                    int64_t groups, const Tensor& grad_input) {
-  implicit_input_grad("torch_convbp.implicit_conv3d_input_grad", 3, grad_output, weight, stride,
-                      padding, dilation, groups, grad_input);
+template <int64_t dims>
+void implicit_input_grad_cpu(const Tensor& grad_output, const Tensor& weight, IntArrayRef stride,
+                             IntArrayRef padding, IntArrayRef dilation, int64_t groups,
+                             const Tensor& grad_input) {
+  implicit_input_grad(dims == 2 ? "torch_convbp.implicit_conv2d_input_grad"
+                                : "torch_convbp.implicit_conv3d_input_grad",
+                      dims, grad_output, weight, stride, padding, dilation, groups, grad_input);
 }
 
 }  // namespace
 
 TORCH_LIBRARY_IMPL(torch_convbp, CPU, m) {
-  m.impl("implicit_conv2d", &implicit_conv2d_cpu);
-  m.impl("implicit_conv2d_input_grad", &implicit_conv2d_input_grad_cpu);
-  m.impl("implicit_conv3d", &implicit_conv3d_cpu);
-  m.impl("implicit_conv3d_input_grad", &implicit_conv3d_input_grad_cpu);
+  m.impl("implicit_conv2d", &implicit_forward_cpu<2>);
+  m.impl("implicit_conv2d_input_grad", &implicit_input_grad_cpu<2>);
+  m.impl("implicit_conv3d", &implicit_forward_cpu<3>);
+  m.impl("implicit_conv3d_input_grad", &implicit_input_grad_cpu<3>);
 }
 
 }  // namespace torch_convbp
