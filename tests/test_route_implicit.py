@@ -294,36 +294,48 @@ VOLUME_CASES = [
 ]
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("kernel", ["forward", "input_grad"])
 @pytest.mark.parametrize("layout", [torch.channels_last_3d, torch.contiguous_format], ids=["channels_last_3d result", "contiguous result"])
 @pytest.mark.parametrize("name, size, cout, k, stride, padding, dilation, groups", VOLUME_CASES, ids=[c[0] for c in VOLUME_CASES])
-def test_the_volume_kernels(name, size, cout, k, stride, padding, dilation, groups, layout, kernel):
+def test_the_volume_kernels(name, size, cout, k, stride, padding, dilation, groups, layout, kernel, dtype):
     """implicit_conv3d and implicit_conv3d_input_grad on channels_last_3d operands (the input
-    gradient's of a strided layer scattered), into either layout: F.conv3d's values in float64
-    terms, each volume the same bits alone as in the batch and on 1 and 3 threads, opcheck, and
-    the checks that name the problem."""
+    gradient's of a strided layer scattered), into either layout (bfloat16, where the CPU computes
+    it: channels_last_3d only, the other refused): F.conv3d's values in float64 terms, each volume
+    the same bits alone as in the batch and on 1 and 3 threads, opcheck, and the checks that name
+    the problem."""
+    if dtype == torch.bfloat16 and not has_bfloat16_microkernel():
+        pytest.skip("no bfloat16 arithmetic for the micro-kernel here")
+    if dtype == torch.bfloat16 and kernel == "forward" and size[1] // groups % 2:
+        pytest.skip("bfloat16 takes the forward's input channels in pairs (the VNNI layout)")
     g = torch.Generator().manual_seed(5)
     cl3d = torch.channels_last_3d
-    w = torch.randn(cout, size[1] // groups, *k, generator=g).contiguous(memory_format=cl3d)
-    x = torch.randn(size, generator=g).contiguous(memory_format=cl3d)
+    w = torch.randn(cout, size[1] // groups, *k, generator=g).to(dtype).contiguous(memory_format=cl3d)
+    x = torch.randn(size, generator=g).to(dtype).contiguous(memory_format=cl3d)
     y_size = F.conv3d(x, w, None, stride, padding, dilation, groups).shape
     args = (list(stride), list(padding), list(dilation), groups)
     if kernel == "forward":
         op, a, result_size = ops.implicit_conv3d, x, y_size
         expected = F.conv3d(x.double(), w.double(), None, stride, padding, dilation, groups)
     else:
-        op, a, result_size = ops.implicit_conv3d_input_grad, torch.randn(y_size, generator=g).contiguous(memory_format=cl3d), size
+        dy = torch.randn(y_size, generator=g).to(dtype).contiguous(memory_format=cl3d)
+        op, a, result_size = ops.implicit_conv3d_input_grad, dy, size
         x64 = x.double().requires_grad_()
         (expected,) = torch.autograd.grad(F.conv3d(x64, w.double(), None, stride, padding, dilation, groups), x64, a.double())
 
     def compute(a=a):
-        out = torch.empty(a.shape[0], *result_size[1:]).contiguous(memory_format=layout)
+        out = torch.empty(a.shape[0], *result_size[1:], dtype=dtype).contiguous(memory_format=layout)
         op(a, w, *args, out)
         return out
 
+    if dtype == torch.bfloat16 and layout == torch.contiguous_format:
+        with pytest.raises(RuntimeError, match="writes bfloat16 results channels_last only"):
+            compute()
+        return
     out = compute()
     assert out.is_contiguous(memory_format=layout)
-    torch.testing.assert_close(out.double(), expected, rtol=1e-4, atol=1e-4)
+    tolerance = dict(rtol=1e-2, atol=5e-2) if dtype == torch.bfloat16 else dict(rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(out.double(), expected, **tolerance)
     assert_same_bits_on_one_and_three_threads(compute, out)
     for n in range(size[0]):
         assert torch.equal(compute(a[n:n + 1]), out[n:n + 1])
