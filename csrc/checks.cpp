@@ -231,6 +231,17 @@ namespace {
 // dense channels_last (the implicit route's kernels).
 enum class WeightLayouts { contiguous, contiguous_or_channels_last };
 
+// The channels-last format of tensors of `dims` spatial dimensions, and its name in messages:
+// channels_last, or channels_last_3d for volumes.
+struct ChannelsLast {
+  at::MemoryFormat format;
+  const char* name;
+};
+ChannelsLast channels_last_of(int64_t dims) {
+  return dims == 3 ? ChannelsLast{at::MemoryFormat::ChannelsLast3d, "channels_last_3d"}
+                   : ChannelsLast{at::MemoryFormat::ChannelsLast, "channels_last"};
+}
+
 // What the direct kernels' checks share: input [N, C, H, W], weight [Cout, C/G, kh, kw] contiguous
 // and output [N, Cout, OH, OW] (volumes, dims 3: [N, C, D, H, W], [Cout, C/G, kd, kh, kw] and
 // [N, Cout, OD, OH, OW]), of one dtype and device, with sizes F.conv2d (F.conv3d) accepts.
@@ -250,10 +261,10 @@ ConvShape check_direct_kernel_call(const char* op, const Tensor& input, const Te
   TORCH_CHECK(output.sizes() == IntArrayRef(expected), op, ": expected output of size ",
               IntArrayRef(expected), ", got ", output.sizes());
   if (weight_layouts == WeightLayouts::contiguous_or_channels_last) {
-    const auto last = dims == 3 ? at::MemoryFormat::ChannelsLast3d : at::MemoryFormat::ChannelsLast;
-    TORCH_CHECK(weight.is_contiguous() || weight.is_contiguous(last), op,
-                ": expected a contiguous or ", dims == 3 ? "channels_last_3d" : "channels_last",
-                " (dense) weight, got strides ", weight.strides());
+    const ChannelsLast last = channels_last_of(dims);
+    TORCH_CHECK(weight.is_contiguous() || weight.is_contiguous(last.format), op,
+                ": expected a contiguous or ", last.name, " (dense) weight, got strides ",
+                weight.strides());
   } else {
     TORCH_CHECK(weight.is_contiguous(), op, ": expected a contiguous weight");
   }
@@ -265,12 +276,10 @@ ConvShape check_direct_kernel_call(const char* op, const Tensor& input, const Te
 // same with channels_last_3d.
 bool both_channels_last(const char* op, const Tensor& input, const Tensor& output) {
   if (input.is_contiguous() && output.is_contiguous()) return false;
-  const bool volume = input.dim() == 5;
-  const auto last = volume ? at::MemoryFormat::ChannelsLast3d : at::MemoryFormat::ChannelsLast;
-  TORCH_CHECK(input.is_contiguous(last) && output.is_contiguous(last), op,
-              ": expected input and output both contiguous or both ",
-              volume ? "channels_last_3d" : "channels_last", " (dense), got strides ",
-              input.strides(), " and ", output.strides());
+  const ChannelsLast last = channels_last_of(input.dim() - 2);
+  TORCH_CHECK(input.is_contiguous(last.format) && output.is_contiguous(last.format), op,
+              ": expected input and output both contiguous or both ", last.name,
+              " (dense), got strides ", input.strides(), " and ", output.strides());
   return true;
 }
 
@@ -319,13 +328,13 @@ LayoutCall check_implicit_call(const char* op, const Tensor& input, const Tensor
   const Tensor& result = writes_output ? output : input;
   const char* read_name = writes_output ? "input" : "output";
   const char* result_name = writes_output ? "output" : "input";
-  const auto nhwc = dims == 3 ? at::MemoryFormat::ChannelsLast3d : at::MemoryFormat::ChannelsLast;
-  const char* nhwc_name = dims == 3 ? "channels_last_3d" : "channels_last";
-  TORCH_CHECK(read.is_contiguous(nhwc), op, ": expected a ", nhwc_name, " (dense) ", read_name,
-              ", got strides ", read.strides());
-  TORCH_CHECK(result.is_contiguous(nhwc) || result.is_contiguous(), op, ": expected a ", nhwc_name,
-              " or contiguous (dense) ", result_name, ", got strides ", result.strides());
-  return {s, result.is_contiguous(nhwc)};
+  const ChannelsLast nhwc = channels_last_of(dims);
+  TORCH_CHECK(read.is_contiguous(nhwc.format), op, ": expected a ", nhwc.name, " (dense) ",
+              read_name, ", got strides ", read.strides());
+  TORCH_CHECK(result.is_contiguous(nhwc.format) || result.is_contiguous(), op, ": expected a ",
+              nhwc.name, " or contiguous (dense) ", result_name, ", got strides ",
+              result.strides());
+  return {s, result.is_contiguous(nhwc.format)};
 }
 
 LayoutCall check_implicit_weight_grad_call(const char* op, const Tensor& input,

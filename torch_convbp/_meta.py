@@ -251,6 +251,12 @@ for _name in ("im2col", "col2im", "im2col_nhwc", "col2im_nhwc"):
     _register_column_fakes(_name, nhwc=_name.endswith("_nhwc"))
 
 
+def _channels_last_of(dims):
+    """Mirrors channels_last_of (csrc/checks.cpp): the channels-last format of tensors of `dims`
+    spatial dimensions, and its name in messages."""
+    return (torch.channels_last_3d, "channels_last_3d") if dims == 3 else (torch.channels_last, "channels_last")
+
+
 def _check_direct_kernel_call(
     op, input, weight, output, stride, padding, dilation, groups, channels_last_weight=False, dims=2
 ):
@@ -269,7 +275,7 @@ def _check_direct_kernel_call(
         list(output.shape) == expected, lambda: f"{op}: expected output of size {expected}, got {list(output.shape)}"
     )
     if channels_last_weight:
-        last, name = (torch.channels_last_3d, "channels_last_3d") if dims == 3 else (torch.channels_last, "channels_last")
+        last, name = _channels_last_of(dims)
         torch._check(
             weight.is_contiguous() or weight.is_contiguous(memory_format=last),
             lambda: f"{op}: expected a contiguous or {name} (dense) weight, got strides {list(weight.stride())}",
@@ -281,7 +287,7 @@ def _check_direct_kernel_call(
 def _check_both_channels_last(op, input, output):
     """Mirrors both_channels_last (csrc/checks.cpp)."""
     both_nchw = input.is_contiguous() and output.is_contiguous()
-    last, name = (torch.channels_last_3d, "channels_last_3d") if input.dim() == 5 else (torch.channels_last, "channels_last")
+    last, name = _channels_last_of(input.dim() - 2)
     torch._check(
         both_nchw or (input.is_contiguous(memory_format=last) and output.is_contiguous(memory_format=last)),
         lambda: f"{op}: expected input and output both contiguous or both {name} (dense), got strides "
@@ -371,7 +377,7 @@ def _check_implicit_call(op, read, read_name, result, result_name, group_in):
     """Mirrors check_implicit_call (csrc/checks.cpp) past the shared checks, then check_dtype
     (csrc/cpu/implicit_nhwc_cpu.cpp) as _check_implicit_dtype, and its refusal of a bfloat16
     result in NCHW. Volumes: channels_last_3d."""
-    nhwc, name = (torch.channels_last_3d, "channels_last_3d") if read.dim() == 5 else (torch.channels_last, "channels_last")
+    nhwc, name = _channels_last_of(read.dim() - 2)
     torch._check(
         read.is_contiguous(memory_format=nhwc),
         lambda: f"{op}: expected a {name} (dense) {read_name}, got strides {list(read.stride())}",
