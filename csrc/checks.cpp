@@ -340,9 +340,10 @@ LayoutCall check_implicit_call(const char* op, const Tensor& input, const Tensor
 LayoutCall check_implicit_weight_grad_call(const char* op, const Tensor& input,
                                            const Tensor& weight, const Tensor& output,
                                            IntArrayRef stride, IntArrayRef padding,
-                                           IntArrayRef dilation, int64_t groups) {
-  const ConvShape s = check_direct_kernel_call(op, input, weight, output, stride, padding, dilation,
-                                               groups, WeightLayouts::contiguous_or_channels_last);
+                                           IntArrayRef dilation, int64_t groups, int64_t dims) {
+  const ConvShape s =
+      check_direct_kernel_call(op, input, weight, output, stride, padding, dilation, groups,
+                               WeightLayouts::contiguous_or_channels_last, dims);
   return {s, both_channels_last(op, input, output)};
 }
 

@@ -92,10 +92,11 @@ LayoutCall check_implicit_call(const char* op, const Tensor& input, const Tensor
 // As check_grouped, but the input and output both contiguous or both dense channels_last, and the
 // weight contiguous or dense channels_last: the implicit route's weight gradient, which reads
 // either layout and writes the weight in either. Returns the shape and the activations' layout.
+// Volumes (dims 3): the same with channels_last_3d.
 LayoutCall check_implicit_weight_grad_call(const char* op, const Tensor& input,
                                            const Tensor& weight, const Tensor& output,
                                            IntArrayRef stride, IntArrayRef padding,
-                                           IntArrayRef dilation, int64_t groups);
+                                           IntArrayRef dilation, int64_t groups, int64_t dims);
 
 // Checks the arguments of the transposing copy: source [B, R, C] and target [B, C, R] of one
 // dtype (of 1 to 8 bytes) and device, each with unit stride along its last dimension, and the

@@ -31,7 +31,6 @@
 #include <vector>
 
 #include "checks.h"
-#include "depth_taps.h"
 #include "device_kernels.h"
 #include "gemm.h"
 #include "gemm_choice.h"
@@ -461,17 +460,6 @@ Tensor convolution_weight_grad(const char* op, int64_t dims, const Tensor& input
         weight_size_as_planes(weight_size, *form), a.stride, a.padding, a.dilation, groups);
     return to_memory_format(weight_as_volume(grad_weight, weight_size), weight_grad_format(input));
   }
-  if (depth_taps_route(Operator::weight_grad, s, {input, grad_output})) {  // 2-D ones, summed
-    const PlanarArguments a = planar_arguments(PlanarForm::depth_slices, s);
-    const Tensor grad_weight =
-        weight_grad_by_depth_taps(input, grad_output, weight_size, s,
-                                  [&](const Tensor& x, const Tensor& dy, IntArrayRef tap_size) {
-                                    return convolution_weight_grad(op, 2, x, dy, tap_size, a.stride,
-                                                                   a.padding, a.dilation, groups);
-                                  });
-    return to_memory_format(grad_weight, weight_grad_format(input));
-  }
-
   const RouteChoice route = choose_route(Operator::weight_grad, s, {input, grad_output});
   // The routes of NHWC operands write channels_last weights, the others contiguous ones: a copy
   // here only where that is not the input's format (weight_grad_format, route.h).

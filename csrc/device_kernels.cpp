@@ -111,12 +111,13 @@ void call_implicit(ImplicitKernel kernel, const Tensor& a, const Tensor& weight,
       kernel_handle<GroupedSignature>("torch_convbp::implicit_conv3d");
   static const auto volumes_input_grad =
       kernel_handle<GroupedSignature>("torch_convbp::implicit_conv3d_input_grad");
-  TORCH_INTERNAL_ASSERT(s.is_planar() || kernel != ImplicitKernel::weight_grad,
-                        "the implicit weight gradient computes images only");
-  const auto& handle =
-      kernel == ImplicitKernel::forward      ? (s.is_planar() ? forward : volumes_forward)
-      : kernel == ImplicitKernel::input_grad ? (s.is_planar() ? input_grad : volumes_input_grad)
-                                             : weight_grad;
+  static const auto volumes_weight_grad =
+      kernel_handle<GroupedSignature>("torch_convbp::implicit_conv3d_weight_grad");
+  const bool planar = s.is_planar();
+  const auto& handle = kernel == ImplicitKernel::forward ? (planar ? forward : volumes_forward)
+                       : kernel == ImplicitKernel::input_grad
+                           ? (planar ? input_grad : volumes_input_grad)
+                           : (planar ? weight_grad : volumes_weight_grad);
   const ColumnArguments v(s);
   handle.call(a, weight, v.stride, v.padding, v.dilation, s.groups, result);
 }

@@ -32,8 +32,8 @@ void call_grouped(GroupedKernel kernel, const at::Tensor& a, const at::Tensor& b
 
 // The implicit-GEMM kernels (CPU, NHWC activations), weight [Cout, Cin/G, kh, kw] contiguous:
 // output = conv(input, weight); grad_input from (grad_output, weight), stride 1; grad_weight
-// (contiguous) from (input, grad_output), stride 1, float32. The first two of volumes too
-// (NDHWC activations, a 5-D weight).
+// (contiguous or channels_last) from (input, grad_output), stride 1, NCHW or NHWC activations.
+// Volumes too (NDHWC activations, or NCDHW ones for the weight gradient; a 5-D weight).
 enum class ImplicitKernel { forward, input_grad, weight_grad };
 void call_implicit(ImplicitKernel kernel, const at::Tensor& a, const at::Tensor& weight,
                    const ConvShape& s, const at::Tensor& result);

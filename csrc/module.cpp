@@ -12,7 +12,6 @@
 #include "blas_gemm.h"
 #include "checks.h"
 #include "cpu_features.h"
-#include "depth_taps.h"
 #include "gemm_choice.h"
 #include "microkernel_gemm.h"
 #include "operators.h"
@@ -55,14 +54,6 @@ std::tuple<std::string, std::string, std::string> route(
               {a.stride.begin(), a.stride.end()}, {a.padding.begin(), a.padding.end()},
               {a.dilation.begin(), a.dilation.end()}, groups, planes);
     return {name, layout, torch_convbp::planar_form_why(*form) + std::string("(") + why + ")"};
-  }
-  const auto slices = which == Operator::weight_grad
-                          ? torch_convbp::depth_taps_route(which, s, activations)
-                          : std::nullopt;
-  if (slices) {
-    return {torch_convbp::route_name(slices->route), torch_convbp::layout_name(slices->layout),
-            torch_convbp::depth_taps_why() + std::string("(") + slices->why_route + "; " +
-                slices->why_layout + ")"};
   }
   const auto choice = torch_convbp::choose_route(which, s, activations);
   return {torch_convbp::route_name(choice.route), torch_convbp::layout_name(choice.layout),

@@ -105,13 +105,18 @@ TORCH_LIBRARY(torch_convbp, m) {
       "implicit_conv2d_weight_grad(Tensor input, Tensor grad_output, int[2] stride, "
       "int[2] padding, int[2] dilation, int groups, Tensor(a!) grad_weight) -> ()");
   // The forward and input gradient of volumes likewise (channels_last_3d, the result also
-  // contiguous), their depth slices' rows as an image's rows.
+  // contiguous), their depth slices' rows as an image's rows; the weight gradient of volumes as
+  // the images' (both activations NCDHW or both channels_last_3d), their padded depth slices one
+  // plane.
   m.def(
       "implicit_conv3d(Tensor input, Tensor weight, int[3] stride, int[3] padding, "
       "int[3] dilation, int groups, Tensor(a!) output) -> ()");
   m.def(
       "implicit_conv3d_input_grad(Tensor grad_output, Tensor weight, int[3] stride, "
       "int[3] padding, int[3] dilation, int groups, Tensor(a!) grad_input) -> ()");
+  m.def(
+      "implicit_conv3d_weight_grad(Tensor input, Tensor grad_output, int[3] stride, "
+      "int[3] padding, int[3] dilation, int groups, Tensor(a!) grad_weight) -> ()");
 }
 
 // The orchestration is the same on every device: it reaches the device through im2col/col2im.

@@ -8,9 +8,9 @@
 #include <string_view>
 
 #include "cpu_features.h"
-#include "depth_taps.h"
 #include "env_choice.h"
 #include "gemm_choice.h"
+#include "implicit_volumes.h"
 #include "plan.h"
 #include "summation.h"
 
@@ -409,7 +409,7 @@ RouteChoice choose_route(Operator op, const ConvShape& s, at::TensorList activat
 
   // A depthwise volume on the CPU: the NHWC forward and input gradient with a depth sum each
   // result's kd*kh*kw terms at once, the weight gradient in the order of rows takes each row's
-  // sums over the slices it reads. As sums over the depth taps of the 2-D kernels (depth_taps.h)
+  // sums over the slices it reads. As sums over the depth taps of the 2-D kernels (section 130)
   // each tap added a pass of the result: ir-CSN's 256@8x28 step took 1.3x the time these kernels
   // give it, MViT's strided pooling 2.2x (its forward took the 3-D column route fed NCDHW)
   // (benchmarks/NOTES.md, section 132). NCDHW operands stay so: the kernels transpose a block of
@@ -438,14 +438,22 @@ RouteChoice choose_route(Operator op, const ConvShape& s, at::TensorList activat
     return {Route::depthwise, operand_layout, why, why_operand_layout};
   }
 
-  // A volume deeper than one slice whose slices would take the implicit route (depth_taps.h's
+  // A volume deeper than one slice whose slices would take the implicit route (implicit_volumes.h's
   // rule): the implicit kernels compute it whole, its depth slices' rows as an image's rows and its
-  // kernel rows the (depth tap, kernel row) pairs (cpu/implicit_nhwc_cpu.cpp). Its weight gradient
-  // goes by depth taps (depth_taps.h).
-  if (!s.is_planar() && op != Operator::weight_grad && depth_taps_route(op, s, activations)) {
+  // kernel rows the (depth tap, kernel row) pairs (cpu/implicit_nhwc_cpu.cpp); the weight gradient
+  // its padded depth slices as one plane, its operands read as they are
+  // (cpu/implicit_weight_grad_cpu.cpp).
+  if (!s.is_planar() && implicit_volume_route(op, s, activations)) {
     const char* why_layout =
         "float32 channels_last_3d operands, or NCDHW ones through a copy into that format where "
         "the plane's kernel reads at least as many input values as the plane holds";
+    if (op == Operator::weight_grad) {
+      return {Route::implicit_nhwc, operand_layout,
+              "a volume whose depth slices take the implicit route: stride 1: a GEMM per tap on "
+              "shifted views of padded copies of the input and the output gradient (no column "
+              "matrix), the padded depth slices one plane",
+              "float32 channels_last_3d or NCDHW operands, read as they are"};
+    }
     if (op == Operator::forward) {
       return {Route::implicit_nhwc, Layout::nhwc,
               "a volume whose depth slices take the implicit route: a GEMM per tap on views of the "

@@ -267,3 +267,115 @@ def test_the_kernel_and_its_fake(microkernel):
         ops.implicit_conv2d_weight_grad(x, dy, *args, torch.empty(16, 48, 3, 2).transpose(0, 1))
     with pytest.raises(RuntimeError, match=r"expected output of size"):
         ops.implicit_conv2d_weight_grad(x, dy[:, :, :3], *args, dw)
+
+
+# (name, input [N, C, D, H, W], out channels, kernel, padding, dilation, groups): volumes, whose
+# padded depth slices are one plane (csrc/cpu/padded_planes.h)
+VOLUME_CASES = [
+    ("3x3x3 padded", (2, 16, 4, 7, 9), 24, (3, 3, 3), (1, 1, 1), (1, 1, 1), 1),
+    # padded rows of 7 pixels: bfloat16's pairs straddle rows, and slices
+    ("asymmetric everything", (1, 32, 4, 6, 5), 48, (3, 2, 3), (1, 0, 2), (1, 2, 1), 2),
+    ("dilated in depth, unpadded there", (3, 16, 5, 5, 14), 32, (2, 3, 3), (0, 1, 1), (2, 1, 1), 1),
+    ("padded past the depth's reach", (1, 16, 2, 6, 6), 16, (3, 3, 3), (3, 1, 1), (1, 1, 1), 1),
+    ("one row deep kernels", (2, 18, 4, 4, 15), 16, (3, 1, 3), (1, 0, 1), (1, 1, 1), 1),
+    # 27 tiles of dW and each volume's extended pixels in parts (kMinTasks)
+    ("parts of the pixels", (2, 16, 6, 12, 12), 16, (3, 3, 3), (1, 1, 1), (1, 1, 1), 1),
+]
+CL3D = torch.channels_last_3d
+
+
+def tap_sums_conv3d_weight_grad(x, dy, kernel, padding, dilation, groups):
+    """The weight gradient of a stride-1 3-D convolution as the test's own arithmetic: per tap, the
+    products of dY with the zero-padded input shifted by the tap, summed over the batch and the
+    output pixels, per group."""
+    pd, ph, pw = padding
+    xp = F.pad(x, (pw, pw, ph, ph, pd, pd))
+    od, oh, ow = dy.shape[2:]
+    c, cout = x.shape[1] // groups, dy.shape[1] // groups
+    dw = torch.zeros(dy.shape[1], c, *kernel, dtype=x.dtype)
+    for kd in range(kernel[0]):
+        for ki in range(kernel[1]):
+            for kj in range(kernel[2]):
+                d, i, j = kd * dilation[0], ki * dilation[1], kj * dilation[2]
+                shifted = xp[:, :, d:d + od, i:i + oh, j:j + ow]
+                for g in range(groups):
+                    dw[g * cout:(g + 1) * cout, :, kd, ki, kj] = torch.einsum(
+                        "nodhw,ncdhw->oc", dy[:, g * cout:(g + 1) * cout], shifted[:, g * c:(g + 1) * c])
+    return dw
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("name, shape, cout, kernel, padding, dilation, groups", VOLUME_CASES, ids=[c[0] for c in VOLUME_CASES])
+def test_the_volume_kernel(name, shape, cout, kernel, padding, dilation, groups, dtype):
+    """implicit_conv3d_weight_grad: F.conv3d's weight gradient and the test's own tap sums in
+    float64 terms, of NCDHW or channels_last_3d operands (read as they are: the same bits) into a
+    contiguous or channels_last_3d dW (the same values); the same bits on 1 and 3 threads and in
+    chunks of one volume; opcheck; and the checks that name the problem."""
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(shape, generator=g).to(dtype)
+    out = [s + 2 * p - d * (k - 1) for s, p, d, k in zip(shape[2:], padding, dilation, kernel)]
+    dy = torch.randn(shape[0], cout, *out, generator=g).to(dtype)
+    args = ([1, 1, 1], list(padding), list(dilation), groups)
+    w_size = (cout, shape[1] // groups, *kernel)
+
+    def compute(x=x, dy=dy, layout=CL3D, weight_layout=torch.contiguous_format):
+        dw = torch.empty(w_size, dtype=dtype).contiguous(memory_format=weight_layout)
+        ops.implicit_conv3d_weight_grad(x.contiguous(memory_format=layout), dy.contiguous(memory_format=layout), *args, dw)
+        return dw
+
+    dw = compute()
+    ref = torch.nn.grad.conv3d_weight(x.double(), w_size, dy.double(), 1, padding, dilation, groups)
+    own = tap_sums_conv3d_weight_grad(x.double(), dy.double(), kernel, padding, dilation, groups)
+    torch.testing.assert_close(own, ref, rtol=1e-10, atol=1e-10)
+    tol = 1e-4 if dtype == torch.float32 else 1e-2 * ref.abs().max().item()
+    torch.testing.assert_close(dw.double(), ref, rtol=tol, atol=tol)
+    assert torch.equal(compute(layout=torch.contiguous_format), dw)
+    dw_cl = compute(weight_layout=CL3D)
+    assert dw_cl.is_contiguous(memory_format=CL3D) and torch.equal(dw_cl, dw)
+    with torch_convbp.workspace_limit(1):  # a volume per chunk
+        assert torch.equal(compute(), dw)
+    before = torch.get_num_threads()
+    try:
+        for count in (1, 3):
+            torch.set_num_threads(count)
+            assert torch.equal(compute(), dw)
+    finally:
+        torch.set_num_threads(before)
+    x_cl, dy_cl = x.contiguous(memory_format=CL3D), dy.contiguous(memory_format=CL3D)
+    opcheck(ops.implicit_conv3d_weight_grad.default, (x_cl, dy_cl, *args, compute()))
+    opcheck(ops.implicit_conv3d_weight_grad.default, (x.contiguous(), dy.contiguous(), *args, compute()))
+    with pytest.raises(RuntimeError, match="both contiguous or both channels_last_3d"):
+        ops.implicit_conv3d_weight_grad(x.contiguous(), dy_cl, *args, dw)
+    strided_rows = (shape[3] + 2 * padding[1] - dilation[1] * (kernel[1] - 1) - 1) // 2 + 1
+    strided_dy = torch.zeros(shape[0], cout, out[0], strided_rows, out[2], dtype=dtype).contiguous(memory_format=CL3D)
+    with pytest.raises(RuntimeError, match="computes stride 1 only, got stride"):
+        ops.implicit_conv3d_weight_grad(x_cl, strided_dy, [1, 2, 1], *args[1:], dw)
+    with pytest.raises(RuntimeError, match="computes float32 and bfloat16 only, got Double"):
+        ops.implicit_conv3d_weight_grad(x_cl.double(), dy_cl.double(), *args, dw.double())
+    with pytest.raises(RuntimeError, match="expected a 5-D input"):
+        ops.implicit_conv3d_weight_grad(x_cl[0], dy_cl, *args, dw)
+    with pytest.raises(RuntimeError, match="expected output of size"):
+        ops.implicit_conv3d_weight_grad(x_cl, dy_cl[:, :, :1], *args, dw)
+
+
+@pytest.mark.parametrize("layout", [CL3D, torch.contiguous_format], ids=["channels_last_3d", "ncdhw"])
+@pytest.mark.parametrize("where", ["interior", "first slice", "output gradient"])
+def test_non_finite_volumes_propagate_like_f_conv3d(where, layout):
+    """As for images: a chunk whose volume holds an infinity or a NaN takes the convolution's own
+    pairs, so each tap's gradient is inf, NaN or finite where F.conv3d's is."""
+    g = torch.Generator().manual_seed(4)
+    x, dy = torch.randn(2, 16, 4, 5, 6, generator=g), torch.randn(2, 16, 4, 5, 6, generator=g)
+    if where == "interior":
+        x[1, 3, 2, 1, 4] = float("nan")
+    elif where == "first slice":
+        x[0, 2, 0, 0, 0] = float("inf")
+    else:
+        dy[1, 5, 3, 4, 0] = float("nan")
+    ours = torch.empty(16, 16, 3, 3, 3)
+    ops.implicit_conv3d_weight_grad(x.contiguous(memory_format=layout), dy.contiguous(memory_format=layout),
+                                    [1, 1, 1], [1, 1, 1], [1, 1, 1], 1, ours)
+    ref = torch.nn.grad.conv3d_weight(x.double(), ours.shape, dy.double(), 1, 1)
+    assert torch.equal(ours.isnan(), ref.isnan()) and torch.equal(ours.isinf(), ref.isinf())
+    assert not ours.isfinite().all()
+    finite = ref.isfinite()
+    torch.testing.assert_close(ours.double()[finite], ref[finite], rtol=1e-4, atol=1e-4)

@@ -247,9 +247,9 @@ def test_volumes_that_are_planar_take_the_2d_routes(name, x_size, w_size, stride
 # one slice, of depth stride 1, whose slices' 2-D route in channels_last_3d float32 is one with no
 # column matrix, the implicit one: that route computes the volume's forward and input gradient
 # (csrc/cpu/implicit_nhwc_cpu.cpp, a volume's kernel rows its (depth tap, kernel row) pairs), and
-# its weight gradient is the sum over the depth taps of 2-D weight gradients of each volume's
-# slices (csrc/depth_taps.h). A depthwise volume, whose slices would take the depthwise kernels,
-# has kernels of its own (tests/test_route_depthwise.py).
+# so does the weight gradient (csrc/cpu/implicit_weight_grad_cpu.cpp, its padded depth slices one
+# plane; csrc/implicit_volumes.h). A depthwise volume, whose slices would take the depthwise
+# kernels, has kernels of its own (tests/test_route_depthwise.py).
 DEEP_VOLUMES = [
     ("r3d 3x3x3", (2, 16, 4, 14, 15), (16, 16, 3, 3, 3), (1, 1, 1), (1, 1, 1), (1, 1, 1), 1),
     ("asymmetric, strided in the plane", (1, 16, 5, 16, 14), (24, 16, 2, 3, 3), (1, 2, 1), (0, 1, 1), (1, 1, 1), 1),
@@ -259,15 +259,6 @@ DEEP_VOLUMES = [
     ("depthwise 3x3x3", (2, 16, 4, 10, 11), (16, 1, 3, 3, 3), (1, 1, 1), (1, 1, 1), (1, 1, 1), 16),
 ]
 IMPLICIT_VOLUME = "a volume whose depth slices take the implicit route"
-BY_DEPTH_TAPS = "a 3-D convolution of channels_last_3d volumes"
-
-
-def tap_runs(depth, out_depth, kernel_d, pad_d, dilation_d):
-    """For each depth tap t: the output slices [begin, end) it reaches and the offset to the
-    input slice each takes (id = od + offset), the test's own arithmetic."""
-    for t in range(kernel_d):
-        offset = t * dilation_d - pad_d
-        yield t, max(0, -offset), min(out_depth, depth - offset), offset
 
 
 def slices(t, n, begin, end):
@@ -277,14 +268,14 @@ def slices(t, n, begin, end):
 @pytest.mark.parametrize("name, x_size, w_size, stride, padding, dilation, groups", DEEP_VOLUMES, ids=[r[0] for r in DEEP_VOLUMES])
 def test_deep_volumes_whose_slices_take_the_implicit_route(name, x_size, w_size, stride, padding, dilation, groups):
     """Where the slices' 2-D route is the implicit one (a depthwise volume takes the kernels of
-    volumes), the forward and the input gradient take the implicit route on the volume, each
-    volume's result the same bits alone as in the batch, and the weight gradient gives the bits of
-    the sum over the depth taps, in order, of the 2-D weight gradients on the test's own views of
-    the slices, over the volumes in order; explain() says so. Elsewhere the 3-D route. Either way
-    F.conv3d's values in channels_last_3d, and opcheck. NCDHW operands give the same bits in NCDHW
-    (copied into channels_last_3d) where the plane's kernel reads at least as many values as the
-    plane holds, else take the 3-D route; float64 never takes it (gradcheck of the operators: the
-    3-D tests)."""
+    volumes), the three operators take the implicit route on the volume: the forward's and the
+    input gradient's each volume's result the same bits alone as in the batch, the weight
+    gradient the implicit kernel's bits on the operands as given; explain() says so. Elsewhere the
+    3-D route. Either way F.conv3d's values in channels_last_3d, and opcheck. NCDHW operands give
+    the same bits in NCDHW (the forward and input gradient through copies into channels_last_3d,
+    the weight gradient read as they are) where the plane's kernel reads at least as many values
+    as the plane holds, else take the 3-D route; float64 never takes it (gradcheck of the
+    operators: the 3-D tests)."""
     g = torch.Generator().manual_seed(0)
     cl3d = torch.channels_last_3d
     x = torch.randn(x_size, generator=g).contiguous(memory_format=cl3d)
@@ -303,7 +294,6 @@ def test_deep_volumes_whose_slices_take_the_implicit_route(name, x_size, w_size,
         torch.testing.assert_close(ours.double(), ref, rtol=1e-4, atol=1e-3)
 
     n_volumes, depth, out_depth = x_size[0], x_size[2], y.shape[2]
-    runs = [r for r in tap_runs(depth, out_depth, w_size[2], padding[0], dilation[0]) if r[2] > r[1]]
     planar = (list(stride[1:]), list(padding[1:]), list(dilation[1:]), groups)
     count = min(depth, out_depth)
     planar_routes = torch_convbp.explain(slices(x, 0, 0, count), w[:, :, 0], *planar, grad_output=slices(grad, 0, 0, count))
@@ -313,9 +303,7 @@ def test_deep_volumes_whose_slices_take_the_implicit_route(name, x_size, w_size,
         own_kernel = planar_route.route == "depthwise"
         assert route.reason.startswith("one input channel per group, a volume") == own_kernel, route
         implicit = planar_route.route == "implicit_nhwc" and not own_kernel
-        weight_grad = route.operator == "weight_grad"
-        assert route.reason.startswith(IMPLICIT_VOLUME) == (implicit and not weight_grad), route
-        assert route.reason.startswith(BY_DEPTH_TAPS) == (implicit and weight_grad), route
+        assert route.reason.startswith(IMPLICIT_VOLUME) == implicit, route
         if not implicit:
             continue
         assert route.route == "implicit_nhwc"
@@ -325,17 +313,11 @@ def test_deep_volumes_whose_slices_take_the_implicit_route(name, x_size, w_size,
         elif route.operator == "input_grad":
             for n in range(n_volumes):
                 assert torch.equal(dx[n:n + 1], ops.conv3d_input_grad(grad[n:n + 1], w, [1, *x_size[1:]], *args))
-        else:
-            expected = torch.zeros(w_size)
-            for t, begin, end, offset in runs:
-                tap_size = list(w[:, :, t].shape)
-                terms = [ops.conv2d_weight_grad(slices(x, n, begin + offset, end + offset), slices(grad, n, begin, end), tap_size, *planar)
-                         for n in range(n_volumes)]
-                for term in terms[1:]:
-                    terms[0].add_(term)
-                expected[:, :, t] = terms[0]
+        else:  # the kernel's bits, on the operands as they are (tests/test_route_implicit_weight_grad.py)
+            expected = torch.empty(w_size).contiguous(memory_format=cl3d)
+            ops.implicit_conv3d_weight_grad(x, grad, *args, expected)
             assert torch.equal(dw, expected)
-    assert not any(r.reason.startswith((IMPLICIT_VOLUME, BY_DEPTH_TAPS))  # float64 never
+    assert not any(r.reason.startswith(IMPLICIT_VOLUME)  # float64 never
                    for r in torch_convbp.explain(x.double(), w.double(), *args))
     # NCDHW operands take these routes where channels_last_3d ones do and the plane's kernel
     # reads at least as many values as the plane holds (kh*kw*OH*OW >= H*W), through copies into
@@ -348,10 +330,10 @@ def test_deep_volumes_whose_slices_take_the_implicit_route(name, x_size, w_size,
     for route, ncdhw_route in zip(routes, torch_convbp.explain(x_, w_, *args, grad_output=grad_)):
         ncdhw, channels_last = results[route.operator]
         assert ncdhw.is_contiguous()
-        if route.reason.startswith((IMPLICIT_VOLUME, BY_DEPTH_TAPS)) and copies_pay:
+        if route.reason.startswith(IMPLICIT_VOLUME) and copies_pay:
             assert ncdhw_route.reason == route.reason and torch.equal(ncdhw, channels_last)
         else:
-            assert not ncdhw_route.reason.startswith((IMPLICIT_VOLUME, BY_DEPTH_TAPS))
+            assert not ncdhw_route.reason.startswith(IMPLICIT_VOLUME)
             torch.testing.assert_close(ncdhw, channels_last, rtol=1e-4, atol=1e-3)
     opcheck(ops.conv3d.default, (x, w, None, *args))
     opcheck(ops.conv3d_input_grad.default, (grad, w, list(x_size), *args))

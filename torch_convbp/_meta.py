@@ -394,10 +394,12 @@ def _check_implicit_call(op, read, read_name, result, result_name, group_in):
 
 
 def _register_implicit_fakes(dims):
-    """The fakes of the implicit forward and input gradient of images (dims 2) or volumes (dims 3):
-    checks only, they write in place. Mirror implicit_forward and implicit_input_grad
-    (csrc/cpu/implicit_nhwc_cpu.cpp)."""
+    """The fakes of the implicit forward, input gradient and weight gradient of images (dims 2) or
+    volumes (dims 3): checks only, they write in place. Mirror implicit_forward and
+    implicit_input_grad (csrc/cpu/implicit_nhwc_cpu.cpp) and implicit_weight_grad_cpu
+    (csrc/cpu/implicit_weight_grad_cpu.cpp)."""
     forward, input_grad = f"implicit_conv{dims}d", f"implicit_conv{dims}d_input_grad"
+    weight_grad = f"implicit_conv{dims}d_weight_grad"
 
     @register_fake(f"torch_convbp::{forward}")
     def _forward_fake(input, weight, stride, padding, dilation, groups, output):
@@ -413,22 +415,22 @@ def _register_implicit_fakes(dims):
         )
         _check_implicit_call(op, grad_output, "output", grad_input, "input", weight.shape[0] // groups)
 
+    @register_fake(f"torch_convbp::{weight_grad}")
+    def _weight_grad_fake(input, grad_output, stride, padding, dilation, groups, grad_weight):
+        op = f"torch_convbp.{weight_grad}"
+        _check_direct_kernel_call(
+            op, input, grad_weight, grad_output, stride, padding, dilation, groups, channels_last_weight=True, dims=dims
+        )
+        _check_both_channels_last(op, input, grad_output)
+        torch._check(
+            input.dtype in (torch.float32, torch.bfloat16),
+            lambda: f"{op}: computes float32 and bfloat16 only, got {input.dtype}",
+        )
+        torch._check(list(stride) == [1] * dims, lambda: f"{op}: computes stride 1 only, got stride {list(stride)}")
+
 
 for _dims in (2, 3):
     _register_implicit_fakes(_dims)
-
-
-@register_fake("torch_convbp::implicit_conv2d_weight_grad")
-def _implicit_conv2d_weight_grad_fake(input, grad_output, stride, padding, dilation, groups, grad_weight):
-    """Mirrors implicit_conv2d_weight_grad_cpu (csrc/cpu/implicit_weight_grad_cpu.cpp)."""
-    op = "torch_convbp.implicit_conv2d_weight_grad"
-    _check_direct_kernel_call(op, input, grad_weight, grad_output, stride, padding, dilation, groups, channels_last_weight=True)
-    _check_both_channels_last(op, input, grad_output)
-    torch._check(
-        input.dtype in (torch.float32, torch.bfloat16),
-        lambda: f"{op}: computes float32 and bfloat16 only, got {input.dtype}",
-    )
-    torch._check(list(stride) == [1, 1], lambda: f"{op}: computes stride 1 only, got stride {list(stride)}")
 
 
 @register_fake("torch_convbp::grouped_weight_grad")

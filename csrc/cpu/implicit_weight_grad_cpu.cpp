@@ -14,6 +14,11 @@
 // per call, where the column route's dW = dY @ im2col(x)^T writes and reads kh*kw*C values per
 // output pixel, and per output row the calls had K = OW (benchmarks/NOTES.md, sections 64, 69).
 //
+// Volumes the same way: their padded depth slices one after another in one plane, output pixel
+// (od, oh, ow) the extended pixel (od*Hp + oh)*Wp + ow, and tap (kd, ki, kj) one more fixed offset,
+// kd*dd*Hp*Wp further (padded_planes.h). The rows oh >= OH of each slice are zeros in dY_ext.
+// NCDHW and channels_last_3d operands are read as they are (section 137).
+//
 // The zero columns of dY_ext meet input values that the convolution never pairs with them (the
 // next row's first pixels, the right edge's): 0 * x, exact for finite x. A chunk whose input
 // holds an infinity or a NaN takes plain loops over exactly the convolution's pairs instead, so
@@ -97,20 +102,27 @@ TORCH_CONVBP_VECTOR_CLONES bool all_finite(const T* x, int64_t n) {
 }
 
 // Where the activations' values lie: x [N, C, H, W] and dY [N, Cout, OH, OW], both NHWC in
-// memory or both NCHW.
+// memory or both NCHW; volumes' [N, C, D, H, W] seen as images of D*H rows (ConvShape's rows:
+// row d*H + h).
 struct Activations {
   const ConvShape& s;
   bool channels_last;
-  int64_t x_at(int64_t n, int64_t c, int64_t h, int64_t w) const {
-    return channels_last ? ((n * s.height + h) * s.width + w) * s.in_channels + c
-                         : ((n * s.in_channels + c) * s.height + h) * s.width + w;
+  int64_t x_at(int64_t n, int64_t c, int64_t row, int64_t w) const {
+    return channels_last ? ((n * s.input_rows() + row) * s.width + w) * s.in_channels + c
+                         : ((n * s.in_channels + c) * s.input_rows() + row) * s.width + w;
   }
-  int64_t dy_at(int64_t n, int64_t o, int64_t oh, int64_t ow) const {
-    return channels_last ? ((n * s.out_height + oh) * s.out_width + ow) * s.out_channels + o
-                         : ((n * s.out_channels + o) * s.out_height + oh) * s.out_width + ow;
+  int64_t dy_at(int64_t n, int64_t o, int64_t row, int64_t ow) const {
+    return channels_last ? ((n * s.output_rows() + row) * s.out_width + ow) * s.out_channels + o
+                         : ((n * s.out_channels + o) * s.output_rows() + row) * s.out_width + ow;
   }
   // the elements between dY's channels o and o + 1 of a pixel
-  int64_t dy_channel_stride() const { return channels_last ? 1 : s.out_height * s.out_width; }
+  int64_t dy_channel_stride() const { return channels_last ? 1 : s.output_rows() * s.out_width; }
+  // The output row of extended row `row` (padded_planes.h: slices of Hp rows, OH of them output
+  // rows), or -1 where it is a zero row.
+  int64_t output_row(const PaddedPlanes& p, int64_t row) const {
+    const int64_t od = row / p.height, oh = row % p.height;
+    return oh < s.out_height ? od * s.out_height + oh : -1;
+  }
 };
 
 // Images [first, first + count) of x copied into the interiors of padded planes, xt [count, C,
@@ -123,25 +135,28 @@ template <class T>
 bool padded_input_planes(const T* x, const Activations& a, const PaddedPlanes& p, int64_t first,
                          int64_t count, T* xt) {
   const ConvShape& s = a.s;
-  const int64_t c = s.in_channels, lda = p.length;
-  // the first pixel of image row h in a padded plane
-  const auto interior_row = [&](int64_t h) { return (h + s.pad_h) * p.width + s.pad_w; };
+  const int64_t c = s.in_channels, lda = p.length, rows = s.input_rows();
+  // the first pixel of image row `row` (a volume's row d*H + h) in a padded plane
+  const auto interior_row = [&](int64_t row) {
+    const int64_t d = row / s.height, h = row % s.height;
+    return ((d + s.pad_d) * p.height + h + s.pad_h) * p.width + s.pad_w;
+  };
   std::atomic<bool> finite{true};
   if (!a.channels_last) {
     at::parallel_for(0, count * c, 1, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {  // channel i % C of image i / C
         const T* source = x + a.x_at(first + i / c, i % c, 0, 0);
-        if (!all_finite(source, s.height * s.width)) finite = false;
-        for (int64_t h = 0; h < s.height; ++h) {
+        if (!all_finite(source, rows * s.width)) finite = false;
+        for (int64_t h = 0; h < rows; ++h) {
           std::copy_n(source + h * s.width, s.width, xt + i * lda + interior_row(h));
         }
       }
     });
     return finite;
   }
-  at::parallel_for(0, count * s.height, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {  // image row r % H of image r / H
-      const int64_t n = r / s.height, h = r % s.height;
+  at::parallel_for(0, count * rows, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {  // image row r % rows of image r / rows
+      const int64_t n = r / rows, h = r % rows;
       const T* source = x + a.x_at(first + n, 0, h, 0);
       if (!all_finite(source, s.width * c)) finite = false;
       // [W, C] into the C planes' row h
@@ -152,7 +167,8 @@ bool padded_input_planes(const T* x, const Activations& a, const PaddedPlanes& p
 }
 
 // Images [first, first + count) of dY extended, [count, pixels, Cout]: output row oh's OW
-// pixels, then Wp - OW pixels of zeros. In float32 row-major; in bfloat16 the VNNI layout,
+// pixels, then Wp - OW pixels of zeros (a volume's extended rows past each slice's OH: zeros
+// whole). In float32 row-major; in bfloat16 the VNNI layout,
 // [count, pixels / 2, Cout, 2], extended pixels 2q and 2q + 1 interleaved into pair q. From NCHW
 // each output row is transposed first (into the row itself in float32, into a thread's staging
 // row in bfloat16), while in cache: no layout copy of dY before (benchmarks/NOTES.md, 111, 112).
@@ -160,39 +176,48 @@ template <class T>
 void extended_output_grad(const T* dy, const Activations& a, const PaddedPlanes& p, int64_t first,
                           int64_t count, T* dy_ext) {
   const ConvShape& s = a.s;
-  const int64_t co = s.out_channels;
+  const int64_t co = s.out_channels, rows = p.extended_rows(s);
   if constexpr (std::is_same_v<T, float>) {
-    at::parallel_for(0, count * s.out_height, 16, [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) {  // output row r % OH of image r / OH
-        const int64_t n = first + r / s.out_height, oh = r % s.out_height;
-        float* row = dy_ext + r * p.width * co;
-        const float* source = dy + a.dy_at(n, 0, oh, 0);
-        if (a.channels_last) {
-          std::memcpy(row, source, s.out_width * co * sizeof(float));
-        } else {  // [Cout, OW], rows OH*OW apart, into [OW, Cout]
-          transpose_matrix(source, a.dy_channel_stride(), row, co, co, s.out_width, sizeof(float));
+    at::parallel_for(0, count * rows, 16, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {  // extended row r % rows of image r / rows
+        const int64_t n = first + r / rows, oh = a.output_row(p, r % rows);
+        float* row = dy_ext + ((n - first) * p.pixels + r % rows * p.width) * co;
+        const int64_t written = oh < 0 ? 0 : s.out_width;
+        if (oh >= 0) {
+          const float* source = dy + a.dy_at(n, 0, oh, 0);
+          if (a.channels_last) {
+            std::memcpy(row, source, s.out_width * co * sizeof(float));
+          } else {  // [Cout, OW], rows OD*OH*OW apart, into [OW, Cout]
+            transpose_matrix(source, a.dy_channel_stride(), row, co, co, s.out_width,
+                             sizeof(float));
+          }
         }
-        std::fill_n(row + s.out_width * co, (p.width - s.out_width) * co, 0.f);
+        std::fill_n(row + written * co, (p.width - written) * co, 0.f);
       }
     });
   } else {
-    // A task per output row writes the pairs whose first pixel is in it: where Wp is odd, a row's
-    // last pair takes the next row's first pixel as its second.
+    // A task per extended row writes the pairs whose first pixel is in it: where Wp is odd, a
+    // row's last pair takes the next row's first pixel as its second.
     const std::vector<uint16_t> zeros(co, 0);
     const auto* source = reinterpret_cast<const uint16_t*>(dy);
-    at::parallel_for(0, count * s.out_height, 4, [&](int64_t begin, int64_t end) {
+    at::parallel_for(0, count * rows, 4, [&](int64_t begin, int64_t end) {
       std::vector<uint16_t> staged(a.channels_last ? 0 : (s.out_width + 1) * co);
-      for (int64_t r = begin; r < end; ++r) {  // output row r % OH of image r / OH
-        const int64_t n = first + r / s.out_height, oh = r % s.out_height;
-        const int64_t row_start = oh * p.width, next_start = row_start + p.width;
-        const bool straddles = next_start % 2 != 0 && oh + 1 < s.out_height;
-        // the row's OW pixels and the next row's first, as NHWC pixels of Cout
-        const uint16_t* row = source + a.dy_at(n, 0, oh, 0);
-        const uint16_t* next_first = straddles ? source + a.dy_at(n, 0, oh + 1, 0) : nullptr;
-        if (!a.channels_last) {  // [Cout, OW], rows OH*OW apart, into [OW, Cout]
-          transpose_matrix(row, a.dy_channel_stride(), staged.data(), co, co, s.out_width,
-                           sizeof(uint16_t));
-          row = staged.data();
+      for (int64_t r = begin; r < end; ++r) {  // extended row r % rows of image r / rows
+        const int64_t n = first + r / rows, extended_row = r % rows;
+        const int64_t row_start = extended_row * p.width, next_start = row_start + p.width;
+        const int64_t oh = a.output_row(p, extended_row);
+        const int64_t next_oh = extended_row + 1 < rows ? a.output_row(p, extended_row + 1) : -1;
+        const bool straddles = next_start % 2 != 0 && next_oh >= 0;
+        // the row's OW pixels (none for a zero row) and the next row's first, as NHWC pixels of
+        // Cout
+        const uint16_t* row = oh < 0 ? nullptr : source + a.dy_at(n, 0, oh, 0);
+        const uint16_t* next_first = straddles ? source + a.dy_at(n, 0, next_oh, 0) : nullptr;
+        if (!a.channels_last) {  // [Cout, OW], rows OD*OH*OW apart, into [OW, Cout]
+          if (row) {
+            transpose_matrix(row, a.dy_channel_stride(), staged.data(), co, co, s.out_width,
+                             sizeof(uint16_t));
+            row = staged.data();
+          }
           if (straddles) {
             uint16_t* pixel = staged.data() + s.out_width * co;
             for (int64_t o = 0; o < co; ++o) pixel[o] = next_first[o * a.dy_channel_stride()];
@@ -202,9 +227,9 @@ void extended_output_grad(const T* dy, const Activations& a, const PaddedPlanes&
         const auto pixel =
             [&](int64_t e) {  // extended pixel e of this row, or the next row's first
               if (e == next_start) return straddles ? next_first : zeros.data();
-              return e - row_start < s.out_width ? row + (e - row_start) * co : zeros.data();
+              return row && e - row_start < s.out_width ? row + (e - row_start) * co : zeros.data();
             };
-        const int64_t last_pair = oh + 1 == s.out_height ? p.pixels / 2 : (next_start + 1) / 2;
+        const int64_t last_pair = extended_row + 1 == rows ? p.pixels / 2 : (next_start + 1) / 2;
         uint16_t* image_pairs = reinterpret_cast<uint16_t*>(dy_ext) + (n - first) * p.pixels * co;
         for (int64_t q = (row_start + 1) / 2; q < last_pair; ++q) {
           interleave_pair_of_rows(pixel(2 * q), pixel(2 * q + 1), co, image_pairs + q * 2 * co);
@@ -307,15 +332,20 @@ void accumulate_exact_pairs(const T* x, const T* dy, const Activations& a, const
     for (int64_t c = begin; c < end; ++c) {
       const int64_t g = c / t.group_in;
       for (int64_t n = first; n < first + count; ++n) {
-        for (int64_t oh = 0; oh < s.out_height; ++oh) {
+        for (int64_t row = 0; row < s.output_rows(); ++row) {  // output row (od, oh)
+          const int64_t od = row / s.out_height, oh = row % s.out_height;
           for (int64_t ow = 0; ow < s.out_width; ++ow) {
-            const T* d = dy + a.dy_at(n, g * t.group_out, oh, ow);
-            for (int64_t tap = 0; tap < t.taps; ++tap) {
-              const int64_t ih = oh - s.pad_h + tap / s.kernel_w * s.dilation_h;
-              const int64_t iw = ow - s.pad_w + tap % s.kernel_w * s.dilation_w;
-              const bool inside = ih >= 0 && ih < s.height && iw >= 0 && iw < s.width;
+            const T* d = dy + a.dy_at(n, g * t.group_out, row, ow);
+            for (int64_t tap = 0; tap < t.taps; ++tap) {  // (kd, ki, kj)
+              const int64_t plane_tap = tap % (s.kernel_h * s.kernel_w);
+              const int64_t id = od - s.pad_d + tap / (s.kernel_h * s.kernel_w) * s.dilation_d;
+              const int64_t ih = oh - s.pad_h + plane_tap / s.kernel_w * s.dilation_h;
+              const int64_t iw = ow - s.pad_w + plane_tap % s.kernel_w * s.dilation_w;
+              const bool inside =
+                  id >= 0 && id < s.depth && ih >= 0 && ih < s.height && iw >= 0 && iw < s.width;
               // padding is a zero the convolution pairs too (0 * a NaN of dY is NaN)
-              const float v = inside ? static_cast<float>(x[a.x_at(n, c, ih, iw)]) : 0.f;
+              const float v =
+                  inside ? static_cast<float>(x[a.x_at(n, c, id * s.height + ih, iw)]) : 0.f;
               float* row = sums + (c * t.taps + tap) * t.group_out;
               for (int64_t o = 0; o < t.group_out; ++o) {
                 row[o] += v * static_cast<float>(d[o * dy_step]);
@@ -328,8 +358,8 @@ void accumulate_exact_pairs(const T* x, const T* dy, const Activations& a, const
   });
 }
 
-// The weight gradient of convolution `s` into grad_weight [Cout, C/G, kh, kw] (contiguous or
-// channels_last), of activations in the layout `channels_last` says.
+// The weight gradient of convolution `s` into grad_weight [Cout, C/G, (kd,) kh, kw] (contiguous
+// or channels_last), of activations in the layout `channels_last` says.
 template <class T>
 void implicit_weight_grad(const Tensor& input, const Tensor& grad_output, const ConvShape& s,
                           bool channels_last, const Tensor& grad_weight) {
@@ -394,17 +424,20 @@ void implicit_weight_grad(const Tensor& input, const Tensor& grad_output, const 
   }
 }
 
-void implicit_conv2d_weight_grad_cpu(const Tensor& input, const Tensor& grad_output,
-                                     IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
-                                     int64_t groups, const Tensor& grad_weight) {
-  constexpr const char* op = "torch_convbp.implicit_conv2d_weight_grad";
+// The operators of images (dims 2) and volumes (dims 3).
+template <int64_t dims>
+void implicit_weight_grad_cpu(const Tensor& input, const Tensor& grad_output, IntArrayRef stride,
+                              IntArrayRef padding, IntArrayRef dilation, int64_t groups,
+                              const Tensor& grad_weight) {
+  const char* op = dims == 2 ? "torch_convbp.implicit_conv2d_weight_grad"
+                             : "torch_convbp.implicit_conv3d_weight_grad";
   const auto [s, channels_last] = check_implicit_weight_grad_call(
-      op, input, grad_weight, grad_output, stride, padding, dilation, groups);
+      op, input, grad_weight, grad_output, stride, padding, dilation, groups, dims);
   const auto dtype = input.scalar_type();
   TORCH_CHECK(dtype == at::kFloat || dtype == at::kBFloat16, op,
               ": computes float32 and bfloat16 only, got ", dtype);
-  TORCH_CHECK(s.stride_h == 1 && s.stride_w == 1, op, ": computes stride 1 only, got stride ",
-              stride);
+  TORCH_CHECK(s.stride_d == 1 && s.stride_h == 1 && s.stride_w == 1, op,
+              ": computes stride 1 only, got stride ", stride);
   TORCH_CHECK(dtype == at::kFloat ? cpu_has_gemm_microkernel() : cpu_has_bfloat16_microkernel(), op,
               ": needs the GEMM micro-kernel (cpublas::brgemm) in ", dtype,
               ", which this CPU or torch lacks");
@@ -423,7 +456,8 @@ void implicit_conv2d_weight_grad_cpu(const Tensor& input, const Tensor& grad_out
 }  // namespace
 
 TORCH_LIBRARY_IMPL(torch_convbp, CPU, m) {
-  m.impl("implicit_conv2d_weight_grad", &implicit_conv2d_weight_grad_cpu);
+  m.impl("implicit_conv2d_weight_grad", &implicit_weight_grad_cpu<2>);
+  m.impl("implicit_conv3d_weight_grad", &implicit_weight_grad_cpu<3>);
 }
 
 }  // namespace torch_convbp

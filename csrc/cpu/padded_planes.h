@@ -17,6 +17,12 @@
 // W + pad_w, or OW * stride_w where that is wider (padding beyond the kernel's reach), rather than
 // W + 2*pad_w: fewer extended pixels that are not output pixels (5x5 at 28 pixels: 840 against 896;
 // benchmarks/NOTES.md, section 104).
+//
+// A volume (stride 1 only: the implicit weight gradient's) is its padded depth slices one after
+// another in one plane, Dp = D + 2*pad_d slices of Hp rows: output pixel (od, oh, ow) is the
+// extended pixel e = (od*Hp + oh)*Wp + ow (the rows oh >= OH of each slice are not output rows),
+// and tap (kd, ki, kj) reads padded pixel e + (kd*dd*Hp + ki*dh)*Wp + kj*dw, again one fixed
+// offset.
 #pragma once
 
 #include <algorithm>
@@ -34,9 +40,10 @@ struct PaddedPlanes {
   // per image (an even count where the VNNI layout pairs them: the last one past the plane); a
   // phase plane's length in pixels with the zero tail past its end that the last extended pixels'
   // taps (or runs of kw taps) reach, and an image's length (its planes one after another);
-  // whether the extended pixels go in pairs
+  // whether the extended pixels go in pairs. Volumes: `height` rows per padded depth slice, and
+  // `slices` of them (1 for images).
   int64_t height, width, top, left, phases, phase_rows, extended_width, pixels, phase_length,
-      length;
+      length, slices;
   bool even_pixels;
   PaddedPlanes(const ConvShape& s, bool even)
       : height(s.height + 2 * s.pad_h),
@@ -46,9 +53,11 @@ struct PaddedPlanes {
         phases(s.stride_h),
         phase_rows((height + s.stride_h - 1) / s.stride_h),
         extended_width(width / s.stride_w),
-        pixels(even ? (s.out_height * extended_width + 1) / 2 * 2 : s.out_height * extended_width),
-        phase_length(phase_rows * width + (s.kernel_w - 1) * s.dilation_w + 1),
+        pixels(round_up(extended_rows(s) * extended_width, even ? 2 : 1)),
+        phase_length((s.depth + 2 * s.pad_d) * phase_rows * width +
+                     (s.kernel_w - 1) * s.dilation_w + 1),
         length(phases * phase_length),
+        slices(s.depth + 2 * s.pad_d),
         even_pixels(even) {}
   // One plane of `height` rows of `width` pixels, `top` zero rows and `left` zero columns before
   // the source's, `length` pixels with its zero tail, whose readers keep their own extended
@@ -64,10 +73,19 @@ struct PaddedPlanes {
         pixels(0),
         phase_length(length),
         length(length),
+        slices(1),
         even_pixels(false) {}
-  // Where tap `tap` of extended pixel 0 reads, in pixels from the image's first plane.
+  // The extended rows of an image's (a volume's) output: OH, or the OD slices' Hp rows but the
+  // last slice's OH.
+  int64_t extended_rows(const ConvShape& s) const {
+    return (s.out_depth - 1) * height + s.out_height;
+  }
+  // Where tap `tap` (kd, ki, kj) of extended pixel 0 reads, in pixels from the image's first plane.
   int64_t offset(const ConvShape& s, int64_t tap) const {
-    const int64_t row = tap / s.kernel_w * s.dilation_h;  // padded rows below the output row's
+    const int64_t plane_taps = s.kernel_h * s.kernel_w;
+    // padded rows below the output row's: a volume's depth taps whole slices of Hp rows (stride 1)
+    const int64_t row =
+        tap / plane_taps * s.dilation_d * height + tap % plane_taps / s.kernel_w * s.dilation_h;
     return row % s.stride_h * phase_length + row / s.stride_h * width +
            tap % s.kernel_w * s.dilation_w;
   }
