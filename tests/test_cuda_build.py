@@ -15,7 +15,7 @@ DEVICE_KERNELS = ("im2col", "col2im", "im2col_nhwc", "col2im_nhwc", "depthwise_c
                   "depthwise_weight_grad", "grouped_conv2d", "grouped_weight_grad")
 # the CPU's GEMM micro-kernel: route implicit_nhwc; the CPU's depthwise kernels of volumes
 CPU_ONLY_KERNELS = ("implicit_conv2d", "implicit_conv2d_input_grad", "implicit_conv2d_weight_grad", "implicit_conv3d",
-                    "implicit_conv3d_input_grad", "depthwise_conv3d", "depthwise_conv3d_input_grad",
+                    "implicit_conv3d_input_grad", "implicit_conv3d_weight_grad", "depthwise_conv3d", "depthwise_conv3d_input_grad",
                     "depthwise_conv3d_weight_grad")
 # A CPU kernel, and ATen's copy for every other device.
 CPU_KERNEL_ELSE_ATEN = ("transpose_copy", "transpose_taps")

@@ -88,10 +88,8 @@ def test_a_target_sharing_the_sources_memory_is_refused():
 
 # Calls whose route computes in NCHW although the operands are channels_last, so that the operands
 # and the results take the transposing copy: (input size, weight size, groups, stride). The
-# depthwise volume is strided in depth (of depth stride 1 its weight gradient would sum the 2-D
-# depthwise kernels over its depth taps, in channels_last_3d: csrc/depth_taps.h) and bfloat16 (in
-# float32 and float64 its forward and input gradient take the CPU's depthwise kernels of volumes,
-# in NDHWC: csrc/route.cpp).
+# depthwise volume is bfloat16 (in float32 and float64 the CPU's depthwise kernels of volumes
+# compute it in its own format: csrc/route.cpp), and strided in depth.
 THROUGH_COPIES = {
     "depthwise-volume": ((2, 32, 4, 9, 8), (32, 1, 3, 3, 3), 32, (2, 1, 1)),
     "narrow-groups-volume": ((2, 48, 3, 8, 7), (48, 4, 3, 3, 3), 12, (1, 2, 2)),
