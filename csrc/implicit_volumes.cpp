@@ -60,13 +60,22 @@ std::optional<RouteChoice> implicit_volume_route(Operator op, const ConvShape& s
       "torch_convbp", 2, {count, s.in_channels, s.height, s.width},
       {s.out_channels, s.in_channels / s.groups, s.kernel_h, s.kernel_w}, {s.stride_h, s.stride_w},
       {s.pad_h, s.pad_w}, {s.dilation_h, s.dilation_w}, s.groups);
+  // The weight gradient (stride 1: its kernel's) asks the forward's rule, on the input: the 2-D
+  // rule of the weight gradient weighs im2col's kh*kw column values per input value against the
+  // padded copies, where a volume's alternative is vol2col's kd times as many. 3x3x3 256@4x14 took
+  // 1.30-1.35x ATen's time on the implicit kernel and 1.59-1.62x on the 3-D column route, where
+  // the slices' weight gradient keeps the column route (channels_last, over 128 channels on an
+  // AVX-512 Xeon; benchmarks/NOTES.md, section 137).
+  const bool weight_grad = op == Operator::weight_grad;
+  if (weight_grad && (s.stride_h != 1 || s.stride_w != 1)) return std::nullopt;
+  const Operator asked = weight_grad ? Operator::forward : op;
   std::vector<Tensor> views;
-  for (const Tensor& t : activations) {
+  for (const Tensor& t : weight_grad ? activations.slice(0, 1) : activations) {
     views.push_back(first_slices(channels_last_3d_strides(t), count));
   }
   // Only where the slices' 2-D route has no column matrix: on the column route they would write
   // the same column values as vol2col.
-  const RouteChoice choice = choose_route(op, plane, views);
+  const RouteChoice choice = choose_route(asked, plane, views);
   if (choice.route != Route::implicit_nhwc) return std::nullopt;
   return choice;
 }

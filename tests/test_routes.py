@@ -247,8 +247,9 @@ def test_volumes_that_are_planar_take_the_2d_routes(name, x_size, w_size, stride
 # one slice, of depth stride 1, whose slices' 2-D route in channels_last_3d float32 is one with no
 # column matrix, the implicit one: that route computes the volume's forward and input gradient
 # (csrc/cpu/implicit_nhwc_cpu.cpp, a volume's kernel rows its (depth tap, kernel row) pairs), and
-# so does the weight gradient (csrc/cpu/implicit_weight_grad_cpu.cpp, its padded depth slices one
-# plane; csrc/implicit_volumes.h). A depthwise volume, whose slices would take the depthwise
+# the weight gradient of stride 1 where the slices' forward takes it
+# (csrc/cpu/implicit_weight_grad_cpu.cpp, its padded depth slices one plane;
+# csrc/implicit_volumes.h). A depthwise volume, whose slices would take the depthwise
 # kernels, has kernels of its own (tests/test_route_depthwise.py).
 DEEP_VOLUMES = [
     ("r3d 3x3x3", (2, 16, 4, 14, 15), (16, 16, 3, 3, 3), (1, 1, 1), (1, 1, 1), (1, 1, 1), 1),
@@ -256,6 +257,9 @@ DEEP_VOLUMES = [
     ("dilated in depth, padded past its reach", (2, 16, 3, 14, 14), (16, 16, 3, 3, 3), (1, 1, 1), (3, 1, 1), (2, 1, 1), 1),
     ("taps that reach no slice", (1, 16, 1, 14, 14), (16, 16, 3, 3, 3), (1, 1, 1), (2, 1, 1), (2, 1, 1), 1),
     ("groups of 16", (2, 32, 3, 14, 14), (32, 16, 3, 3, 3), (1, 1, 1), (1, 1, 1), (1, 1, 1), 2),
+    # where AVX-512 kernels run, the slices' 2-D weight gradient would take the column route (over
+    # 128 channels, channels_last), the volume's the implicit kernel (the forward's rule)
+    ("256 channels", (1, 256, 3, 14, 14), (256, 256, 3, 3, 3), (1, 1, 1), (1, 1, 1), (1, 1, 1), 1),
     ("depthwise 3x3x3", (2, 16, 4, 10, 11), (16, 1, 3, 3, 3), (1, 1, 1), (1, 1, 1), (1, 1, 1), 16),
 ]
 IMPLICIT_VOLUME = "a volume whose depth slices take the implicit route"
@@ -268,9 +272,11 @@ def slices(t, n, begin, end):
 @pytest.mark.parametrize("name, x_size, w_size, stride, padding, dilation, groups", DEEP_VOLUMES, ids=[r[0] for r in DEEP_VOLUMES])
 def test_deep_volumes_whose_slices_take_the_implicit_route(name, x_size, w_size, stride, padding, dilation, groups):
     """Where the slices' 2-D route is the implicit one (a depthwise volume takes the kernels of
-    volumes), the three operators take the implicit route on the volume: the forward's and the
-    input gradient's each volume's result the same bits alone as in the batch, the weight
-    gradient the implicit kernel's bits on the operands as given; explain() says so. Elsewhere the
+    volumes), the forward and the input gradient take the implicit route on the volume, each
+    volume's result the same bits alone as in the batch, and so does the weight gradient of
+    stride 1 where the slices' forward does (its alternative, vol2col, writes kd times the columns
+    the slices' rule weighs), with the implicit kernel's bits on the operands as given; explain()
+    says so. Elsewhere the
     3-D route. Either way F.conv3d's values in channels_last_3d, and opcheck. NCDHW operands give
     the same bits in NCDHW (the forward and input gradient through copies into channels_last_3d,
     the weight gradient read as they are) where the plane's kernel reads at least as many values
@@ -298,11 +304,14 @@ def test_deep_volumes_whose_slices_take_the_implicit_route(name, x_size, w_size,
     count = min(depth, out_depth)
     planar_routes = torch_convbp.explain(slices(x, 0, 0, count), w[:, :, 0], *planar, grad_output=slices(grad, 0, 0, count))
     routes = torch_convbp.explain(x, w, *args, grad_output=grad)
-    for route, planar_route in zip(routes, planar_routes):
+    for route in routes:
+        weight_grad = route.operator == "weight_grad"
+        planar_route = planar_routes["forward" if weight_grad else route.operator]
         # a depthwise volume has kernels of its own (tests/test_route_depthwise.py)
         own_kernel = planar_route.route == "depthwise"
         assert route.reason.startswith("one input channel per group, a volume") == own_kernel, route
         implicit = planar_route.route == "implicit_nhwc" and not own_kernel
+        implicit = implicit and not (weight_grad and stride[1:] != (1, 1))  # its kernel: stride 1
         assert route.reason.startswith(IMPLICIT_VOLUME) == implicit, route
         if not implicit:
             continue

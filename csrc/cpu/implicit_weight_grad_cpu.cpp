@@ -41,6 +41,7 @@
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "../checks.h"
@@ -172,11 +173,13 @@ bool padded_input_planes(const T* x, const Activations& a, const PaddedPlanes& p
 // [count, pixels / 2, Cout, 2], extended pixels 2q and 2q + 1 interleaved into pair q. From NCHW
 // each output row is transposed first (into the row itself in float32, into a thread's staging
 // row in bfloat16), while in cache: no layout copy of dY before (benchmarks/NOTES.md, 111, 112).
+// Returns whether every value of dY was finite (each row tested in cache, NHWC).
 template <class T>
-void extended_output_grad(const T* dy, const Activations& a, const PaddedPlanes& p, int64_t first,
+bool extended_output_grad(const T* dy, const Activations& a, const PaddedPlanes& p, int64_t first,
                           int64_t count, T* dy_ext) {
   const ConvShape& s = a.s;
   const int64_t co = s.out_channels, rows = p.extended_rows(s);
+  std::atomic<bool> finite{true};
   if constexpr (std::is_same_v<T, float>) {
     at::parallel_for(0, count * rows, 16, [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {  // extended row r % rows of image r / rows
@@ -191,6 +194,7 @@ void extended_output_grad(const T* dy, const Activations& a, const PaddedPlanes&
             transpose_matrix(source, a.dy_channel_stride(), row, co, co, s.out_width,
                              sizeof(float));
           }
+          if (!all_finite(row, s.out_width * co)) finite = false;
         }
         std::fill_n(row + written * co, (p.width - written) * co, 0.f);
       }
@@ -224,6 +228,7 @@ void extended_output_grad(const T* dy, const Activations& a, const PaddedPlanes&
             next_first = pixel;
           }
         }
+        if (row && !all_finite(reinterpret_cast<const T*>(row), s.out_width * co)) finite = false;
         const auto pixel =
             [&](int64_t e) {  // extended pixel e of this row, or the next row's first
               if (e == next_start) return straddles ? next_first : zeros.data();
@@ -237,6 +242,7 @@ void extended_output_grad(const T* dy, const Activations& a, const PaddedPlanes&
       }
     });
   }
+  return finite;
 }
 
 // The tiles of dW: tile t is tap t % taps of (group, channel block, output channel block)
@@ -275,13 +281,32 @@ struct Parts {
   }
 };
 
-// Tile `tile` (Tiles) of image n's extended pixels [e, e + pixels), added into `sums` [C, taps,
-// Cout/G] (dW_tap^T of every group, rows of (channel, tap)): one micro-kernel call.
+// The extended pixels [first, second) that each depth tap computes: for a volume with depth
+// padding and a finite dY, those whose depth tap reads inside it (PaddedPlanes::depth_tap_pixels;
+// the others pair the padding's zeros: 8% of the products of 8 slices deep, 17% of 4, section
+// 137); else all (0 * a NaN of dY is NaN, as the convolution's pairs give).
+using TapPixels = std::vector<std::pair<int64_t, int64_t>>;
+TapPixels depth_tap_pixels(const ConvShape& s, const PaddedPlanes& p, bool dy_finite) {
+  TapPixels pixels;
+  for (int64_t kd = 0; kd < s.kernel_d; ++kd) {
+    pixels.push_back(dy_finite ? p.depth_tap_pixels(s, kd)
+                               : std::pair<int64_t, int64_t>{0, p.pixels});
+  }
+  return pixels;
+}
+
+// Tile `tile` (Tiles) of image n's extended pixels [first_pixel, first_pixel + pixels), those of
+// them its depth tap computes (TapPixels), added into `sums` [C, taps, Cout/G] (dW_tap^T of every
+// group, rows of (channel, tap)): one micro-kernel call.
 template <class T>
 void accumulate_tile(const T* xt, const T* dy_ext, const ConvShape& s, const PaddedPlanes& p,
-                     const Tiles& t, int64_t tile, int64_t n, int64_t e, int64_t pixels,
-                     float* sums) {
+                     const Tiles& t, const TapPixels& computed, int64_t tile, int64_t n,
+                     int64_t first_pixel, int64_t pixels, float* sums) {
   const int64_t tap = tile % t.taps, block = tile / t.taps;
+  const auto [computed_begin, computed_end] = computed[tap / (s.kernel_h * s.kernel_w)];
+  const int64_t e = std::max(first_pixel, computed_begin);
+  pixels = std::min(first_pixel + pixels, computed_end) - e;
+  if (pixels <= 0) return;
   const int64_t ob = block % t.out_blocks, ib = block / t.out_blocks % t.in_blocks;
   const int64_t g = block / (t.out_blocks * t.in_blocks);
   const int64_t c = g * t.group_in + ib * t.in_block, o = g * t.group_out + ob * t.out_block;
@@ -301,8 +326,8 @@ void accumulate_tile(const T* xt, const T* dy_ext, const ConvShape& s, const Pad
 // every task of that part. `sums` [parts, C, taps, Cout/G]: a part's sums as accumulate_tile's.
 template <class T>
 void accumulate_tasks(const T* xt, const T* dy_ext, const ConvShape& s, const PaddedPlanes& p,
-                      const Tiles& t, const Parts& parts, int64_t count, int64_t begin, int64_t end,
-                      float* sums) {
+                      const Tiles& t, const TapPixels& computed, const Parts& parts, int64_t count,
+                      int64_t begin, int64_t end, float* sums) {
   const int64_t part_sums = s.in_channels * t.taps * t.group_out;
   for (int64_t n = 0; n < count; ++n) {
     for (int64_t part = begin / parts.tiles; part * parts.tiles < end; ++part) {
@@ -312,7 +337,7 @@ void accumulate_tasks(const T* xt, const T* dy_ext, const ConvShape& s, const Pa
       for (int64_t e = parts.start(part); e < part_end; e += kPixelBlock) {
         const int64_t pixels = std::min(kPixelBlock, part_end - e);
         for (int64_t task = first; task < last; ++task) {
-          accumulate_tile(xt, dy_ext, s, p, t, task - part * parts.tiles, n, e, pixels,
+          accumulate_tile(xt, dy_ext, s, p, t, computed, task - part * parts.tiles, n, e, pixels,
                           sums + part * part_sums);
         }
       }
@@ -389,10 +414,12 @@ void implicit_weight_grad(const Tensor& input, const Tensor& grad_output, const 
       accumulate_exact_pairs(x, dy, a, t, first, count, sum_data);
       continue;
     }
-    extended_output_grad(dy, a, p, first, count, dy_ext.mutable_data_ptr<T>());
+    const bool dy_finite =
+        extended_output_grad(dy, a, p, first, count, dy_ext.mutable_data_ptr<T>());
+    const TapPixels computed = depth_tap_pixels(s, p, dy_finite);
     at::parallel_for(0, parts.tasks(), 1, [&](int64_t begin, int64_t end) {
-      accumulate_tasks(xt.const_data_ptr<T>(), dy_ext.const_data_ptr<T>(), s, p, t, parts, count,
-                       begin, end, sum_data);
+      accumulate_tasks(xt.const_data_ptr<T>(), dy_ext.const_data_ptr<T>(), s, p, t, computed, parts,
+                       count, begin, end, sum_data);
     });
   }
   for (int64_t part = 1; part < parts.count; ++part) sums[0].add_(sums[part]);  // in order

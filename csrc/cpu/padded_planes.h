@@ -28,6 +28,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 #include "../plan.h"
 #include "../shape.h"
@@ -88,6 +89,19 @@ struct PaddedPlanes {
         tap / plane_taps * s.dilation_d * height + tap % plane_taps / s.kernel_w * s.dilation_h;
     return row % s.stride_h * phase_length + row / s.stride_h * width +
            tap % s.kernel_w * s.dilation_w;
+  }
+  // The extended pixels [first, second) whose output slices pair input slices inside the volume
+  // at depth tap kd (the others pair its depth padding), in pairs where they go in pairs; all of
+  // them for an image.
+  std::pair<int64_t, int64_t> depth_tap_pixels(const ConvShape& s, int64_t kd) const {
+    const int64_t offset = kd * s.dilation_d - s.pad_d;  // input slice od + offset
+    const int64_t first = std::clamp<int64_t>(-offset, 0, s.out_depth);
+    const int64_t last = std::clamp<int64_t>(s.depth - offset, first, s.out_depth);
+    if (first == last) return {0, 0};
+    const int64_t pair = even_pixels ? 2 : 1;
+    return {
+        first * height * extended_width / pair * pair,
+        std::min(round_up(((last - 1) * height + s.out_height) * extended_width, pair), pixels)};
   }
   // Where padded row hp starts, in pixels from the image's first plane.
   int64_t row_start(int64_t hp) const { return hp % phases * phase_length + hp / phases * width; }
