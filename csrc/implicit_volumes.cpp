@@ -5,6 +5,8 @@
 #include <vector>
 
 #include "checks.h"
+#include "cpu/padded_planes.h"
+#include "plan.h"
 
 namespace torch_convbp {
 namespace {
@@ -66,8 +68,14 @@ std::optional<RouteChoice> implicit_volume_route(Operator op, const ConvShape& s
   // 1.30-1.35x ATen's time on the implicit kernel and 1.59-1.62x on the 3-D column route, where
   // the slices' weight gradient keeps the column route (channels_last, over 128 channels on an
   // AVX-512 Xeon; benchmarks/NOTES.md, section 137).
+  // Its padded copies take one volume at least (cpu/padded_planes.h): past the workspace limit,
+  // the 3-D column route, which takes bands of rows, keeps the memory bound.
   const bool weight_grad = op == Operator::weight_grad;
-  if (weight_grad && (s.stride_h != 1 || s.stride_w != 1)) return std::nullopt;
+  if (weight_grad && (s.stride_h != 1 || s.stride_w != 1 ||
+                      PaddedPlanes(s, /*even=*/false).weight_grad_image_bytes(s, sizeof(float)) >
+                          workspace_limit())) {
+    return std::nullopt;
+  }
   const Operator asked = weight_grad ? Operator::forward : op;
   std::vector<Tensor> views;
   for (const Tensor& t : weight_grad ? activations.slice(0, 1) : activations) {

@@ -10,7 +10,8 @@
 //   value copied outweigh the copies; a plane strided 4x4 keeps the 3-D route);
 // - the weight gradient (stride 1): the padded depth slices one after another in one plane, so
 //   that each tap (kd, ki, kj) is one more fixed offset into it, kd*dd*Hp*Wp further; NCDHW and
-//   channels_last_3d operands read as they are.
+//   channels_last_3d operands read as they are; where the slices' forward takes the implicit
+//   route, and one volume's padded copies fit the workspace limit.
 // Depthwise volumes have kernels of their own (depthwise_nhwc_cpu.h). Measured:
 // benchmarks/NOTES.md, sections 124, 127, 130, 136, 137.
 #pragma once

@@ -349,6 +349,27 @@ def test_deep_volumes_whose_slices_take_the_implicit_route(name, x_size, w_size,
     opcheck(ops.conv3d_weight_grad.default, (x, grad, list(w_size), *args))
 
 
+def test_a_volume_whose_padded_copies_pass_the_workspace_limit_keeps_the_bound():
+    """The implicit weight gradient copies one volume at least (its padded depth slices and its
+    extended output gradient: 162 KB here): under a smaller workspace limit the volume's weight
+    gradient takes the 3-D column route, which takes bands of rows, and stays within the limit."""
+    g = torch.Generator().manual_seed(6)
+    cl3d = torch.channels_last_3d
+    x = torch.randn(2, 16, 4, 14, 15, generator=g).contiguous(memory_format=cl3d)
+    w = torch.randn(16, 16, 3, 3, 3, generator=g)
+    grad = torch.randn(2, 16, 4, 14, 15, generator=g).contiguous(memory_format=cl3d)
+    assert torch_convbp.explain(x, w, 1, 1, grad_output=grad)["weight_grad"].reason.startswith(IMPLICIT_VOLUME)
+    limit = 100_000
+    with torch_convbp.workspace_limit(limit):
+        route = torch_convbp.explain(x, w, 1, 1, grad_output=grad)["weight_grad"]
+        assert route.route == "columns", route
+        torch_convbp.workspace_peak(reset=True)
+        dw = ops.conv3d_weight_grad(x, grad, list(w.shape), [1, 1, 1], [1, 1, 1], [1, 1, 1], 1)
+        assert 0 < torch_convbp.workspace_peak() <= limit
+    expected = torch.nn.grad.conv3d_weight(x.double(), w.shape, grad.double(), 1, 1)
+    torch.testing.assert_close(dw.double(), expected, rtol=1e-4, atol=1e-3)
+
+
 @pytest.mark.parametrize("input_layout, weight_layout", [(NCHW, CL), (CL, NCHW)], ids=["channels_last weight", "channels_last input"])
 def test_a_mixed_call_returns_f_conv2ds_format(input_layout, weight_layout, device):
     """One channels_last operand is enough for a channels_last output, as with F.conv2d; the route

@@ -399,8 +399,8 @@ void implicit_weight_grad(const Tensor& input, const Tensor& grad_output, const 
       empty_scratch({parts.count, s.in_channels * t.taps, t.group_out}, f32).zero_();
   // The padded copies of a chunk of images (padded_planes.h). The sums run on over the chunks in
   // the same order, so the chunks do not change the bits.
-  const int64_t images = padded_chunk_images(
-      (s.in_channels * p.length + p.pixels * s.out_channels) * int64_t{sizeof(T)}, s.batch);
+  const int64_t images =
+      padded_chunk_images(p.weight_grad_image_bytes(s, int64_t{sizeof(T)}), s.batch);
   // (zeroed once: padded_input_planes writes the interiors)
   const Tensor xt = empty_scratch({images * s.in_channels * p.length}, input.options()).zero_();
   const Tensor dy_ext = empty_scratch({images * p.pixels * s.out_channels}, input.options());

@@ -103,6 +103,11 @@ struct PaddedPlanes {
         first * height * extended_width / pair * pair,
         std::min(round_up(((last - 1) * height + s.out_height) * extended_width, pair), pixels)};
   }
+  // The bytes of one image's padded copies for the weight gradient: its input planes and its
+  // extended output gradient, of elements that many bytes each.
+  int64_t weight_grad_image_bytes(const ConvShape& s, int64_t element_size) const {
+    return (s.in_channels * length + pixels * s.out_channels) * element_size;
+  }
   // Where padded row hp starts, in pixels from the image's first plane.
   int64_t row_start(int64_t hp) const { return hp % phases * phase_length + hp / phases * width; }
   // Whether padded row hp is the last of its plane (the plane's tail follows it).
