@@ -277,6 +277,8 @@ VOLUME_CASES = [
     ("asymmetric everything", (1, 32, 4, 6, 5), 48, (3, 2, 3), (1, 0, 2), (1, 2, 1), 2),
     ("dilated in depth, unpadded there", (3, 16, 5, 5, 14), 32, (2, 3, 3), (0, 1, 1), (2, 1, 1), 1),
     ("padded past the depth's reach", (1, 16, 2, 6, 6), 16, (3, 3, 3), (3, 1, 1), (1, 1, 1), 1),
+    # more output rows than H + pad_h: a slice's pitch is OH (csrc/cpu/padded_planes.h)
+    ("padded past the plane's reach", (2, 16, 3, 5, 6), 16, (2, 3, 3), (0, 3, 2), (1, 1, 2), 1),
     ("one row deep kernels", (2, 18, 4, 4, 15), 16, (3, 1, 3), (1, 0, 1), (1, 1, 1), 1),
     # 27 tiles of dW and each volume's extended pixels in parts (kMinTasks)
     ("parts of the pixels", (2, 16, 6, 12, 12), 16, (3, 3, 3), (1, 1, 1), (1, 1, 1), 1),

@@ -22,7 +22,9 @@
 // another in one plane, Dp = D + 2*pad_d slices of Hp rows: output pixel (od, oh, ow) is the
 // extended pixel e = (od*Hp + oh)*Wp + ow (the rows oh >= OH of each slice are not output rows),
 // and tap (kd, ki, kj) reads padded pixel e + (kd*dd*Hp + ki*dh)*Wp + kj*dw, again one fixed
-// offset.
+// offset. As with the columns, a slice's bottom padding need not be stored: the taps that reach
+// past its rows read the next slice's top padding (or pad_h zero rows past the last slice), so Hp
+// is H + pad_h, or OH where that is more, rather than H + 2*pad_h (NOTES section 137).
 #pragma once
 
 #include <algorithm>
@@ -47,7 +49,7 @@ struct PaddedPlanes {
       length, slices;
   bool even_pixels;
   PaddedPlanes(const ConvShape& s, bool even)
-      : height(s.height + 2 * s.pad_h),
+      : height(s.is_planar() ? s.height + 2 * s.pad_h : std::max(s.height + s.pad_h, s.out_height)),
         width(round_up(std::max(s.width + s.pad_w, s.out_width * s.stride_w), s.stride_w)),
         top(s.pad_h),
         left(s.pad_w),
@@ -55,7 +57,8 @@ struct PaddedPlanes {
         phase_rows((height + s.stride_h - 1) / s.stride_h),
         extended_width(width / s.stride_w),
         pixels(round_up(extended_rows(s) * extended_width, even ? 2 : 1)),
-        phase_length((s.depth + 2 * s.pad_d) * phase_rows * width +
+        phase_length(((s.depth + 2 * s.pad_d) * phase_rows + (s.is_planar() ? 0 : s.pad_h)) *
+                         width +
                      (s.kernel_w - 1) * s.dilation_w + 1),
         length(phases * phase_length),
         slices(s.depth + 2 * s.pad_d),
