@@ -147,3 +147,14 @@ def forward_and_gradients(x, w, b, stride, padding, dilation, groups, layout=CL)
     y = torch_convbp.conv2d(x, w, b, stride, padding, dilation, groups)
     g = torch.randn_like(y).contiguous(memory_format=layout)
     return (y, *torch.autograd.grad(y, (x, w, b), g)), g
+
+
+def assert_same_bits_on_one_and_three_threads(compute, expected):
+    """compute() gives `expected` bit for bit on 1 and on 3 threads (the thread count restored)."""
+    before = torch.get_num_threads()
+    try:
+        for count in (1, 3):
+            torch.set_num_threads(count)
+            assert torch.equal(compute(), expected)
+    finally:
+        torch.set_num_threads(before)

@@ -17,7 +17,8 @@ from torch.library import opcheck
 
 import torch_convbp
 from cases import shift_and_add_conv2d
-from route_cases import CL, has_bfloat16_microkernel, has_microkernel, implicit_calls_outrun_mkl, microkernel_outruns_mkl, taken_here
+from route_cases import (CL, assert_same_bits_on_one_and_three_threads, has_bfloat16_microkernel, has_microkernel,
+                         implicit_calls_outrun_mkl, microkernel_outruns_mkl, taken_here)
 
 ops = torch.ops.torch_convbp
 
@@ -28,17 +29,6 @@ pytestmark = pytest.mark.skipif(not has_microkernel(), reason="no GEMM micro-ker
 @pytest.fixture
 def microkernel(monkeypatch):
     monkeypatch.setenv("TORCH_CONVBP_GEMM", "microkernel")
-
-
-def assert_same_bits_on_one_and_three_threads(compute, expected):
-    """compute() gives `expected` bit for bit on 1 and on 3 threads (the thread count restored)."""
-    before = torch.get_num_threads()
-    try:
-        for count in (1, 3):
-            torch.set_num_threads(count)
-            assert torch.equal(compute(), expected)
-    finally:
-        torch.set_num_threads(before)
 
 
 # (name, input [N, C, H, W], out channels, kernel, stride, padding, dilation, groups)

@@ -14,7 +14,7 @@ from torch.library import opcheck
 
 import torch_convbp
 from cases import shift_and_add_conv2d
-from route_cases import CL, has_bfloat16_microkernel, has_microkernel, taken_here
+from route_cases import CL, assert_same_bits_on_one_and_three_threads, has_bfloat16_microkernel, has_microkernel, taken_here
 
 ops = torch.ops.torch_convbp
 
@@ -336,13 +336,7 @@ def test_the_volume_kernel(name, shape, cout, kernel, padding, dilation, groups,
     assert dw_cl.is_contiguous(memory_format=CL3D) and torch.equal(dw_cl, dw)
     with torch_convbp.workspace_limit(1):  # a volume per chunk
         assert torch.equal(compute(), dw)
-    before = torch.get_num_threads()
-    try:
-        for count in (1, 3):
-            torch.set_num_threads(count)
-            assert torch.equal(compute(), dw)
-    finally:
-        torch.set_num_threads(before)
+    assert_same_bits_on_one_and_three_threads(compute, dw)
     x_cl, dy_cl = x.contiguous(memory_format=CL3D), dy.contiguous(memory_format=CL3D)
     opcheck(ops.implicit_conv3d_weight_grad.default, (x_cl, dy_cl, *args, compute()))
     opcheck(ops.implicit_conv3d_weight_grad.default, (x.contiguous(), dy.contiguous(), *args, compute()))
