@@ -3,6 +3,7 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 
+#include <array>
 #include <vector>
 
 namespace torch_convbp {
@@ -14,6 +15,19 @@ using at::Tensor;
 template <class Signature>
 c10::TypedOperatorHandle<Signature> kernel_handle(const char* name) {
   return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Signature>();
+}
+
+// The handles of a family of three kernels (forward, input gradient, weight gradient), each of
+// images and of volumes: [kernel][0 images, 1 volumes], named likewise.
+template <class Signature>
+using KernelHandles = std::array<std::array<c10::TypedOperatorHandle<Signature>, 2>, 3>;
+template <class Signature>
+KernelHandles<Signature> kernel_handles(const char* const (&names)[3][2]) {
+  const auto pair = [&](int kernel) {
+    return std::array{kernel_handle<Signature>(names[kernel][0]),
+                      kernel_handle<Signature>(names[kernel][1])};
+  };
+  return {pair(0), pair(1), pair(2)};
 }
 
 // im2col and col2im share one signature: (source, geometry, rows, target).
@@ -65,29 +79,13 @@ void call_col2im(Layout layout, const Tensor& columns, const ConvShape& s, int64
 
 void call_depthwise(DepthwiseKernel kernel, const Tensor& a, const Tensor& b, const ConvShape& s,
                     const Tensor& result) {
-  static const auto forward = kernel_handle<DepthwiseSignature>("torch_convbp::depthwise_conv2d");
-  static const auto input_grad =
-      kernel_handle<DepthwiseSignature>("torch_convbp::depthwise_input_grad");
-  static const auto weight_grad =
-      kernel_handle<DepthwiseSignature>("torch_convbp::depthwise_weight_grad");
-  static const auto volumes_forward =
-      kernel_handle<DepthwiseSignature>("torch_convbp::depthwise_conv3d");
-  static const auto volumes_input_grad =
-      kernel_handle<DepthwiseSignature>("torch_convbp::depthwise_conv3d_input_grad");
-  static const auto volumes_weight_grad =
-      kernel_handle<DepthwiseSignature>("torch_convbp::depthwise_conv3d_weight_grad");
-  if (!s.is_planar()) {
-    const ColumnArguments v(s);
-    const auto& volumes = kernel == DepthwiseKernel::forward      ? volumes_forward
-                          : kernel == DepthwiseKernel::input_grad ? volumes_input_grad
-                                                                  : volumes_weight_grad;
-    return volumes.call(a, b, v.stride, v.padding, v.dilation, result);
-  }
-  const auto& handle = kernel == DepthwiseKernel::forward      ? forward
-                       : kernel == DepthwiseKernel::input_grad ? input_grad
-                                                               : weight_grad;
-  handle.call(a, b, {s.stride_h, s.stride_w}, {s.pad_h, s.pad_w}, {s.dilation_h, s.dilation_w},
-              result);
+  static const auto handles = kernel_handles<DepthwiseSignature>(
+      {{"torch_convbp::depthwise_conv2d", "torch_convbp::depthwise_conv3d"},
+       {"torch_convbp::depthwise_input_grad", "torch_convbp::depthwise_conv3d_input_grad"},
+       {"torch_convbp::depthwise_weight_grad", "torch_convbp::depthwise_conv3d_weight_grad"}});
+  const ColumnArguments v(s);
+  handles[static_cast<int>(kernel)][s.is_planar() ? 0 : 1].call(a, b, v.stride, v.padding,
+                                                                v.dilation, result);
 }
 
 void call_grouped(GroupedKernel kernel, const Tensor& a, const Tensor& b, const ConvShape& s,
@@ -102,24 +100,13 @@ void call_grouped(GroupedKernel kernel, const Tensor& a, const Tensor& b, const 
 
 void call_implicit(ImplicitKernel kernel, const Tensor& a, const Tensor& weight, const ConvShape& s,
                    const Tensor& result) {
-  static const auto forward = kernel_handle<GroupedSignature>("torch_convbp::implicit_conv2d");
-  static const auto input_grad =
-      kernel_handle<GroupedSignature>("torch_convbp::implicit_conv2d_input_grad");
-  static const auto weight_grad =
-      kernel_handle<GroupedSignature>("torch_convbp::implicit_conv2d_weight_grad");
-  static const auto volumes_forward =
-      kernel_handle<GroupedSignature>("torch_convbp::implicit_conv3d");
-  static const auto volumes_input_grad =
-      kernel_handle<GroupedSignature>("torch_convbp::implicit_conv3d_input_grad");
-  static const auto volumes_weight_grad =
-      kernel_handle<GroupedSignature>("torch_convbp::implicit_conv3d_weight_grad");
-  const bool planar = s.is_planar();
-  const auto& handle = kernel == ImplicitKernel::forward ? (planar ? forward : volumes_forward)
-                       : kernel == ImplicitKernel::input_grad
-                           ? (planar ? input_grad : volumes_input_grad)
-                           : (planar ? weight_grad : volumes_weight_grad);
+  static const auto handles = kernel_handles<GroupedSignature>(
+      {{"torch_convbp::implicit_conv2d", "torch_convbp::implicit_conv3d"},
+       {"torch_convbp::implicit_conv2d_input_grad", "torch_convbp::implicit_conv3d_input_grad"},
+       {"torch_convbp::implicit_conv2d_weight_grad", "torch_convbp::implicit_conv3d_weight_grad"}});
   const ColumnArguments v(s);
-  handle.call(a, weight, v.stride, v.padding, v.dilation, s.groups, result);
+  handles[static_cast<int>(kernel)][s.is_planar() ? 0 : 1].call(a, weight, v.stride, v.padding,
+                                                                v.dilation, s.groups, result);
 }
 
 void call_transpose_copy(const Tensor& source, const Tensor& target) {
