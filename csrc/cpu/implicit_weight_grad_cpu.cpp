@@ -173,10 +173,11 @@ bool padded_input_planes(const T* x, const Activations& a, const PaddedPlanes& p
 // [count, pixels / 2, Cout, 2], extended pixels 2q and 2q + 1 interleaved into pair q. From NCHW
 // each output row is transposed first (into the row itself in float32, into a thread's staging
 // row in bfloat16), while in cache: no layout copy of dY before (benchmarks/NOTES.md, 111, 112).
-// Returns whether every value of dY was finite (each row tested in cache, NHWC).
+// With `test_finite`, returns whether every value of dY was finite (each row tested in cache,
+// NHWC); without it, true.
 template <class T>
 bool extended_output_grad(const T* dy, const Activations& a, const PaddedPlanes& p, int64_t first,
-                          int64_t count, T* dy_ext) {
+                          int64_t count, bool test_finite, T* dy_ext) {
   const ConvShape& s = a.s;
   const int64_t co = s.out_channels, rows = p.extended_rows(s);
   std::atomic<bool> finite{true};
@@ -194,7 +195,7 @@ bool extended_output_grad(const T* dy, const Activations& a, const PaddedPlanes&
             transpose_matrix(source, a.dy_channel_stride(), row, co, co, s.out_width,
                              sizeof(float));
           }
-          if (!all_finite(row, s.out_width * co)) finite = false;
+          if (test_finite && !all_finite(row, s.out_width * co)) finite = false;
         }
         std::fill_n(row + written * co, (p.width - written) * co, 0.f);
       }
@@ -228,7 +229,9 @@ bool extended_output_grad(const T* dy, const Activations& a, const PaddedPlanes&
             next_first = pixel;
           }
         }
-        if (row && !all_finite(reinterpret_cast<const T*>(row), s.out_width * co)) finite = false;
+        if (test_finite && row && !all_finite(reinterpret_cast<const T*>(row), s.out_width * co)) {
+          finite = false;
+        }
         const auto pixel =
             [&](int64_t e) {  // extended pixel e of this row, or the next row's first
               if (e == next_start) return straddles ? next_first : zeros.data();
@@ -408,6 +411,8 @@ void implicit_weight_grad(const Tensor& input, const Tensor& grad_output, const 
   const T* x = input.const_data_ptr<T>();
   const T* dy = grad_output.const_data_ptr<T>();
   float* sum_data = sums.mutable_data_ptr<float>();
+  // dY is tested for non-finite values only where a depth tap skips pixels (images: never)
+  const bool clips_depth = depth_tap_pixels(s, p, true) != depth_tap_pixels(s, p, false);
   for (int64_t first = 0; first < s.batch; first += images) {
     const int64_t count = std::min(images, s.batch - first);
     if (!padded_input_planes(x, a, p, first, count, xt.mutable_data_ptr<T>())) {
@@ -415,7 +420,7 @@ void implicit_weight_grad(const Tensor& input, const Tensor& grad_output, const 
       continue;
     }
     const bool dy_finite =
-        extended_output_grad(dy, a, p, first, count, dy_ext.mutable_data_ptr<T>());
+        extended_output_grad(dy, a, p, first, count, clips_depth, dy_ext.mutable_data_ptr<T>());
     const TapPixels computed = depth_tap_pixels(s, p, dy_finite);
     at::parallel_for(0, parts.tasks(), 1, [&](int64_t begin, int64_t end) {
       accumulate_tasks(xt.const_data_ptr<T>(), dy_ext.const_data_ptr<T>(), s, p, t, computed, parts,
