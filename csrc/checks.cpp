@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "checks.h"
+#include "layout.h"
 
 namespace torch_convbp {
 namespace {
@@ -238,8 +239,7 @@ struct ChannelsLast {
   const char* name;
 };
 ChannelsLast channels_last_of(int64_t dims) {
-  return dims == 3 ? ChannelsLast{at::MemoryFormat::ChannelsLast3d, "channels_last_3d"}
-                   : ChannelsLast{at::MemoryFormat::ChannelsLast, "channels_last"};
+  return {memory_format(Layout::nhwc, dims + 2), dims == 3 ? "channels_last_3d" : "channels_last"};
 }
 
 // What the direct kernels' checks share: input [N, C, H, W], weight [Cout, C/G, kh, kw] contiguous
